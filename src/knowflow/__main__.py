@@ -1,0 +1,3 @@
+from knowflow.cli import app
+
+app(prog_name="knowflow")

@@ -1,0 +1,153 @@
+"""Frozen-dataclass configs and `--set key=value` overrides.
+
+Every experiment has one frozen dataclass config (nested dataclasses allowed). Overrides name a
+field by its dotted path (`finetune.lr=0.5`); the value is parsed to the field's annotated type.
+An unknown key or an unparsable value is a `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from knowflow.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def config_to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _parse(value: Any, tp: Any, key: str) -> Any:
+    """Coerce `value` (a string from the command line, or a JSON value) to type `tp`."""
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(tp)
+        if type(None) in options and (value is None or value in ("none", "None", "null")):
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _parse(value, option, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"cannot parse {value!r} as {tp}", key)
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{value!r} is not one of {', '.join(map(str, choices))}", key)
+        return value
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+        args = get_args(tp)
+        item_tp = args[0] if args else str
+        return tuple(_parse(v.strip() if isinstance(v, str) else v, item_tp, key) for v in value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError("expected a section, got a value", key)
+        return config_from_dict(tp, value, prefix=f"{key}.")
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            low = str(value).lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() \
+                else int(value)
+        if tp is float:
+            return float(value)
+        if tp is str:
+            return str(value)
+    except (TypeError, ValueError):
+        name = getattr(tp, "__name__", str(tp))
+        raise ConfigError(f"cannot parse {value!r} as {name}", key) from None
+    return value
+
+
+def config_from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
+    """Build `cls` from a (possibly partial) dict, e.g. a saved config.json."""
+    hints = _field_types(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown key (known: {', '.join(sorted(names))})",
+                          prefix + unknown[0])
+    kwargs = {k: _parse(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: T, overrides: list[str] | dict[str, Any]) -> T:
+    """Return a copy of `cfg` with dotted-path overrides applied.
+
+    `overrides` is a list of "key=value" strings (the CLI form) or a {key: value} dict.
+    """
+    items = overrides.items() if isinstance(overrides, dict) else [_split(o) for o in overrides]
+    for key, value in items:
+        cfg = _set(cfg, key.split("."), value, key)
+    return cfg
+
+
+def _split(item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value")
+    key, value = item.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"override {item!r} has an empty key")
+    return key.strip(), value.strip()
+
+
+def _set(cfg: Any, path: list[str], value: Any, full_key: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cfg)}
+    head = path[0]
+    if head not in names:
+        raise ConfigError(f"unknown key (known here: {', '.join(sorted(names))})", full_key)
+    current = getattr(cfg, head)
+    if len(path) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise ConfigError(f"'{head}' is a value, not a section", full_key)
+        return dataclasses.replace(cfg, **{head: _set(current, path[1:], value, full_key)})
+    tp = _field_types(type(cfg))[head]
+    if dataclasses.is_dataclass(current):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError("is a section; set its fields with dotted keys",
+                                  full_key) from None
+        return dataclasses.replace(cfg, **{head: config_from_dict(tp, value, full_key + ".")})
+    return dataclasses.replace(cfg, **{head: _parse(value, tp, full_key)})
+
+
+def flatten(cfg_dict: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: every settable key with its value."""
+    out: dict[str, Any] = {}
+    for k, v in cfg_dict.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def require(condition: bool, field: str, message: str) -> None:
+    """Raise a ConfigError for `field` unless `condition` holds (used by validate())."""
+    if not condition:
+        raise ConfigError(message, field)

@@ -1,0 +1,1 @@
+"""Data curation: context-criticality scores, filtering, counterfactual augmentation."""

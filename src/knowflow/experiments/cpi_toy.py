@@ -1,0 +1,256 @@
+"""`cpi-toy`: context-parametric inversion in the one-layer theory model, in five parts.
+
+(1) `inversion`: C + C+S finetuning, W_KQ only — M_C rises, peaks, then falls.
+(2) `c_only`: the same number of C points only — no fall.
+(3) `with_s`: (1) plus S points on memorized facts — more attention on the subject (Prop. 2).
+(4) `train_v`: (1) with W_V trainable too — fact memorization in the values (Prop. 3).
+(5) `mitigations`: against full finetuning (W_KQ and W_V): QK-only, counterfactual
+    augmentation, and dropping the examples with the lowest no-context loss.
+Parts are independent runs on one seeded world; each finished part is checkpointed, so
+`--resume` redoes only what is missing. Parts run in parallel processes, one torch thread each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from knowflow.config import require
+from knowflow.experiments.registry import Summary, register
+from knowflow.report.cpi_toy import plot_cpi_toy
+from knowflow.runs import PartStore
+from knowflow.train.toy_cpi import ToyFinetuneConfig
+
+log = logging.getLogger(__name__)
+
+PARTS = ("inversion", "c_only", "with_s", "train_v", "mitigations")
+
+
+@dataclass(frozen=True)
+class ToyWorldConfig:
+    n_answers: int = 50  # |A|: context / answer tokens
+    n_heldout_answers: int = 10  # answers used only as counterfactual test contexts
+    n_test: int = 100  # held-out memorized subjects, each with a conflicting context
+    delta_c: float = 0.6  # pretrained: P(c | value of context token c)
+    delta_m: float = 0.95  # pretrained: P(fact | value of memorized subject)
+    pretrain: Literal["constructed", "trained"] = "constructed"  # how W_V is obtained
+    pretrain_steps: int = 2000  # for pretrain=trained (full-batch Adam on D_pre)
+    pretrain_lr: float = 0.05
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    n_c: int = 60  # context-critical: unmemorized subject, answer only in the context
+    n_cs: int = 140  # memorized subject, the context agrees with its fact
+    n_s_seen: int = 0  # no context, memorized fact
+    n_s_unseen: int = 0  # no context, a fact the pretrained model does not know
+    n_aug: int = 0  # counterfactual augmentation: memorized subject, conflicting context
+
+
+@dataclass(frozen=True)
+class PartsConfig:
+    with_s_points: int = 100  # part 3: S points (memorized facts) added to the mixture
+    aug_points: int = 60  # part 5: counterfactual-augmentation points added
+    filter_fraction: float = 0.25  # part 5: share dropped (lowest no-context loss); paper: 25%
+
+
+@dataclass(frozen=True)
+class CpiToyConfig:
+    seed: int = 0
+    parts: tuple[str, ...] = PARTS
+    dtype: Literal["float64", "float32"] = "float64"
+    workers: int = 2  # processes; each uses one torch thread
+    world: ToyWorldConfig = field(default_factory=ToyWorldConfig)
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    finetune: ToyFinetuneConfig = field(default_factory=ToyFinetuneConfig)
+    part: PartsConfig = field(default_factory=PartsConfig)
+
+    def validate(self) -> None:
+        w, m, f, p = self.world, self.mixture, self.finetune, self.part
+        require(len(self.parts) > 0, "parts", "choose at least one part")
+        for name in self.parts:
+            require(name in PARTS, "parts", f"unknown part {name!r} (known: {', '.join(PARTS)})")
+        require(w.n_answers >= 3, "world.n_answers", "must be at least 3")
+        require(0 <= w.n_heldout_answers <= w.n_answers - 2, "world.n_heldout_answers",
+                "must be between 0 and n_answers - 2")
+        require(w.n_test >= 1, "world.n_test", "must be at least 1")
+        for name in ("delta_c", "delta_m"):
+            value = getattr(w, name)
+            require(0 < value < 1, f"world.{name}", f"must lie in (0, 1), got {value}")
+        for name in ("n_c", "n_cs", "n_s_seen", "n_s_unseen", "n_aug"):
+            require(getattr(m, name) >= 0, f"mixture.{name}", "must not be negative")
+        require(m.n_c + m.n_cs + m.n_s_seen + m.n_s_unseen + m.n_aug > 0, "mixture",
+                "the finetuning mixture is empty")
+        require(f.steps >= 1, "finetune.steps", "must be at least 1")
+        require(f.lr > 0, "finetune.lr", "must be positive")
+        require(f.eval_every >= 1, "finetune.eval_every", "must be at least 1")
+        require(f.value_lr_scale > 0, "finetune.value_lr_scale", "must be positive")
+        require(w.pretrain_steps >= 1, "world.pretrain_steps", "must be at least 1")
+        require(p.with_s_points >= 0, "part.with_s_points", "must not be negative")
+        require(p.aug_points >= 0, "part.aug_points", "must not be negative")
+        require(0 <= p.filter_fraction < 1, "part.filter_fraction", "must lie in [0, 1)")
+        require(self.workers >= 1, "workers", "must be at least 1")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One finetuning run: a mixture, which weights train, and an optional filter."""
+
+    part: str
+    name: str
+    mixture: MixtureConfig
+    train_v: bool
+    filter_fraction: float = 0.0
+
+
+def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
+    m, p = cfg.mixture, cfg.part
+    if part == "inversion":
+        return [Arm(part, "mixed", m, False)]
+    if part == "c_only":  # same number of points, all context-critical
+        return [Arm(part, "c_only", MixtureConfig(n_c=m.n_c + m.n_cs), False)]
+    if part == "with_s":
+        return [Arm(part, "with_s", dataclasses.replace(m, n_s_seen=m.n_s_seen + p.with_s_points),
+                    False)]
+    if part == "train_v":
+        return [Arm(part, "train_v", m, True)]
+    return [Arm(part, "full_finetune", m, True),
+            Arm(part, "qk_only", m, False),
+            Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), True),
+            Arm(part, "filtered", m, True, p.filter_fraction)]
+
+
+def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:
+    """Subjects per group, enough for every arm of every part (arms share the world)."""
+    m, p = cfg.mixture, cfg.part
+    return {"unmemorized": m.n_c + m.n_cs, "c_plus_s": m.n_cs,
+            "s_seen": m.n_s_seen + p.with_s_points, "s_unseen": m.n_s_unseen,
+            "augment": m.n_aug + p.aug_points, "test": cfg.world.n_test}
+
+
+def trajectory_summary(records: list[dict]) -> dict:
+    """mc_start/peak/peak_step/final and the same for counterfactual accuracy and attention."""
+    mc = [r["mc"] for r in records]
+    peak = max(range(len(mc)), key=mc.__getitem__)
+    out = {"mc_start": mc[0], "mc_peak": mc[peak], "mc_peak_step": records[peak]["step"],
+           "mc_final": mc[-1], "steps": records[-1]["step"],
+           "mc_fall": mc[peak] - mc[-1]}
+    for key, short in (("cf_acc", "cf_acc"), ("param_acc", "param_acc"),
+                       ("attn_context_test", "attn_ctx"), ("attn_subject_test", "attn_subj")):
+        out[f"{short}_start"] = records[0][key]
+        out[f"{short}_at_mc_peak"] = records[peak][key]
+        out[f"{short}_final"] = records[-1][key]
+    return out
+
+
+def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
+    """Build the world, the pretrained model and the arm's data; finetune; summarize."""
+    import torch
+
+    from knowflow.curate.toy import drop_lowest_no_context_loss
+    from knowflow.models.toy_cpi import (
+        OneLayerCPI,
+        pretrained_value_matrix,
+        train_value_matrix,
+    )
+    from knowflow.train.toy_cpi import finetune
+    from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
+
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    dtype = getattr(torch, cfg.dtype)
+    w = cfg.world
+    world = make_world(world_sizes(cfg), w.n_answers, cfg.seed, w.n_heldout_answers)
+    if w.pretrain == "constructed":
+        w_v = pretrained_value_matrix(world, w.delta_c, w.delta_m, dtype)
+    else:
+        w_v = train_value_matrix(world, w.delta_c, w.delta_m, w.pretrain_steps, w.pretrain_lr,
+                                 dtype)
+    model = OneLayerCPI(world.vocab, w_v)
+    m = arm.mixture
+    train = finetune_set(world, m.n_c, m.n_cs, m.n_s_seen, m.n_s_unseen, m.n_aug, cfg.seed)
+    test = counterfactual_test_set(world, cfg.seed)
+    extra: dict = {"n_train": len(train)}
+    if arm.filter_fraction > 0:
+        n_before = len(train)
+        kept = drop_lowest_no_context_loss(model, train, arm.filter_fraction)
+        extra.update(n_dropped=n_before - len(kept),
+                     n_dropped_cs=int((train.kind == CS).sum() - (kept.kind == CS).sum()),
+                     n_train=len(kept))
+        train = kept
+    records = finetune(model, train, test, cfg.finetune, arm.train_v)
+    with torch.no_grad():
+        probs = model.value_probs(test.subject)
+        extra["delta_m_measured"] = float(probs[torch.arange(len(test)), test.fact].mean())
+    for rec in records:
+        rec["part"], rec["arm"] = arm.part, arm.name
+    return records, {**trajectory_summary(records), **extra}
+
+
+def _run_part(cfg: CpiToyConfig, part: str) -> tuple[str, list[dict], dict]:
+    records, summaries = [], {}
+    for arm in arms_of(cfg, part):
+        arm_records, summaries[arm.name] = run_arm(cfg, arm)
+        records.extend(arm_records)
+    summary = summaries if part == "mitigations" else next(iter(summaries.values()))
+    return part, records, summary
+
+
+def findings(summary: dict) -> dict:
+    """The claims of the theory, each checked against this run's numbers."""
+    out: dict = {}
+    inv = summary.get("inversion")
+    if inv:
+        out["inversion_fall"] = inv["mc_fall"]
+        out["inversion_peak_in_first_quarter"] = inv["mc_peak_step"] <= inv["steps"] / 4
+    if summary.get("c_only"):
+        out["c_only_fall"] = summary["c_only"]["mc_fall"]
+    if inv and summary.get("with_s"):
+        out["with_s_subject_attention_gain"] = (summary["with_s"]["attn_subj_final"]
+                                                - inv["attn_subj_final"])
+    if inv and summary.get("train_v"):
+        out["train_v_peak_step_minus_qk_only"] = (summary["train_v"]["mc_peak_step"]
+                                                  - inv["mc_peak_step"])
+        out["train_v_final_mc_minus_qk_only"] = summary["train_v"]["mc_final"] - inv["mc_final"]
+    mit = summary.get("mitigations")
+    if mit:
+        base = mit["full_finetune"]["mc_final"]
+        for name, arm in mit.items():
+            if name != "full_finetune":
+                out[f"{name}_final_mc_gain"] = arm["mc_final"] - base
+    return out
+
+
+@register("cpi-toy", CpiToyConfig, plot_cpi_toy,
+          "Context-parametric inversion in the one-layer theory model (5 parts)",
+          columns=("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
+                   "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final"))
+def run(cfg: CpiToyConfig, out_dir: Path) -> Summary:
+    store = PartStore(out_dir)
+    todo = [p for p in cfg.parts if store.load(p) is None]
+    if len(todo) < len(cfg.parts):
+        log.info("resuming: %d of %d parts already done", len(cfg.parts) - len(todo),
+                 len(cfg.parts))
+    workers = min(cfg.workers, len(todo))
+    if workers > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_run_part, cfg, p) for p in todo]
+            for fut in futures:
+                part, records, summary = fut.result()
+                store.save(part, records, summary)
+                log.info("part %s done", part)
+    else:
+        for p in todo:
+            part, records, summary = _run_part(cfg, p)
+            store.save(part, records, summary)
+            log.info("part %s done", part)
+    store.write_metrics(out_dir, list(cfg.parts))
+    summary = {p: store.load(p)["summary"] for p in cfg.parts}
+    summary["findings"] = findings(summary)
+    return summary

@@ -1,0 +1,1 @@
+"""Models: one-layer theory models and loaders for HF causal LMs."""

@@ -1,0 +1,35 @@
+"""Shared matplotlib plumbing: a headless backend, consistent style, atomic PNG writes."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from knowflow.io import atomic_write_bytes  # noqa: E402
+
+
+def subplots(ncols: int, nrows: int = 1, width: float = 4.2, height: float = 3.2):
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+                             squeeze=False)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    return fig, axes
+
+
+def save(fig, path: Path) -> Path:
+    """Render `fig` to PNG and write it atomically."""
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    rows = [r for r in records if r.get(key) is not None]
+    return [r["step"] for r in rows], [r[key] for r in rows]

@@ -1,0 +1,1 @@
+"""Training loops: toy theory models, pretraining and SFT of language models."""

@@ -1,0 +1,1 @@
+"""Knowledge worlds: entities, facts and the contexts that agree or conflict with them."""
