@@ -127,6 +127,9 @@ def report_cmd(
         raise _fail(exc) from None
     console.print(f"report: {path}", highlight=False)
 
+from knowflow.cli_probe import probe_app  # noqa: E402, I001
+app.add_typer(probe_app, name="probe")
+
 
 def entry() -> None:  # pragma: no cover - for `python -m knowflow`
     sys.exit(app())

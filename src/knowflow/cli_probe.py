@@ -1,0 +1,336 @@
+"""`knowflow probe knockout|sublayer|project|attention`: mechanistic probes of factual recall.
+
+Each command parses its options into the probe's frozen config, loads the examples (a prompts
+file, a built-in suite, or knowflow's shipped well-known facts) and the model, runs the probe
+with a progress bar, and writes `runs/probe-<kind>/<timestamp>/` with config.json,
+records.jsonl, summary.json, figures/ and report.html. Bad input is one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from knowflow.errors import KnowflowError
+
+probe_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Mechanistic probes: attention knockout, sublayer knockout, "
+                             "vocabulary projection, attention mass on the context.")
+# Wide enough for the layer tables when the output is a file or a pipe.
+console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
+
+ModelOpt = Annotated[str, typer.Option("--model", help="HF model id, local folder, or "
+                                                       "smollm2-135m-instruct.")]
+DataOpt = Annotated[Path | None, typer.Option(
+    "--data", help="Prompts file (JSONL: prompt, subject, relation, attributes, answer, "
+                   "context). Default: knowflow's shipped well-known facts.")]
+SuiteOpt = Annotated[str | None, typer.Option("--suite", help="A built-in suite instead of "
+                                                              "--data (e.g. cf-capitals).")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use the first N examples.")]
+AllOpt = Annotated[bool, typer.Option("--all", help="Also probe facts the model gets wrong.")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config field: "
+                                                                "key=value (repeatable).")]
+RunsOpt = Annotated[Path, typer.Option("--runs-dir", help="Where run directories go.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: "
+                                                           "RUNS_DIR/probe-KIND/TIMESTAMP).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda, mps.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16, float16.")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+@dataclasses.dataclass
+class _Common:
+    model: str
+    data: Path | None
+    suite: str | None
+    limit: int | None
+    runs_dir: Path
+    out: Path | None
+    device: str
+    dtype: str
+    threads: int
+
+
+def _config(cls, fields: dict, overrides: list[str] | None):
+    from knowflow.config import apply_overrides
+
+    return apply_overrides(cls(**{k: v for k, v in fields.items() if v is not None}),
+                           overrides or [])
+
+
+def _load_model(common: _Common):
+    import torch
+
+    from knowflow.models.hf import load_model
+
+    torch.set_num_threads(max(1, common.threads))
+    try:
+        return load_model(common.model, device=common.device, dtype=common.dtype)
+    except KnowflowError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:  # e.g. not a causal LM
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KnowflowError(f"cannot load {common.model!r} as a causal LM: {first}") from None
+
+
+def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str = "plain"):
+    from knowflow.probes.examples import builtin_facts, load_examples
+    from knowflow.probes.suites import suite_examples
+
+    if common.data and common.suite:
+        raise KnowflowError("give --data or --suite, not both")
+    if common.suite:
+        return suite_examples(common.suite, tokenizer, with_context, prompt_format,
+                              limit=common.limit)
+    examples = load_examples(common.data) if common.data else builtin_facts()
+    return examples[: common.limit] if common.limit else examples
+
+
+def _validate_data(common: _Common) -> None:
+    """Read a prompts file before the model loads, so bad input fails fast."""
+    if common.data is not None:
+        from knowflow.probes.examples import load_examples
+
+        load_examples(common.data)
+
+
+def _run(kind: str, common: _Common, cfg, with_context: bool = False,
+         prompt_format: str = "plain") -> tuple[Path, list[dict], dict]:
+    from knowflow.config import config_to_dict
+    from knowflow.io import atomic_write_json, atomic_write_jsonl
+    from knowflow.probes import PROBES
+    from knowflow.probes.arch import arch_of
+    from knowflow.runs import new_run_dir
+
+    _validate_data(common)
+    started = time.time()
+    model, tokenizer = _load_model(common)
+    arch = arch_of(model)
+    examples = _examples(common, tokenizer, with_context, prompt_format)
+    probe, _, summarize = PROBES[kind]
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                  transient=True) as bar:
+        task = bar.add_task(f"probe {kind}", total=None)
+        records = probe(model, tokenizer, examples, cfg,
+                        progress=lambda done, total: bar.update(task, completed=done,
+                                                                total=total))
+    if kind == "attention":
+        from knowflow.probes.mass import mean_attention_mass
+
+        grid = mean_attention_mass(records)
+        summary = {"mean_mass": grid,
+                   "layer_mean": [sum(row) / len(row) for row in grid],
+                   "n_examples": len(records)}
+    else:
+        summary = summarize(records, arch.n_layers) if kind != "project" else summarize(records)
+    out = common.out or new_run_dir(common.runs_dir, f"probe-{kind}")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", {
+        "probe": kind, "model": common.model, "data": str(common.data) if common.data else
+        (f"suite:{common.suite}" if common.suite else "builtin:known_facts"),
+        "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
+        "seconds": round(time.time() - started, 1), "config": config_to_dict(cfg)})
+    atomic_write_jsonl(out / "records.jsonl", records)
+    _figures(kind, summary, out, common.model)
+    atomic_write_json(out / "summary.json", summary)
+    from knowflow.report.html import write_report
+
+    write_report([out], out / "report.html", title=f"knowflow probe {kind}")
+    return out, records, summary
+
+
+def _figures(kind: str, summary: dict, out: Path, model: str) -> None:
+    from knowflow.report import probes as fig
+
+    if not summary.get("n_examples", 1) and kind != "attention":
+        return
+    if kind == "knockout":
+        fig.knockout_figure(summary, out / "figures" / "knockout.png",
+                            title=f"attention knockout from the last position ({model})")
+    elif kind == "sublayer":
+        fig.knockout_figure(summary, out / "figures" / "sublayer.png",
+                            title=f"sublayer knockout ({model})")
+    elif kind == "project":
+        if summary["n_examples"]:
+            fig.projection_figure(summary, out / "figures" / "projection.png",
+                                  title=model)
+    elif summary["mean_mass"]:
+        fig.attention_mass_figure(summary["mean_mass"], out / "figures" / "attention_mass.png",
+                                  title=f"attention mass on the context ({model})")
+
+
+def _curve_table(summary: dict, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("source")
+    table.add_column("most negative layer", justify="right")
+    table.add_column("mean change there", justify="right")
+    table.add_column("examples", justify="right")
+    for name, row in summary.items():
+        value = row["most_negative_value"]
+        table.add_row(name, str(row["most_negative_layer"]),
+                      "" if value is None else f"{100 * value:+.1f}%", str(row["n_examples"]))
+    console.print(table)
+    layers = max((len(r["mean_rel_change"]) for r in summary.values()), default=0)
+    curves = Table(title="mean % change in the prediction's probability, by layer")
+    curves.add_column("layer", justify="right")
+    for name in summary:
+        curves.add_column(name, justify="right")
+    for layer in range(layers):
+        cells = [summary[n]["mean_rel_change"][layer] for n in summary]
+        curves.add_row(str(layer), *["" if c is None else f"{100 * c:+.1f}" for c in cells])
+    console.print(curves)
+
+
+def _done(out: Path) -> None:
+    console.print(f"run directory: {out}", highlight=False)
+
+
+def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads) -> _Common:
+    return _Common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+
+
+@probe_app.command("knockout")
+def knockout_cmd(
+    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
+    window: Annotated[int | None, typer.Option(help="Layers per knockout window (9).")] = None,
+    source: Annotated[list[str] | None, typer.Option(
+        "--source", help="Source set to block (repeatable): subject, non_subject, last, "
+                         "relation, first, subject_last, pos:i,j ...")] = None,
+    heads: Annotated[str | None, typer.Option(help="Heads to block, e.g. 0,3 (all).")] = None,
+    runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+) -> None:
+    """Attention-edge knockout: cut attention from the last position to each source set in
+    a window of layers; relative change in the prediction's probability per layer."""
+    from knowflow.probes import KnockoutConfig
+
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    try:
+        cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_ or None,
+                                       "sources": tuple(source) if source else None},
+                      (set_ or []) + ([f"heads={heads}"] if heads else []))
+        run_dir, _, summary = _run("knockout", common, cfg)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    _curve_table(summary, "attention knockout: where blocking hurts most")
+    _done(run_dir)
+
+
+@probe_app.command("sublayer")
+def sublayer_cmd(
+    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
+    window: Annotated[int | None, typer.Option(help="Layers per knockout window (9).")] = None,
+    sublayer: Annotated[list[str] | None, typer.Option(
+        "--sublayer", help="mlp and/or attn (repeatable; both).")] = None,
+    positions: Annotated[list[str] | None, typer.Option(
+        "--positions", help="Where to zero (repeatable): subject, last, ... "
+                            "(subject and last).")] = None,
+    runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+) -> None:
+    """Sublayer knockout: zero MLP or attention outputs at chosen positions in a window of
+    layers; relative change in the prediction's probability per layer."""
+    from knowflow.probes import SublayerConfig
+
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    try:
+        cfg = _config(SublayerConfig, {
+            "window": window, "known_only": not all_ or None,
+            "sublayers": tuple(sublayer) if sublayer else None,
+            "positions": tuple(positions) if positions else None}, set_)
+        run_dir, _, summary = _run("sublayer", common, cfg)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    _curve_table(summary, "sublayer knockout: where zeroing hurts most")
+    _done(run_dir)
+
+
+@probe_app.command("project")
+def project_cmd(
+    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
+    final_norm: Annotated[bool, typer.Option(
+        "--final-norm/--no-final-norm", help="Apply the final norm before unembedding.")] = True,
+    top_k: Annotated[int | None, typer.Option(help="Tokens for the attributes rate (50).")
+                     ] = None,
+    runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+) -> None:
+    """Vocabulary projection: attribute extraction rate of attention vs MLP outputs at the
+    last position, and the attributes rate at the last subject token, per layer."""
+    from knowflow.probes import ProjectionConfig
+
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    try:
+        cfg = _config(ProjectionConfig, {"final_norm": final_norm, "top_k": top_k,
+                                         "known_only": not all_ or None}, set_)
+        run_dir, _, summary = _run("project", common, cfg)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    table = Table(title=f"vocabulary projection ({summary['n_examples']} examples): share "
+                        "of examples whose top token is the prediction")
+    for name in ("layer", "attn out", "mlp out", "residual", "attr rate (last subj)",
+                 "attr rate (last)"):
+        table.add_column(name, justify="right")
+    rates, attrs = summary["extraction_rate"], summary["attributes_rate"]
+
+    def cell(v):
+        return "" if v is None else f"{v:.2f}"
+
+    for layer in range(len(rates["attn"])):
+        table.add_row(str(layer), cell(rates["attn"][layer]), cell(rates["mlp"][layer]),
+                      cell(rates["hidden"][layer]), cell(attrs["last_subject"][layer]),
+                      cell(attrs["last"][layer]))
+    console.print(table)
+    _done(run_dir)
+
+
+@probe_app.command("attention")
+def attention_cmd(
+    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    limit: LimitOpt = None, set_: SetOpt = None,
+    prompt_format: Annotated[str, typer.Option(
+        "--prompt-format", help="With --suite: chat, alpaca, tulu or plain.")] = "plain",
+    runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+) -> None:
+    """Attention mass on the context: per layer and head, the share of attention from the
+    answer position to the context's tokens (examples need a `context`)."""
+    from knowflow.probes import AttentionMassConfig
+
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    try:
+        if data is None and suite is None:
+            raise KnowflowError("the attention probe needs examples with a context: give "
+                                "--data (with a `context` field) or --suite")
+        cfg = _config(AttentionMassConfig, {}, set_)
+        run_dir, _, summary = _run("attention", common, cfg, with_context=True,
+                                   prompt_format=prompt_format)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    table = Table(title=f"attention mass on the context ({summary['n_examples']} examples)")
+    table.add_column("layer", justify="right")
+    table.add_column("mean over heads", justify="right")
+    table.add_column("max head", justify="right")
+    for layer, row in enumerate(summary["mean_mass"]):
+        best = max(range(len(row)), key=row.__getitem__)
+        table.add_row(str(layer), f"{sum(row) / len(row):.3f}", f"{best}: {row[best]:.3f}")
+    console.print(table)
+    _done(run_dir)

@@ -1,0 +1,122 @@
+"""Shared plumbing for the probes: batching, the model's own prediction, layer windows."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from knowflow.errors import ConfigError
+from knowflow.probes.examples import ProbeExample
+from knowflow.probes.spans import Located
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    token_id: int
+    prob: float
+    text: str
+    known: bool | None  # None: the example gives no answer or attributes to check against
+
+
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids (batch, seq), attention_mask (batch, seq), last index (batch,)), padded on the
+    right so that positions (and rotary embeddings) match the unpadded prompts."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    last = torch.tensor([len(s) - 1 for s in seqs], dtype=torch.long)
+    return ids.to(device), mask.to(device), last.to(device)
+
+
+def pad_id(tokenizer) -> int:
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    return 0
+
+
+def cache_kwargs(model, cache) -> dict:
+    """The KV-cache keyword of this transformers version (`cache`, formerly
+    `past_key_values`)."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def output_cache(outputs):
+    cache = getattr(outputs, "cache", None)
+    return cache if cache is not None else getattr(outputs, "past_key_values", None)
+
+
+def is_known(example: ProbeExample, token_text: str) -> bool | None:
+    """Does the predicted token start the answer (or, without one, an attribute)?"""
+    targets = [example.answer] if example.answer else list(example.attributes)
+    if not targets:
+        return None
+    word = token_text.strip().lower()
+    return bool(word) and any(t.strip().lower().startswith(word) for t in targets)
+
+
+@torch.no_grad()
+def predict(model, tokenizer, examples: Sequence[ProbeExample], located: Sequence[Located],
+            batch_size: int = 16) -> list[Prediction]:
+    """The unmodified model's top next token after each prompt, and its probability."""
+    out: list[Prediction] = []
+    dev = device_of(model)
+    for start in range(0, len(located), batch_size):
+        chunk = located[start: start + batch_size]
+        ids, mask, last = pad_right([loc.input_ids for loc in chunk], pad_id(tokenizer), dev)
+        logits = model(input_ids=ids, attention_mask=mask).logits  # (batch, seq, vocab)
+        rows = torch.arange(len(chunk), device=dev)
+        probs = logits[rows, last].float().softmax(-1)  # (batch, vocab)
+        top = probs.argmax(-1)
+        for j, tid in enumerate(top.tolist()):
+            text = tokenizer.decode([tid])
+            out.append(Prediction(tid, float(probs[j, tid]), text,
+                                  is_known(examples[start + j], text)))
+    return out
+
+
+def window(centre: int, size: int, n_layers: int) -> tuple[int, int]:
+    """Inclusive [lo, hi] of `size` consecutive layers centred on `centre`, clipped to the
+    model (the paper's window of k layers around layer l)."""
+    lo = centre - (size - 1) // 2
+    hi = lo + size - 1
+    return max(0, lo), min(n_layers - 1, hi)
+
+
+def check_layers(field: str, size: int, layers: Sequence[int], n_layers: int) -> list[int]:
+    """Validate a window size and the window centres; empty `layers` means every layer."""
+    if size < 1:
+        raise ConfigError("the window must hold at least one layer", field)
+    if size > n_layers:
+        raise ConfigError(f"a window of {size} layers is larger than the model "
+                          f"({n_layers} layers)", field)
+    bad = [layer for layer in layers if not 0 <= layer < n_layers]
+    if bad:
+        raise ConfigError(f"layer {bad[0]} is outside the model (0..{n_layers - 1})", "layers")
+    return list(layers) or list(range(n_layers))
+
+
+def check_heads(heads: Sequence[int], n_heads: int) -> None:
+    bad = [h for h in heads if not 0 <= h < n_heads]
+    if bad:
+        raise ConfigError(f"head {bad[0]} is outside the model (0..{n_heads - 1})", "heads")
+
+
+def keep_known(examples, located, preds, known_only: bool):
+    """Indices of the examples to probe: with `known_only`, those the model gets right
+    (examples with nothing to check against are kept)."""
+    return [i for i, p in enumerate(preds) if not known_only or p.known is not False]

@@ -1,0 +1,129 @@
+"""Intercepting attention through transformers' attention interface.
+
+`intercepted(model)` switches the model to a registered attention function, `knowflow_sdpa`
+or `knowflow_eager`, that wraps the model's own implementation and restores it afterwards.
+A forward pass given `knowflow_plan=AttentionPlan(...)` (transformers passes extra keyword
+arguments down to the attention function) can then
+
+* block attention edges: per layer, a boolean tensor (batch, heads or 1, query, key) marks
+  the (row, head, query, key) edges to cut; they get the mask's "never attend" value before
+  the softmax, so each batch row can block different edges in different layers;
+* capture attention probabilities for one query row per batch row, through the model's own
+  eager attention (SDPA does not return probabilities).
+
+Layers with nothing to block or capture call the wrapped implementation with the unchanged
+mask, so a plan that blocks nothing gives exactly the unmodified model.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from knowflow.errors import KnowflowError
+from knowflow.probes.arch import arch_of
+
+_PREFIX = "knowflow_"
+_BASES = ("sdpa", "eager")
+
+
+@dataclass
+class AttentionPlan:
+    """What one forward pass blocks and captures, by layer index."""
+
+    block: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch, heads|1, q, k) bool
+    capture: frozenset[int] = frozenset()
+    capture_rows: torch.Tensor | None = None  # (batch,) query index to keep in each row
+    captured: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch, heads, k)
+    layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
+
+
+def _causal_keep(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """(1, 1, q, k) bool: query i (the last q of k positions) may see keys j <= its position."""
+    q, k = query.shape[-2], key.shape[-2]
+    rows = torch.arange(q, device=query.device)[:, None] + (k - q)
+    return (torch.arange(k, device=query.device)[None, :] <= rows)[None, None]
+
+
+def _keep_mask(mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor
+               ) -> torch.Tensor:
+    """Any mask form (None = causal, bool keep, float additive) as a bool keep mask."""
+    if mask is None:
+        return _causal_keep(query, key)
+    mask = mask[..., : key.shape[-2]]
+    return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+
+
+def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    zero = torch.zeros((), dtype=dtype, device=keep.device)
+    return torch.where(keep, zero, torch.finfo(dtype).min)
+
+
+def _eager_for(module: torch.nn.Module):
+    fn = getattr(inspect.getmodule(type(module)), "eager_attention_forward", None)
+    if fn is None:
+        raise KnowflowError(f"cannot capture attention of {type(module).__name__}: its model "
+                            "code has no eager_attention_forward")
+    return fn
+
+
+def _probe_attention(base: str):
+    """The registered attention function wrapping implementation `base`."""
+    def attention(module, query, key, value, attention_mask, *args, **kwargs):
+        # query: (batch, heads, q, head_dim); key, value: (batch, kv_heads, k, head_dim)
+        plan: AttentionPlan | None = kwargs.pop("knowflow_plan", None)
+        wrapped = ALL_ATTENTION_FUNCTIONS[base] if base != "eager" else _eager_for(module)
+        if plan is None:
+            return wrapped(module, query, key, value, attention_mask, *args, **kwargs)
+        layer = plan.layer_of.get(id(module), getattr(module, "layer_idx", None))
+        block = plan.block.get(layer)
+        capture = layer in plan.capture
+        mask = attention_mask
+        if block is not None or capture:
+            keep = _keep_mask(attention_mask, query, key)  # (batch|1, 1|heads, q, k)
+            if block is not None:
+                keep = keep & ~block.to(keep.device)
+            if capture or base == "eager" or (mask is not None and mask.dtype != torch.bool):
+                mask = _additive(keep, query.dtype)
+            else:
+                mask = keep
+        if not capture:
+            return wrapped(module, query, key, value, mask, *args, **kwargs)
+        out, weights = _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
+        rows = plan.capture_rows.to(weights.device)
+        batch = torch.arange(weights.shape[0], device=weights.device)
+        plan.captured[layer] = weights[batch, :, rows, :].float()  # (batch, heads, k)
+        return out, weights
+    return attention
+
+
+def _register(base: str) -> str:
+    name = _PREFIX + base
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(name, _probe_attention(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    return name
+
+
+@contextmanager
+def intercepted(model) -> Iterator[dict[int, int]]:
+    """Run `model` through knowflow's attention function inside the block; yields the
+    {id(attention module): layer} map that plans carry."""
+    arch = arch_of(model)
+    original = model.config._attn_implementation
+    if original and original.startswith(_PREFIX):  # nested use: already intercepted
+        yield {id(a): i for i, a in enumerate(arch.attn)}
+        return
+    base = original if original in _BASES else "sdpa"
+    model.set_attn_implementation(_register(base))
+    try:
+        yield {id(a): i for i, a in enumerate(arch.attn)}
+    finally:
+        model.set_attn_implementation(original)

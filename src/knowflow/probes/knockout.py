@@ -1,0 +1,175 @@
+"""Attention-edge knockout (Geva et al. 2023, "Dissecting Recall of Factual Associations").
+
+To see where information reaches the prediction, cut the attention edges from the last
+position to a set of source positions (the subject tokens, the other non-subject tokens, the
+last token itself) in a window of k consecutive layers around layer l, and measure the
+relative change in the probability of the model's original prediction,
+(p_knocked - p) / p. Sweeping l over all layers shows *when* each source feeds the answer.
+
+The sweep is batched: every prompt is replicated across its (source set, window) variants in
+one batch, and the attention function blocks different edges in different rows and layers
+(see probes.intercept). Because only edges *from the last position* are cut, every earlier
+position computes exactly what it computes in the unmodified model; with `shared_prefix` the
+prompt prefix runs once, its key/value cache is shared by all variants, and each variant
+computes only the last position. `shared_prefix=False` replicates the whole prompt instead
+(the same numbers up to float rounding; kept as a reference).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from knowflow.probes.arch import arch_of
+from knowflow.probes.common import (
+    Progress,
+    cache_kwargs,
+    check_heads,
+    check_layers,
+    device_of,
+    keep_known,
+    output_cache,
+    predict,
+    window,
+)
+from knowflow.probes.examples import ProbeExample, require_subject
+from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.probes.spans import Located, check_source, locate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KnockoutConfig:
+    window: int = 9                                   # k consecutive layers per knockout
+    sources: tuple[str, ...] = ("subject", "non_subject", "last")
+    heads: tuple[int, ...] = ()                       # heads to cut; empty = all heads
+    layers: tuple[int, ...] = ()                      # window centres; empty = every layer
+    batch_size: int = 128                             # variant rows per forward pass
+    shared_prefix: bool = True                        # share the prompt prefix's KV cache
+    known_only: bool = True                           # probe only facts the model gets right
+    spare_first: bool = False                         # never cut edges to position 0 (a sink)
+
+
+# A variant: the positions the last position may no longer attend to, in layers [lo, hi].
+Variant = tuple[tuple[int, ...], tuple[int, int] | None]
+
+
+def _block_tensors(chunk: Sequence[Variant], n_layers: int, n_heads: int, heads: Sequence[int],
+                   q_len: int, k_len: int, q_row: int) -> dict[int, torch.Tensor]:
+    """Per layer, (rows, heads|1, q_len, k_len) bool: True where an edge is cut."""
+    head_idx = torch.tensor(list(heads) or [0], dtype=torch.long)
+    n_head_dim = n_heads if heads else 1
+    blocks: dict[int, torch.Tensor] = {}
+    for layer in range(n_layers):
+        rows = [r for r, (pos, win) in enumerate(chunk)
+                if pos and win is not None and win[0] <= layer <= win[1]]
+        if not rows:
+            continue
+        block = torch.zeros(len(chunk), n_head_dim, q_len, k_len, dtype=torch.bool)
+        for r in rows:
+            pos = torch.tensor(chunk[r][0], dtype=torch.long)
+            block[r, :, q_row, :][head_idx[:, None], pos[None, :]] = True
+        blocks[layer] = block
+    return blocks
+
+
+@torch.no_grad()
+def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant],
+                   heads: Sequence[int] = (), batch_size: int = 128, shared_prefix: bool = True,
+                   layer_of: dict[int, int] | None = None) -> torch.Tensor:
+    """Probability of token `target` at the last position under each variant: (variants,).
+    Call inside `intercepted(model)`; `layer_of` is the map it yields."""
+    arch = arch_of(model)
+    dev = device_of(model)
+    layer_of = layer_of or {id(a): i for i, a in enumerate(arch.attn)}
+    ids = torch.tensor([loc.input_ids], dtype=torch.long, device=dev)  # (1, seq)
+    last = loc.last
+    shared = shared_prefix and last > 0
+    if shared:
+        out = model(input_ids=ids[:, :last], use_cache=True,
+                    knowflow_plan=AttentionPlan(layer_of=layer_of), logits_to_keep=1)
+        prefix = output_cache(out)
+    probs = []
+    for start in range(0, len(variants), batch_size):
+        chunk = variants[start: start + batch_size]
+        n = len(chunk)
+        if shared:
+            cache = copy.deepcopy(prefix)
+            cache.batch_repeat_interleave(n)
+            kwargs = dict(input_ids=ids[:, last:].expand(n, 1),
+                          position_ids=torch.full((n, 1), last, device=dev),
+                          **cache_kwargs(model, cache))
+            q_len, q_row = 1, 0
+        else:
+            kwargs = dict(input_ids=ids.expand(n, -1))
+            q_len, q_row = last + 1, last
+        block = _block_tensors(chunk, arch.n_layers, arch.n_heads, heads, q_len, last + 1, q_row)
+        plan = AttentionPlan(block={k: v.to(dev) for k, v in block.items()}, layer_of=layer_of)
+        logits = model(**kwargs, knowflow_plan=plan, logits_to_keep=1).logits[:, -1]
+        probs.append(logits.float().softmax(-1)[:, target].cpu())  # (n,)
+    return torch.cat(probs)
+
+
+def knockout(model, tokenizer, examples: Sequence[ProbeExample],
+             cfg: KnockoutConfig = KnockoutConfig(), progress: Progress | None = None
+             ) -> list[dict]:
+    """One record per (example, source set, window centre): the relative change in the
+    probability of the model's own prediction when the last position cannot attend to the
+    source set in the window's layers."""
+    arch = arch_of(model)
+    centres = check_layers("window", cfg.window, cfg.layers, arch.n_layers)
+    check_heads(cfg.heads, arch.n_heads)
+    for source in cfg.sources:
+        check_source(source)
+    require_subject(list(examples), "knockout")
+    located = [locate(tokenizer, ex) for ex in examples]
+    preds = predict(model, tokenizer, examples, located)
+    chosen = keep_known(examples, located, preds, cfg.known_only)
+    log.info("knockout: %d of %d examples kept", len(chosen), len(examples))
+    records: list[dict] = []
+    with intercepted(model) as layer_of:
+        for done, i in enumerate(chosen):
+            ex, loc, pred = examples[i], located[i], preds[i]
+            sets = {s: tuple(p for p in loc.positions(s) if p or not cfg.spare_first)
+                    for s in cfg.sources}
+            keys = [(s, c) for s in cfg.sources for c in centres]
+            variants: list[Variant] = [((), None)] + [
+                (sets[s], window(c, cfg.window, arch.n_layers)) for s, c in keys]
+            probs = knockout_probs(model, loc, pred.token_id, variants, cfg.heads,
+                                   cfg.batch_size, cfg.shared_prefix, layer_of).tolist()
+            base = probs[0]
+            for (source, centre), (pos, win), p in zip(keys, variants[1:], probs[1:],
+                                                        strict=True):
+                records.append({
+                    "example": ex.id or str(i), "prompt": ex.prompt, "subject": ex.subject,
+                    "prediction": pred.text, "known": pred.known, "source": source,
+                    "layer": centre, "window": list(win), "n_blocked": len(pos),
+                    "heads": list(cfg.heads) or "all", "p_base": base, "p": p,
+                    "rel_change": (p - base) / base if base > 0 else 0.0})
+            if progress:
+                progress(done + 1, len(chosen))
+    return records
+
+
+def summarize_knockout(records: Sequence[dict], n_layers: int | None = None) -> dict:
+    """Per source set: the mean relative change per layer (window centre) and the layer where
+    it is most negative."""
+    n_layers = n_layers or (max((r["layer"] for r in records), default=-1) + 1)
+    summary: dict[str, dict] = {}
+    for source in dict.fromkeys(r["source"] for r in records):
+        rows = [r for r in records if r["source"] == source]
+        curve: list[float | None] = []
+        for layer in range(n_layers):
+            vals = [r["rel_change"] for r in rows if r["layer"] == layer]
+            curve.append(sum(vals) / len(vals) if vals else None)
+        valid = [(v, layer) for layer, v in enumerate(curve) if v is not None]
+        worst = min(valid) if valid else (None, None)
+        summary[source] = {"mean_rel_change": curve, "most_negative_layer": worst[1],
+                           "most_negative_value": worst[0],
+                           "n_examples": len({r["example"] for r in rows})}
+    return summary
