@@ -17,7 +17,8 @@ from knowflow.errors import KnowflowError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="knowflow: where does a model's answer come from — context or weights?")
-console = Console()
+# Wide enough for result tables when the output is a file or a pipe (rich assumes 80 columns).
+console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 

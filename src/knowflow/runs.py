@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.errors import ConfigError
-from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json
+from knowflow.io import atomic_write_json, read_json
 
 CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
 
@@ -50,23 +50,15 @@ def latest_unfinished(runs_root: Path, experiment: str) -> Path:
 
 
 class PartStore:
-    """Atomic per-part checkpoints: `checkpoints/<part>.json` with records and a summary."""
+    """Atomic checkpoints of finished pieces of a run: `checkpoints/<key>.json`, each holding
+    that piece's records and summary. On `--resume`, saved pieces are loaded, not recomputed."""
 
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir) / "checkpoints"
 
-    def load(self, part: str) -> dict[str, Any] | None:
-        path = self.dir / f"{part}.json"
+    def load(self, key: str) -> dict[str, Any] | None:
+        path = self.dir / f"{key}.json"
         return read_json(path) if path.exists() else None
 
-    def save(self, part: str, records: list[dict], summary: dict) -> None:
-        atomic_write_json(self.dir / f"{part}.json", {"records": records, "summary": summary})
-
-    def write_metrics(self, run_dir: Path, parts: list[str]) -> None:
-        """Rewrite metrics.jsonl from the saved parts, in `parts` order."""
-        records: list[dict] = []
-        for part in parts:
-            saved = self.load(part)
-            if saved is not None:
-                records.extend(saved["records"])
-        atomic_write_jsonl(Path(run_dir) / METRICS, records)
+    def save(self, key: str, records: list[dict], summary: dict) -> None:
+        atomic_write_json(self.dir / f"{key}.json", {"records": records, "summary": summary})

@@ -4,8 +4,8 @@
 (2) `c_only`: the same number of C points only — no fall.
 (3) `with_s`: (1) plus S points on memorized facts — more attention on the subject (Prop. 2).
 (4) `train_v`: (1) with W_V trainable too — fact memorization in the values (Prop. 3).
-(5) `mitigations`: against full finetuning (W_KQ and W_V): QK-only, counterfactual
-    augmentation, and dropping the examples with the lowest no-context loss.
+(5) `mitigations`: against the inversion setting (W_KQ only): training all weights instead,
+    counterfactual augmentation, and dropping the examples with the lowest no-context loss.
 Parts are independent runs on one seeded world; each finished part is checkpointed, so
 `--resume` redoes only what is missing. Parts run in parallel processes, one torch thread each.
 """
@@ -22,8 +22,9 @@ from typing import Literal
 
 from knowflow.config import require
 from knowflow.experiments.registry import Summary, register
+from knowflow.io import atomic_write_jsonl
 from knowflow.report.cpi_toy import plot_cpi_toy
-from knowflow.runs import PartStore
+from knowflow.runs import METRICS, PartStore
 from knowflow.train.toy_cpi import ToyFinetuneConfig
 
 log = logging.getLogger(__name__)
@@ -113,16 +114,17 @@ def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
     if part == "inversion":
         return [Arm(part, "mixed", m, False)]
     if part == "c_only":  # same number of points, all context-critical
-        return [Arm(part, "c_only", MixtureConfig(n_c=m.n_c + m.n_cs), False)]
+        return [Arm(part, "c_only", dataclasses.replace(m, n_c=m.n_c + m.n_cs, n_cs=0), False)]
     if part == "with_s":
         return [Arm(part, "with_s", dataclasses.replace(m, n_s_seen=m.n_s_seen + p.with_s_points),
                     False)]
     if part == "train_v":
         return [Arm(part, "train_v", m, True)]
-    return [Arm(part, "full_finetune", m, True),
-            Arm(part, "qk_only", m, False),
-            Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), True),
-            Arm(part, "filtered", m, True, p.filter_fraction)]
+    # the baseline is the inversion setting (W_KQ only), where the attention shift operates
+    return [Arm(part, "baseline", m, False),
+            Arm(part, "all_weights", m, True),
+            Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), False),
+            Arm(part, "filtered", m, False, p.filter_fraction)]
 
 
 def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:
@@ -133,13 +135,32 @@ def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:
             "augment": m.n_aug + p.aug_points, "test": cfg.world.n_test}
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _share(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else float("nan")
+
+
 def trajectory_summary(records: list[dict]) -> dict:
     """mc_start/peak/peak_step/final and the same for counterfactual accuracy and attention."""
     mc = [r["mc"] for r in records]
     peak = max(range(len(mc)), key=mc.__getitem__)
+    first_quarter = [r for r in records if r["step"] <= records[-1]["step"] / 4]
     out = {"mc_start": mc[0], "mc_peak": mc[peak], "mc_peak_step": records[peak]["step"],
            "mc_final": mc[-1], "steps": records[-1]["step"],
-           "mc_fall": mc[peak] - mc[-1]}
+           "mc_fall": mc[peak] - mc[-1],
+           "proj_theta_S_start": records[0]["proj_theta_S"],
+           "proj_theta_C_start": records[0]["proj_theta_C"],
+           "proj_theta_C_after_peak_negative_share": _share(
+               [r["proj_theta_C"] < 0 for r in records[peak + 1:]]),
+           "attn_subj_mean_first_quarter": _mean([r["attn_subject_test"]
+                                                  for r in first_quarter]),
+           "attn_subj_mean": _mean([r["attn_subject_test"] for r in records])}
+    if "value_conf_CS" in records[0]:
+        out["value_conf_CS_start"] = records[0]["value_conf_CS"]
+        out["value_conf_CS_final"] = records[-1]["value_conf_CS"]
     for key, short in (("cf_acc", "cf_acc"), ("param_acc", "param_acc"),
                        ("attn_context_test", "attn_ctx"), ("attn_subject_test", "attn_subj")):
         out[f"{short}_start"] = records[0][key]
@@ -187,18 +208,14 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     with torch.no_grad():
         probs = model.value_probs(test.subject)
         extra["delta_m_measured"] = float(probs[torch.arange(len(test)), test.fact].mean())
-    for rec in records:
-        rec["part"], rec["arm"] = arm.part, arm.name
     return records, {**trajectory_summary(records), **extra}
 
 
-def _run_part(cfg: CpiToyConfig, part: str) -> tuple[str, list[dict], dict]:
-    records, summaries = [], {}
-    for arm in arms_of(cfg, part):
-        arm_records, summaries[arm.name] = run_arm(cfg, arm)
-        records.extend(arm_records)
-    summary = summaries if part == "mitigations" else next(iter(summaries.values()))
-    return part, records, summary
+def _arm_key(arm: Arm) -> str:
+    """Arms that train the same thing share a key (and one computation)."""
+    m = arm.mixture
+    return (f"c{m.n_c}-cs{m.n_cs}-s{m.n_s_seen}-u{m.n_s_unseen}-a{m.n_aug}"
+            f"-v{int(arm.train_v)}-f{arm.filter_fraction:g}")
 
 
 def findings(summary: dict) -> dict:
@@ -210,18 +227,30 @@ def findings(summary: dict) -> dict:
         out["inversion_peak_in_first_quarter"] = inv["mc_peak_step"] <= inv["steps"] / 4
     if summary.get("c_only"):
         out["c_only_fall"] = summary["c_only"]["mc_fall"]
+    if inv:
+        out["inversion_attn_ctx_rise"] = inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_start"]
+        out["inversion_attn_ctx_fall"] = inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_final"]
+        out["inversion_proj_theta_C_start"] = inv["proj_theta_C_start"]
+        out["inversion_proj_theta_C_negative_after_peak"] = inv[
+            "proj_theta_C_after_peak_negative_share"]
     if inv and summary.get("with_s"):
-        out["with_s_subject_attention_gain"] = (summary["with_s"]["attn_subj_final"]
-                                                - inv["attn_subj_final"])
+        ws = summary["with_s"]
+        out["with_s_proj_theta_S_start_ratio"] = ws["proj_theta_S_start"] / inv[
+            "proj_theta_S_start"]
+        out["with_s_attn_subj_gain_first_quarter"] = (ws["attn_subj_mean_first_quarter"]
+                                                      - inv["attn_subj_mean_first_quarter"])
+        out["with_s_attn_subj_gain_final"] = ws["attn_subj_final"] - inv["attn_subj_final"]
     if inv and summary.get("train_v"):
         out["train_v_peak_step_minus_qk_only"] = (summary["train_v"]["mc_peak_step"]
                                                   - inv["mc_peak_step"])
         out["train_v_final_mc_minus_qk_only"] = summary["train_v"]["mc_final"] - inv["mc_final"]
+        out["train_v_value_conf_CS_gain"] = (summary["train_v"]["value_conf_CS_final"]
+                                             - summary["train_v"]["value_conf_CS_start"])
     mit = summary.get("mitigations")
     if mit:
-        base = mit["full_finetune"]["mc_final"]
+        base = mit["baseline"]["mc_final"]
         for name, arm in mit.items():
-            if name != "full_finetune":
+            if name != "baseline":
                 out[f"{name}_final_mc_gain"] = arm["mc_final"] - base
     return out
 
@@ -231,26 +260,33 @@ def findings(summary: dict) -> dict:
           columns=("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
                    "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final"))
 def run(cfg: CpiToyConfig, out_dir: Path) -> Summary:
+    """Run every distinct arm once (in parallel), checkpointing each; assemble the parts."""
     store = PartStore(out_dir)
-    todo = [p for p in cfg.parts if store.load(p) is None]
-    if len(todo) < len(cfg.parts):
-        log.info("resuming: %d of %d parts already done", len(cfg.parts) - len(todo),
-                 len(cfg.parts))
+    arms = [arm for part in cfg.parts for arm in arms_of(cfg, part)]
+    unique = {_arm_key(a): a for a in reversed(arms)}  # first arm wins the label
+    todo = sorted(((key, arm) for key, arm in unique.items() if store.load(key) is None),
+                  key=lambda item: not item[1].train_v)  # slow (W_V) arms first
+    log.info("%d distinct arms, %d to run", len(unique), len(todo))
     workers = min(cfg.workers, len(todo))
     if workers > 1:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_run_part, cfg, p) for p in todo]
-            for fut in futures:
-                part, records, summary = fut.result()
-                store.save(part, records, summary)
-                log.info("part %s done", part)
+            futures = {key: pool.submit(run_arm, cfg, arm) for key, arm in todo}
+            for key, fut in futures.items():
+                store.save(key, *fut.result())
     else:
-        for p in todo:
-            part, records, summary = _run_part(cfg, p)
-            store.save(part, records, summary)
-            log.info("part %s done", part)
-    store.write_metrics(out_dir, list(cfg.parts))
-    summary = {p: store.load(p)["summary"] for p in cfg.parts}
+        for key, arm in todo:
+            store.save(key, *run_arm(cfg, arm))
+    summary: dict = {}
+    records: list[dict] = []
+    for part in cfg.parts:
+        arm_summaries = {}
+        for arm in arms_of(cfg, part):
+            saved = store.load(_arm_key(arm))
+            arm_summaries[arm.name] = saved["summary"]
+            records += [{**r, "part": part, "arm": arm.name} for r in saved["records"]]
+        summary[part] = (arm_summaries if part == "mitigations"
+                         else next(iter(arm_summaries.values())))
+    atomic_write_jsonl(out_dir / METRICS, records)
     summary["findings"] = findings(summary)
     return summary
