@@ -1,7 +1,8 @@
 """knowflow: where does a language model's answer come from — its context or its weights?
 
 The Python API mirrors the `knowflow` command: `run_experiment` runs a registered experiment
-and writes its run directory; `write_report` renders run directories as one HTML page.
+and writes its run directory; `write_report` renders run directories as one HTML page;
+`evaluate` measures how much a language model follows a counterfactual context.
 """
 
 from knowflow.errors import ConfigError, DataError, KnowflowError
@@ -13,6 +14,7 @@ __all__ = [
     "DataError",
     "KnowflowError",
     "__version__",
+    "evaluate",
     "run_experiment",
     "write_report",
 ]
@@ -24,6 +26,10 @@ def __getattr__(name: str):
         from knowflow.experiments.runner import run_experiment
 
         return run_experiment
+    if name == "evaluate":
+        from knowflow.evaluate.api import evaluate
+
+        return evaluate
     if name == "write_report":
         from knowflow.report.html import write_report
 

@@ -1,0 +1,197 @@
+"""`knowflow.evaluate`: knowledge-conflict evaluation of a causal LM (the `knowflow eval` command).
+
+For each suite (built-in, or an external file) every item is rendered in one prompt format and
+scored by greedy generation (is each answer mentioned?) and/or by log-likelihood (which answer
+is the likelier continuation?). A no-context generation pass marks the items whose memorized
+answer the model produces on its own ("known" facts); metrics are reported on all items and on
+those. Results hold per-item records and a summary {suite: {mode: metrics}}; with an output
+folder they are written as `items.jsonl`, `summary.json` and `config.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from knowflow.errors import ConfigError
+from knowflow.evaluate.batching import Progress, encode_prompts
+from knowflow.evaluate.generate import generate
+from knowflow.evaluate.loglik import score_continuations
+from knowflow.evaluate.metrics import memorization_ratio, summarize
+from knowflow.evaluate.normalize import alternatives, primary, score_output
+from knowflow.evaluate.prompts import FORMATS, PromptConfig, PromptFormat, render
+from knowflow.worlds.facts import ConflictItem
+
+log = logging.getLogger(__name__)
+
+Scoring = Literal["generate", "loglik", "both"]
+MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", "loglik")}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    scoring: Scoring = "both"
+    prompt_format: PromptFormat = "chat"
+    use_context: bool = True            # False: --no-context, the question alone
+    context_only: bool = False          # add "Answer based on the context only."
+    limit: int | None = None            # items per suite (a seeded sample)
+    seed: int = 0
+    batch_size: int = 16
+    max_new_tokens: int = 24
+    known_filter: bool = True           # also report metrics on facts the model knows
+    n_bootstrap: int = 1000
+    share_prefix: bool = True           # run the prompts' common prefix once
+
+    def validate(self) -> None:
+        if self.scoring not in MODES:
+            raise ConfigError(f"{self.scoring!r} is not one of generate, loglik, both",
+                              "scoring")
+        if self.prompt_format not in FORMATS:
+            raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
+                              "prompt_format")
+        for name in ("batch_size", "max_new_tokens", "n_bootstrap"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be at least 1", name)
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("must be at least 1", "limit")
+
+
+@dataclass
+class Results:
+    summary: dict                       # {suite: {"generate"|"loglik": metrics}}
+    records: dict[str, list[dict]]      # {suite: per-item records}
+    config: dict
+    out_dir: Path | None = None
+    seconds: float = 0.0
+    modes: tuple[str, ...] = field(default=("generate", "loglik"))
+
+
+def load_suites(suites: str | Sequence[str] | None = None,
+                data: str | Path | Sequence[str | Path] | None = None,
+                limit: int | None = None, seed: int = 0) -> dict[str, list[ConflictItem]]:
+    """Items by suite name: built-in suites by name, external files by their stem."""
+    from knowflow.worlds.loaders import load_items
+    from knowflow.worlds.suites import get_suite, list_suites, sample
+
+    names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
+        list(suites or [])
+    files = [data] if isinstance(data, (str, Path)) else list(data or [])
+    if not names and not files:
+        names = list(list_suites())
+    out: dict[str, list[ConflictItem]] = {}
+    for name in filter(None, names):
+        out[name] = get_suite(name, seed=seed, limit=limit)
+    for path in files:
+        items = load_items(path)
+        name = Path(path).stem
+        out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
+                           name)
+    return out
+
+
+def _prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
+    pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only)
+    prompts = [render(it, tokenizer, pcfg) for it in items]
+    seqs = encode_prompts(tokenizer, [p.text for p in prompts],
+                          [p.add_special_tokens for p in prompts])
+    return prompts, seqs
+
+
+def _evaluate_suite(model, tokenizer, name: str, items: list[ConflictItem], cfg: EvalConfig,
+                    progress: Progress | None) -> list[dict]:
+    prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
+    golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),
+              alternatives(it.parametric_answer, it.parametric_aliases)) for it in items]
+    records = [{**it.to_dict(), "prompt": p.text, "context_shown": cfg.use_context}
+               for it, p in zip(items, prompts, strict=True)]
+    run = dict(batch_size=cfg.batch_size, progress=progress, share_prefix=cfg.share_prefix)
+    if "generate" in MODES[cfg.scoring]:
+        outs = generate(model, tokenizer, seqs, max_new_tokens=cfg.max_new_tokens,
+                        stage=f"{name}: generate", **run)
+        for rec, out, (cf, par) in zip(records, outs, golds, strict=True):
+            hit_cf, hit_par = score_output(out, cf, par)
+            rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par}
+    if "loglik" in MODES[cfg.scoring]:
+        conts = [[p.answer_prefix + primary(it.counterfactual_answer),
+                  p.answer_prefix + primary(it.parametric_answer)]
+                 for it, p in zip(items, prompts, strict=True)]
+        scores = score_continuations(model, tokenizer, seqs, conts, stage=f"{name}: loglik",
+                                     **run)
+        for rec, ((lp_cf, n_cf), (lp_par, n_par)) in zip(records, scores, strict=True):
+            rec["loglik"] = {
+                "counterfactual_logprob": lp_cf, "parametric_logprob": lp_par,
+                "counterfactual_tokens": n_cf, "parametric_tokens": n_par,
+                "choice": _choice(lp_cf, lp_par), "choice_norm": _choice(lp_cf / n_cf,
+                                                                         lp_par / n_par),
+                "memorization_ratio": memorization_ratio(lp_par, lp_cf)}
+    if cfg.known_filter:
+        _mark_known(model, tokenizer, name, items, records, golds, cfg, progress)
+    return records
+
+
+def _choice(lp_cf: float, lp_par: float) -> str:
+    return "counterfactual" if lp_cf > lp_par else "parametric" if lp_par > lp_cf else "tie"
+
+
+def _mark_known(model, tokenizer, name, items, records, golds, cfg, progress) -> None:
+    """record["known"]: the model produces the memorized answer without the context."""
+    if not cfg.use_context and "generate" in records[0]:
+        outs = [r["generate"]["output"] for r in records]
+    else:
+        _, seqs = _prompts(items, tokenizer, cfg, use_context=False)
+        outs = generate(model, tokenizer, seqs, batch_size=cfg.batch_size,
+                        max_new_tokens=cfg.max_new_tokens, progress=progress,
+                        stage=f"{name}: known facts", share_prefix=cfg.share_prefix)
+    for rec, out, (cf, par) in zip(records, outs, golds, strict=True):
+        rec["no_context_output"] = out
+        rec["known"] = score_output(out, cf, par)[1]
+
+
+def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None = None, *,
+             data: str | Path | Sequence[str | Path] | None = None, tokenizer=None,
+             config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
+             out_dir: str | Path | None = None, runs_root: str | Path | None = None,
+             progress: Progress | None = None, **overrides) -> Results:
+    """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
+    knowledge-conflict suites and/or data files. `overrides` set `EvalConfig` fields.
+
+    Writes `items.jsonl`, `summary.json` and `config.json` to `out_dir`, or to a fresh
+    `runs_root/eval/<timestamp>/`; with neither, nothing is written.
+    """
+    from knowflow.io import atomic_write_json, atomic_write_jsonl
+
+    cfg = dataclasses.replace(config or EvalConfig(), **overrides)
+    cfg.validate()
+    start = time.time()
+    by_suite = load_suites(suites, data, cfg.limit, cfg.seed)  # bad input fails before loading
+    model_name = model if isinstance(model, str) else type(model).__name__
+    if isinstance(model, (str, Path)):
+        from knowflow.models.hf import load_model
+
+        model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+    elif tokenizer is None:
+        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    records: dict[str, list[dict]] = {}
+    summary: dict[str, dict] = {}
+    for name, items in by_suite.items():
+        log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
+        records[name] = _evaluate_suite(model, tokenizer, name, items, cfg, progress)
+        summary[name] = {mode: summarize(records[name], mode, cfg.n_bootstrap, cfg.seed)
+                         for mode in MODES[cfg.scoring]}
+    param = next(model.parameters())
+    config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
+              "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg)}
+    target = None
+    if out_dir is not None or runs_root is not None:
+        from knowflow.runs import new_run_dir
+
+        target = Path(out_dir) if out_dir is not None else new_run_dir(Path(runs_root), "eval")
+        atomic_write_json(target / "config.json", config)
+        atomic_write_jsonl(target / "items.jsonl", [r for rs in records.values() for r in rs])
+        atomic_write_json(target / "summary.json", summary)
+    return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring])

@@ -1,0 +1,142 @@
+"""Length-sorted batches, left padding, and a shared-prefix KV cache for prompt prefill.
+
+Prompts are sorted by token length (longest first, so memory trouble shows in the first batch)
+and left-padded; position ids count only real tokens, so a padded row computes the same
+positions as the same prompt run alone. Prompts of one run usually begin with the same tokens
+(a chat template's system turn, "Context:"): that common prefix is run once, and every batch
+continues from a copy of its cache, so the prefix costs one forward pass per run.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first; order is stable."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, position_ids), each (batch, max_len), padded on the left."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def encode_prompts(tokenizer, texts: Sequence[str], add_special_tokens: Sequence[bool]
+                   ) -> list[list[int]]:
+    return [tokenizer(t, add_special_tokens=a)["input_ids"]
+            for t, a in zip(texts, add_special_tokens, strict=True)]
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _cache_name(model) -> str:
+    """transformers 5 renamed `past_key_values` to `cache`; accept either."""
+    name = getattr(model, "_knowflow_cache_name", None)
+    if name is None:
+        params = inspect.signature(model.forward).parameters
+        name = "cache" if "cache" in params else "past_key_values"
+        model._knowflow_cache_name = name
+    return name
+
+
+def forward(model, past=None, last_only: bool = False, **inputs):
+    """`model(**inputs)` with a KV cache; returns (logits, cache). With `last_only`, logits for
+    the last position only (`logits_to_keep=1` skips the vocabulary projection elsewhere)."""
+    kwargs = {**inputs, "use_cache": True}
+    if past is not None:
+        kwargs[_cache_name(model)] = past
+    if last_only and getattr(model, "_knowflow_keep_ok", True):
+        try:
+            out = model(**kwargs, logits_to_keep=1)
+        except TypeError:
+            model._knowflow_keep_ok = False
+        else:
+            return out.logits, _cache_of(out)
+    out = model(**kwargs)
+    return (out.logits[:, -1:] if last_only else out.logits), _cache_of(out)
+
+
+def _cache_of(out):
+    cache = out.get("cache") if hasattr(out, "get") else None
+    return cache if cache is not None else out.past_key_values
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix all `seqs` share, leaving each at least one token."""
+    if not seqs:
+        return 0
+    limit = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    n = 0
+    while n < limit and all(s[n] == first[n] for s in seqs):
+        n += 1
+    return n
+
+
+@dataclass
+class Prefix:
+    """The KV cache of a token prefix shared by every prompt (batch of one)."""
+
+    length: int
+    cache: object = None
+
+    @classmethod
+    @torch.no_grad()
+    def build(cls, model, seqs: Sequence[Sequence[int]], share: bool = True) -> Prefix:
+        n = common_prefix_len(seqs) if share else 0
+        if n == 0:
+            return cls(0)
+        ids = torch.tensor([list(seqs[0][:n])], device=model_device(model))
+        _, cache = forward(model, input_ids=ids, attention_mask=torch.ones_like(ids),
+                           position_ids=torch.arange(n, device=ids.device)[None],
+                           last_only=True)
+        return cls(n, cache)
+
+    def expand(self, batch: int):
+        """A fresh cache holding the prefix `batch` times (the model appends to it)."""
+        if self.cache is None:
+            return None
+        cache = copy.deepcopy(self.cache)
+        cache.batch_repeat_interleave(batch)
+        return cache
+
+
+@torch.no_grad()
+def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int):
+    """Run prompts `seqs` (which all start with `prefix`) as one left-padded batch.
+
+    Returns (last_logits (batch, vocab), cache, attention_mask (batch, seq), next_positions
+    (batch, 1)): what a decoder needs to continue every row.
+    """
+    device = model_device(model)
+    n = prefix.length
+    ids, mask, pos = left_pad([list(s[n:]) for s in seqs], pad_id, device)  # (batch, seq - n)
+    if n:
+        mask = torch.cat([mask.new_ones(len(seqs), n), mask], dim=1)         # (batch, seq)
+        pos = pos + n
+    logits, cache = forward(model, past=prefix.expand(len(seqs)), last_only=True,
+                            input_ids=ids, attention_mask=mask, position_ids=pos)
+    lengths = torch.tensor([len(s) for s in seqs], device=device)
+    return logits[:, -1], cache, mask, lengths[:, None]

@@ -1,0 +1,94 @@
+"""Log-likelihood scoring of candidate answers as continuations of one prompt.
+
+For each item the prompt runs once: a left-padded batch of prompts is prefilled with a KV
+cache (itself continuing the run's shared prefix, see `batching.Prefix`), the cache rows are
+repeated once per candidate, and all candidates of the batch run together as one right-padded
+block on top of it. The first candidate token is scored from the prompt's last logits, the
+rest from the candidate block; right padding sits after every real token, so it never changes
+a real token's score. Each score is (summed log-probability, number of tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from knowflow.evaluate.batching import Prefix, Progress, forward, prefill, sorted_batches
+
+Score = tuple[float, int]  # (sum of token log-probs, token count)
+
+
+def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
+                         ) -> list[list[list[int]]]:
+    out = []
+    for conts in continuations:
+        ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in conts]
+        if any(not i for i in ids):
+            raise ValueError(f"a continuation encodes to no tokens: {conts!r}")
+        out.append(ids)
+    return out
+
+
+@torch.no_grad()
+def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
+                 pad_id: int) -> list[list[Score]]:
+    last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id)  # last: (batch, vocab)
+    first_logp = torch.log_softmax(last.float(), dim=-1)                  # (batch, vocab)
+    device = last.device
+    owner = [b for b, cs in enumerate(conts) for _ in cs]                 # item of each row
+    flat = [c for cs in conts for c in cs]
+    width = max(len(c) for c in flat)
+    ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
+    cmask = torch.zeros((len(flat), width), dtype=torch.long)
+    for r, c in enumerate(flat):
+        ids[r, :len(c)] = torch.tensor(c)
+        cmask[r, :len(c)] = 1
+    ids, cmask = ids.to(device), cmask.to(device)                         # (rows, width)
+    owner_t = torch.tensor(owner, device=device)
+    scores = first_logp[owner_t, ids[:, 0]]                              # (rows,)
+    if width > 1:
+        cache.batch_select_indices(owner_t)                               # one copy per row
+        full_mask = torch.cat([mask[owner_t], cmask], dim=1)              # (rows, seq + width)
+        pos = lengths[owner_t] + torch.arange(width, device=device)[None]  # (rows, width)
+        logits, _ = forward(model, past=cache, input_ids=ids[:, :-1],
+                            attention_mask=full_mask[:, :-1], position_ids=pos[:, :-1])
+        logp = torch.log_softmax(logits.float(), dim=-1)                  # (rows, width-1, vocab)
+        tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)               # (rows, width - 1)
+        scores = scores + (tok * cmask[:, 1:]).sum(-1)
+    out: list[list[Score]] = [[] for _ in conts]
+    for r, (b, c) in enumerate(zip(owner, flat, strict=True)):
+        out[b].append((float(scores[r]), len(c)))
+    return out
+
+
+def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
+                        continuations: Sequence[Sequence[str]], batch_size: int = 16,
+                        progress: Progress | None = None, stage: str = "loglik",
+                        share_prefix: bool = True) -> list[list[Score]]:
+    """Scores of each item's candidate continuations (strings appended to its prompt)."""
+    conts = encode_continuations(tokenizer, continuations)
+    prefix = Prefix.build(model, prompts, share=share_prefix)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out: list[list[Score]] = [[] for _ in prompts]
+    done = 0
+    for batch in sorted_batches([len(p) for p in prompts], batch_size):
+        res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
+                           prefix, pad_id)
+        for i, r in zip(batch, res, strict=True):
+            out[i] = r
+        done += len(batch)
+        if progress is not None:
+            progress(stage, done, len(prompts))
+    return out
+
+
+@torch.no_grad()
+def score_naive(model, tokenizer, prompt: list[int], continuation: str) -> Score:
+    """Reference: one full forward pass over prompt + continuation (used by tests/bench)."""
+    cont = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt + cont], device=device)                   # (1, seq)
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()  # (cont, vocab)
+    logp = torch.log_softmax(logits, dim=-1)
+    return float(logp.gather(-1, torch.tensor(cont, device=device)[:, None]).sum()), len(cont)

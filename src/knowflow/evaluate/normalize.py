@@ -1,0 +1,92 @@
+"""Answer normalization and presence matching for generation scoring.
+
+Text is compared as word sequences after Unicode NFKD (accents dropped), casefolding,
+removing apostrophes, turning other punctuation into spaces and dropping the articles
+a/an/the, as SQuAD-style evaluation does. An answer is present when one of its alternatives
+occurs as a contiguous word sequence (so "Rome" does not match "Romeo"). A gold answer may be
+compound — "A (x); B (y)" or "A or B" — and any alternative counts. When answers overlap
+("New Cairo" / "Cairo"), a mention of the longer one does not count for the shorter:
+each answer's matches that lie strictly inside a longer match of a competing answer are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+ARTICLES = frozenset({"a", "an", "the"})
+_APOSTROPHES = re.compile(r"['\u2018\u2019\u02bc\u02bb`\u00b4]")
+_PARENS = re.compile(r"\([^)]*\)")
+_OR = re.compile(r"\s+or\s+", re.IGNORECASE)
+
+Words = tuple[str, ...]
+Span = tuple[int, int]
+
+
+def words(text: str) -> Words:
+    """The normalized word sequence of `text`."""
+    text = unicodedata.normalize("NFKD", text.casefold())
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    text = _APOSTROPHES.sub("", text)
+    text = "".join(c if c.isalnum() else " " for c in text)
+    return tuple(w for w in text.split() if w not in ARTICLES)
+
+
+def normalize(text: str) -> str:
+    """`words(text)` joined by single spaces."""
+    return " ".join(words(text))
+
+
+def alternatives(answer: str, aliases: Iterable[str] = ()) -> list[Words]:
+    """Every accepted word sequence for a gold answer: its ';'/'or' parts (parenthetical
+    qualifiers dropped) and its aliases, without duplicates or empty entries."""
+    out: list[Words] = []
+    for text in (answer, *aliases):
+        for part in text.split(";"):
+            for option in _OR.split(part):
+                w = words(_PARENS.sub(" ", option))
+                if w and w not in out:
+                    out.append(w)
+    return out
+
+
+def primary(answer: str) -> str:
+    """The first alternative of a compound answer as written ("A (x); B" -> "A"): the
+    continuation that log-likelihood scoring uses."""
+    first = _OR.split(answer.split(";")[0])[0]
+    return " ".join(_PARENS.sub(" ", first).split()) or answer.strip()
+
+
+def find_spans(haystack: Sequence[str], needle: Sequence[str]) -> list[Span]:
+    """Word-index spans [start, end) where `needle` occurs contiguously in `haystack`."""
+    n = len(needle)
+    if n == 0:
+        return []
+    first = needle[0]
+    return [(i, i + n) for i in range(len(haystack) - n + 1)
+            if haystack[i] == first and tuple(haystack[i:i + n]) == tuple(needle)]
+
+
+def answers_present(output: str, answer_sets: Sequence[Sequence[Words]]) -> list[bool]:
+    """For each answer (a list of alternatives), whether `output` mentions it.
+
+    A match of answer k is ignored when a strictly longer match of another answer contains
+    it; each answer is otherwise judged independently (both may be present).
+    """
+    hay = words(output)
+    spans = [[s for alt in alts for s in find_spans(hay, alt)] for alts in answer_sets]
+    present = []
+    for k, own in enumerate(spans):
+        others = [t for j, sp in enumerate(spans) if j != k for t in sp]
+        present.append(any(
+            not any(t[0] <= s[0] and s[1] <= t[1] and t[1] - t[0] > s[1] - s[0] for t in others)
+            for s in own))
+    return present
+
+
+def score_output(output: str, counterfactual: Sequence[Words], parametric: Sequence[Words]
+                 ) -> tuple[bool, bool]:
+    """(counterfactual answer present, parametric answer present) in a generated output."""
+    cf, par = answers_present(output, [counterfactual, parametric])
+    return cf, par
