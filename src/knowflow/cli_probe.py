@@ -74,10 +74,12 @@ def _config(cls, fields: dict, overrides: list[str] | None):
 
 def _load_model(common: _Common):
     import torch
+    from transformers.utils import logging as hf_logging
 
     from knowflow.models.hf import load_model
 
     torch.set_num_threads(max(1, common.threads))
+    hf_logging.disable_progress_bar()  # the CLI draws its own progress
     try:
         return load_model(common.model, device=common.device, dtype=common.dtype)
     except KnowflowError:
@@ -222,7 +224,7 @@ def knockout_cmd(
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
     try:
-        cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_ or None,
+        cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_,
                                        "sources": tuple(source) if source else None},
                       (set_ or []) + ([f"heads={heads}"] if heads else []))
         run_dir, _, summary = _run("knockout", common, cfg)
@@ -252,7 +254,7 @@ def sublayer_cmd(
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
     try:
         cfg = _config(SublayerConfig, {
-            "window": window, "known_only": not all_ or None,
+            "window": window, "known_only": not all_,
             "sublayers": tuple(sublayer) if sublayer else None,
             "positions": tuple(positions) if positions else None}, set_)
         run_dir, _, summary = _run("sublayer", common, cfg)
@@ -280,7 +282,7 @@ def project_cmd(
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
     try:
         cfg = _config(ProjectionConfig, {"final_norm": final_norm, "top_k": top_k,
-                                         "known_only": not all_ or None}, set_)
+                                         "known_only": not all_}, set_)
         run_dir, _, summary = _run("project", common, cfg)
     except KnowflowError as exc:
         raise _fail(exc) from None

@@ -78,11 +78,19 @@ def _block_tensors(chunk: Sequence[Variant], n_layers: int, n_heads: int, heads:
     return blocks
 
 
-@torch.no_grad()
 def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant],
                    heads: Sequence[int] = (), batch_size: int = 128, shared_prefix: bool = True,
                    layer_of: dict[int, int] | None = None) -> torch.Tensor:
-    """Probability of token `target` at the last position under each variant: (variants,).
+    """Probability of token `target` at the last position under each variant: (variants,)."""
+    logits = knockout_logits(model, loc, variants, heads, batch_size, shared_prefix, layer_of)
+    return logits.softmax(-1)[:, target]
+
+
+@torch.no_grad()
+def knockout_logits(model, loc: Located, variants: Sequence[Variant], heads: Sequence[int] = (),
+                    batch_size: int = 128, shared_prefix: bool = True,
+                    layer_of: dict[int, int] | None = None) -> torch.Tensor:
+    """Next-token logits at the last position under each variant: (variants, vocab).
     Call inside `intercepted(model)`; `layer_of` is the map it yields."""
     arch = arch_of(model)
     dev = device_of(model)
@@ -94,7 +102,7 @@ def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant]
         out = model(input_ids=ids[:, :last], use_cache=True,
                     knowflow_plan=AttentionPlan(layer_of=layer_of), logits_to_keep=1)
         prefix = output_cache(out)
-    probs = []
+    out = []
     for start in range(0, len(variants), batch_size):
         chunk = variants[start: start + batch_size]
         n = len(chunk)
@@ -111,8 +119,8 @@ def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant]
         block = _block_tensors(chunk, arch.n_layers, arch.n_heads, heads, q_len, last + 1, q_row)
         plan = AttentionPlan(block={k: v.to(dev) for k, v in block.items()}, layer_of=layer_of)
         logits = model(**kwargs, knowflow_plan=plan, logits_to_keep=1).logits[:, -1]
-        probs.append(logits.float().softmax(-1)[:, target].cpu())  # (n,)
-    return torch.cat(probs)
+        out.append(logits.float().cpu())  # (n, vocab)
+    return torch.cat(out)
 
 
 def knockout(model, tokenizer, examples: Sequence[ProbeExample],

@@ -104,11 +104,15 @@ def tokens_in_span(prompt: str, offsets: list[tuple[int, int]], start: int, end:
     """Positions of the tokens with a non-whitespace character in [start, end)."""
     out = []
     for i, (a, b) in enumerate(offsets):
-        if i in special:
+        if i in special or a >= b:
             continue
-        while a < b and prompt[a].isspace():
-            a += 1
-        if max(a, start) < min(b, end):
+        first = a
+        while first < b and prompt[first].isspace():
+            first += 1
+        if first == b:  # a whitespace-only token belongs to a span it lies inside
+            if start < a and b <= end:
+                out.append(i)
+        elif max(first, start) < min(b, end):
             out.append(i)
     return tuple(out)
 

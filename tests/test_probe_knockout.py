@@ -1,0 +1,166 @@
+"""Attention-edge knockout against references: the unmodified model, a hand-built 4D mask,
+and the last token run alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from knowflow.errors import ConfigError, KnowflowError
+from knowflow.probes.common import window
+from knowflow.probes.examples import ProbeExample
+from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.probes.knockout import (
+    KnockoutConfig,
+    knockout,
+    knockout_logits,
+    summarize_knockout,
+)
+from knowflow.probes.spans import locate
+from test_probe_fixtures import byte_bpe, tiny_gpt2, tiny_llama
+
+PROMPT = ProbeExample(prompt="The Eiffel Tower is located in the city of",
+                      subject="The Eiffel Tower", relation="is located in the city of",
+                      answer="Paris")
+
+
+def _setup(model_fn=tiny_llama, **kw):
+    tok = byte_bpe()
+    model = model_fn(len(tok), **kw)
+    return model, tok, locate(tok, PROMPT)
+
+
+@torch.no_grad()
+def test_plan_without_blocks_gives_exactly_the_unmodified_logits():
+    model, _, loc = _setup()
+    ids = torch.tensor([loc.input_ids])
+    plain = model(ids).logits
+    with intercepted(model) as layer_of:
+        same = model(ids, knowflow_plan=AttentionPlan(layer_of=layer_of)).logits
+    assert torch.equal(plain, same)
+    assert model.config._attn_implementation == "sdpa"  # restored
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+@torch.no_grad()
+def test_empty_edge_set_matches_the_unmodified_model(shared_prefix):
+    model, _, loc = _setup()
+    ref = model(torch.tensor([loc.input_ids])).logits[0, -1]
+    with intercepted(model) as layer_of:
+        logits = knockout_logits(model, loc, [((), None), ((), (0, 3)), ((), (1, 2))],
+                                 shared_prefix=shared_prefix, layer_of=layer_of)
+    assert torch.equal(logits[0], logits[1]) and torch.equal(logits[0], logits[2])
+    torch.testing.assert_close(logits[0], ref, atol=1e-5, rtol=1e-5)
+
+
+def _diagonal_only_reference(model_eager, ids: torch.Tensor) -> torch.Tensor:
+    """Logits at the last position with a hand-built 4D mask: causal, except that the last
+    row sees only itself."""
+    n = ids.shape[1]
+    keep = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    keep[-1, :-1] = False
+    mask = torch.zeros(1, 1, n, n).masked_fill(~keep, torch.finfo(torch.float32).min)
+    return model_eager(ids, attention_mask=mask).logits[0, -1]
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+@torch.no_grad()
+def test_every_edge_but_the_diagonal_matches_hand_masking(shared_prefix):
+    model, _, loc = _setup()
+    eager = tiny_llama(model.config.vocab_size, attn="eager")  # same seed: same weights
+    ids = torch.tensor([loc.input_ids])
+    everything_else = tuple(range(loc.last))
+    with intercepted(model) as layer_of:
+        logits = knockout_logits(model, loc, [((), None), (everything_else, (0, 3))],
+                                 shared_prefix=shared_prefix, layer_of=layer_of)
+    torch.testing.assert_close(logits[1], _diagonal_only_reference(eager, ids),
+                               atol=1e-5, rtol=1e-5)
+    # seeing only itself in every layer, the last token computes what it computes alone
+    alone = model(ids[:, -1:], position_ids=torch.tensor([[loc.last]])).logits[0, -1]
+    torch.testing.assert_close(logits[1], alone, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(logits[0], logits[1], atol=1e-3)  # and the knockout mattered
+
+
+@torch.no_grad()
+def test_gpt2_style_models_are_intercepted_the_same_way():
+    model, _, loc = _setup(tiny_gpt2)
+    ids = torch.tensor([loc.input_ids])
+    with intercepted(model) as layer_of:
+        logits = knockout_logits(model, loc, [((), None), (tuple(range(loc.last)), (0, 2))],
+                                 layer_of=layer_of)
+    torch.testing.assert_close(logits[0], model(ids).logits[0, -1], atol=1e-5, rtol=1e-5)
+    alone = model(ids[:, -1:], position_ids=torch.tensor([[loc.last]])).logits[0, -1]
+    torch.testing.assert_close(logits[1], alone, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_rows_are_independent_and_heads_select():
+    model, _, loc = _setup()
+    subject = loc.subject
+    a, b = (subject, (0, 1)), ((loc.last,), (2, 3))
+    with intercepted(model) as layer_of:
+        both = knockout_logits(model, loc, [a, b], layer_of=layer_of)
+        only_a = knockout_logits(model, loc, [a], layer_of=layer_of)
+        only_b = knockout_logits(model, loc, [b], layer_of=layer_of)
+        all_heads = knockout_logits(model, loc, [a], heads=(0, 1, 2, 3), layer_of=layer_of)
+        some_heads = knockout_logits(model, loc, [a], heads=(1,), layer_of=layer_of)
+        base = knockout_logits(model, loc, [((), None)], layer_of=layer_of)
+    torch.testing.assert_close(both[0], only_a[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(both[1], only_b[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(all_heads, only_a, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(some_heads, only_a, atol=1e-4)
+    assert not torch.allclose(some_heads, base, atol=1e-4)
+
+
+def test_windows():
+    assert window(0, 9, 30) == (0, 4)
+    assert window(15, 9, 30) == (11, 19)
+    assert window(29, 9, 30) == (25, 29)
+    assert window(5, 10, 30) == (1, 10)
+    assert window(2, 1, 4) == (2, 2)
+
+
+def test_knockout_records_and_summary():
+    model, tok, _ = _setup()
+    cfg = KnockoutConfig(window=2, known_only=False)
+    records = knockout(model, tok, [PROMPT, PROMPT], cfg)
+    assert len(records) == 2 * 3 * 4
+    assert {r["source"] for r in records} == {"subject", "non_subject", "last"}
+    for r in records:
+        assert r["rel_change"] == pytest.approx((r["p"] - r["p_base"]) / r["p_base"])
+    summary = summarize_knockout(records, 4)
+    for source in ("subject", "non_subject", "last"):
+        curve = summary[source]["mean_rel_change"]
+        assert len(curve) == 4
+        assert summary[source]["most_negative_layer"] == min(range(4), key=curve.__getitem__)
+        assert summary[source]["n_examples"] == 1 or summary[source]["n_examples"] == 2
+
+
+def test_summary_means_by_hand():
+    records = [{"example": e, "source": "subject", "layer": layer, "rel_change": v}
+               for e, vals in (("a", [-0.1, -0.5, 0.2]), ("b", [-0.3, -0.1, 0.0]))
+               for layer, v in enumerate(vals)]
+    s = summarize_knockout(records, 3)["subject"]
+    assert s["mean_rel_change"] == pytest.approx([-0.2, -0.3, 0.1])
+    assert s["most_negative_layer"] == 1 and s["n_examples"] == 2
+
+
+def test_bad_configs():
+    model, tok, _ = _setup()
+    with pytest.raises(ConfigError, match="larger than the model"):
+        knockout(model, tok, [PROMPT], KnockoutConfig(window=5))
+    with pytest.raises(ConfigError, match="head 7"):
+        knockout(model, tok, [PROMPT], KnockoutConfig(window=2, heads=(7,)))
+    with pytest.raises(KnowflowError, match="unknown source"):
+        knockout(model, tok, [PROMPT], KnockoutConfig(window=2, sources=("verbs",)))
+    with pytest.raises(KnowflowError, match="has no subject"):
+        knockout(model, tok, [ProbeExample(prompt="The city of")], KnockoutConfig(window=2))
+
+
+def test_unsupported_architecture():
+    class NotAnLM(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(KnowflowError, match="unsupported architecture NotAnLM"):
+        knockout(NotAnLM(), byte_bpe(), [PROMPT])
