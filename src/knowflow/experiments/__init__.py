@@ -1,4 +1,5 @@
 """Registered experiments: each module registers `run(cfg, out_dir) -> Summary` by name."""
 
+import knowflow.experiments.inversion_tiny  # noqa: F401
 import knowflow.experiments.ocr_toy  # noqa: F401
 from knowflow.experiments import cpi_toy  # noqa: F401

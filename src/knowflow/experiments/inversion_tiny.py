@@ -1,0 +1,261 @@
+"""`inversion-tiny`: context-parametric inversion in a small Llama trained from scratch.
+
+A tiny world (see `knowflow.worlds.tiny_world`) is pretrained into an HF `LlamaForCausalLM`
+until it recalls its memorized facts (cached by config hash), then instruction-finetuned on
+`context + question -> answer` in five arms, each for every seed:
+
+- `mixed`: the default mixture of C, C+S and S examples;
+- `c_only`: the same number of examples, all context-critical (the control);
+- `filtered`: the mixture minus the share with the lowest no-context loss under the
+  pretrained model (the paper's mitigation);
+- `augmented`: the mixture plus counterfactual examples (memorized subject, conflicting
+  context, answer from the context);
+- `qk_only`: the mixture with only q_proj/k_proj trainable.
+
+Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
+(arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
+checkpoint their finetuning state as they go, and save their records when done, so `--resume`
+continues an interrupted run along the same curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from knowflow.config import require
+from knowflow.experiments.registry import Summary, register
+from knowflow.io import atomic_write_jsonl
+from knowflow.report.inversion_tiny import plot_inversion_tiny
+from knowflow.runs import METRICS, PartStore
+from knowflow.train.pretrain import PretrainConfig, TinyModelConfig
+from knowflow.train.tiny_sft import TinySFTConfig
+from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
+
+log = logging.getLogger(__name__)
+
+ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only")
+
+
+@dataclass(frozen=True)
+class InversionTinyConfig:
+    seeds: tuple[int, ...] = (0, 1, 2)
+    arms: tuple[str, ...] = ARMS
+    workers: int = 2  # processes; each uses one torch thread
+    filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
+    aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of n
+    world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
+    model: TinyModelConfig = field(default_factory=TinyModelConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    mixture: Mixture = field(default_factory=Mixture)
+    sft: TinySFTConfig = field(default_factory=TinySFTConfig)
+
+    def validate(self) -> None:
+        w, m, p, mix, s = self.world, self.model, self.pretrain, self.mixture, self.sft
+        require(len(self.seeds) > 0, "seeds", "choose at least one seed")
+        require(len(self.arms) > 0, "arms", "choose at least one arm")
+        for arm in self.arms:
+            require(arm in ARMS, "arms", f"unknown arm {arm!r} (known: {', '.join(ARMS)})")
+        require(self.workers >= 1, "workers", "must be at least 1")
+        require(0 <= self.filter_fraction < 1, "filter_fraction", "must lie in [0, 1)")
+        require(self.aug_share >= 0, "aug_share", "must not be negative")
+        require(w.n_relations >= 1, "world.n_relations", "must be at least 1")
+        require(w.n_values >= 2, "world.n_values", "must be at least 2")
+        for g in ("mem_train", "mem_eval", "unk_train", "unk_eval"):
+            require(getattr(w, g) >= 1, f"world.{g}", "must be at least 1")
+        require(w.context_facts >= 1, "world.context_facts", "must be at least 1")
+        require(w.scratch >= max(p.facts_per_doc, w.context_facts), "world.scratch",
+                "must be at least pretrain.facts_per_doc and world.context_facts")
+        require(m.d_model % m.heads == 0, "model.d_model", "must be a multiple of model.heads")
+        for name in ("layers", "heads", "d_model", "d_ff"):
+            require(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
+        require(p.max_steps >= 1, "pretrain.max_steps", "must be at least 1")
+        require(p.facts_per_doc >= 2, "pretrain.facts_per_doc", "must be at least 2")
+        require(0 <= p.lookup_share <= 1, "pretrain.lookup_share", "must lie in [0, 1]")
+        require(p.facts_per_doc <= (w.mem_train + w.mem_eval) * w.n_relations,
+                "pretrain.facts_per_doc", "exceeds the number of memorized facts")
+        require(p.eval_every >= 1, "pretrain.eval_every", "must be at least 1")
+        for name in ("share_c", "share_cs", "share_s"):
+            require(getattr(mix, name) >= 0, f"mixture.{name}", "must not be negative")
+        require(abs(mix.share_c + mix.share_cs + mix.share_s - 1) < 1e-6, "mixture",
+                "share_c + share_cs + share_s must be 1")
+        require(mix.n >= 1, "mixture.n", "must be at least 1")
+        require(s.steps >= 1, "sft.steps", "must be at least 1")
+        require(s.lr > 0, "sft.lr", "must be positive")
+        require(s.batch_size >= 1, "sft.batch_size", "must be at least 1")
+        require(s.eval_every >= 1, "sft.eval_every", "must be at least 1")
+        require(s.checkpoint_every >= 1, "sft.checkpoint_every", "must be at least 1")
+
+
+def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, str, float]:
+    """(mixture, which weights train, filter fraction) of an arm."""
+    mix, train = cfg.mixture, cfg.sft.train
+    if arm == "c_only":
+        return Mixture(mix.n, 1.0, 0.0, 0.0, 0), train, 0.0
+    if arm == "filtered":
+        return mix, train, cfg.filter_fraction
+    if arm == "augmented":
+        return dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n)), train, 0.0
+    if arm == "qk_only":
+        return mix, "qk", 0.0
+    return mix, train, 0.0
+
+
+def pretrain_job(cfg: InversionTinyConfig, seed: int) -> dict:
+    import torch
+
+    from knowflow.train.pretrain import load_pretrained, pretrained_path
+
+    torch.set_num_threads(1)
+    path = pretrained_path(cfg.world, cfg.model, cfg.pretrain, seed)
+    info = load_pretrained(path)[2]
+    return {"path": str(path), **{k: v for k, v in info.items() if k != "history"}}
+
+
+def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, checkpoint: Path
+                 ) -> tuple[list[dict], dict]:
+    """Load the seed's pretrained model, build the arm's data, finetune; (records, extra)."""
+    import torch
+
+    from knowflow.curate.tiny import drop_lowest_no_context_loss
+    from knowflow.train.pretrain import load_pretrained, pretrained_path
+    from knowflow.train.tiny_sft import finetune
+    from knowflow.worlds.tiny_world import evaluation_sets, finetuning_set, make_world
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    mix, train_mode, fraction = arm_setup(cfg, arm)
+    world = make_world(cfg.world, seed)
+    model, tokenizer, _ = load_pretrained(pretrained_path(cfg.world, cfg.model, cfg.pretrain,
+                                                          seed))
+    train = finetuning_set(world, mix, seed)
+    extra: dict = {"n_train": len(train)}
+    if fraction > 0:
+        kept = drop_lowest_no_context_loss(model, tokenizer, train, fraction)
+        for kind in ("C", "C+S", "S"):
+            extra[f"n_dropped_{kind}"] = (sum(ex.kind == kind for ex in train)
+                                          - sum(ex.kind == kind for ex in kept))
+        train = kept
+        extra["n_train"] = len(train)
+    sft = dataclasses.replace(cfg.sft, train=train_mode)
+    records = finetune(model, tokenizer, train, evaluation_sets(world, seed), sft, seed,
+                       checkpoint=checkpoint)
+    return records, extra
+
+
+def curve_summary(records: list[dict]) -> dict:
+    """Start, peak, peak step and final of counterfactual accuracy, with context."""
+    cf = [r["cf_acc"] for r in records]
+    peak = max(range(len(cf)), key=cf.__getitem__)
+
+    def layer_mean(r: dict, key: str) -> float:
+        return sum(r[key]) / len(r[key])
+
+    out = {"cf_acc_start": cf[0], "cf_acc_peak": cf[peak],
+           "cf_acc_peak_step": records[peak]["step"], "cf_acc_final": cf[-1],
+           "rise": cf[peak] - cf[0], "fall": cf[peak] - cf[-1]}
+    for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
+        out[f"{key}_final"] = records[-1][key]
+    for key, short in (("attn_context", "attn_ctx"), ("attn_subject", "attn_subj")):
+        out[f"{short}_start"] = layer_mean(records[0], key)
+        out[f"{short}_at_peak"] = layer_mean(records[peak], key)
+        out[f"{short}_final"] = layer_mean(records[-1], key)
+    return out
+
+
+def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
+    """The seed mean of every scalar metric, step by step (curves share their steps)."""
+    out = []
+    for rows in zip(*per_seed, strict=True):
+        rec: dict = {"step": rows[0]["step"]}
+        for key, value in rows[0].items():
+            if key == "step":
+                continue
+            if isinstance(value, list):
+                rec[key] = [sum(r[key][i] for r in rows) / len(rows) for i in range(len(value))]
+            elif isinstance(value, (int, float)):
+                rec[key] = sum(r[key] for r in rows) / len(rows)
+        out.append(rec)
+    return out
+
+
+def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
+    """Seed-mean curve summary plus each seed's own start/peak/peak step/final."""
+    out = curve_summary(mean_curve(list(per_seed.values())))
+    out["per_seed"] = {str(seed): {**{k: v for k, v in curve_summary(recs).items()
+                                      if k.startswith("cf_acc")}, **extras[seed]}
+                       for seed, recs in per_seed.items()}
+    return out
+
+
+def findings(summary: dict) -> dict:
+    """The inversion criterion of issue 5, checked against this run's numbers."""
+    out: dict = {}
+    mixed, c_only = summary.get("mixed"), summary.get("c_only")
+    if mixed:
+        out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
+    if c_only:
+        out["c_only_fall"] = c_only["fall"]
+    if mixed and c_only:
+        out["inversion_shown"] = (mixed["rise"] >= 0.2 and mixed["fall"] >= 0.15
+                                  and c_only["fall"] < 0.05)
+    for arm in ("filtered", "augmented", "qk_only"):
+        if mixed and summary.get(arm):
+            out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
+    return out
+
+
+def _run_jobs(fn, jobs: list[tuple], workers: int, done=None) -> list:
+    """`fn(*job)` for every job (in `workers` processes); `done(job, result)` as each ends."""
+    results = []
+    if workers > 1 and len(jobs) > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
+            for job, fut in [(job, pool.submit(fn, *job)) for job in jobs]:
+                results.append(fut.result())
+                if done:
+                    done(job, results[-1])
+        return results
+    for job in jobs:
+        results.append(fn(*job))
+        if done:
+            done(job, results[-1])
+    return results
+
+
+@register("inversion-tiny", InversionTinyConfig, plot_inversion_tiny,
+          "Context-parametric inversion in a small Llama trained from scratch (5 arms x seeds)",
+          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
+                   "fall", "param_acc_final", "c_acc_final", "attn_ctx_at_peak",
+                   "attn_ctx_final"))
+def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
+    """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel."""
+    store = PartStore(out_dir)
+    pre = _run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
+    keys = {(arm, seed): f"{arm}-seed{seed}" for arm in cfg.arms for seed in cfg.seeds}
+    todo = [(cfg, arm, seed, store.dir / f"{key}.pt") for (arm, seed), key in keys.items()
+            if store.load(key) is None]
+    log.info("%d jobs, %d to run", len(keys), len(todo))
+
+    def save(job: tuple, result: tuple[list[dict], dict]) -> None:
+        store.save(keys[job[1], job[2]], *result)
+        job[3].unlink(missing_ok=True)  # the finished job's finetuning checkpoint
+
+    _run_jobs(finetune_job, todo, cfg.workers, save)
+    summary: dict = {}
+    all_records: list[dict] = []
+    for arm in cfg.arms:
+        saved = {seed: store.load(keys[arm, seed]) for seed in cfg.seeds}
+        summary[arm] = arm_summary({s: v["records"] for s, v in saved.items()},
+                                   {s: v["summary"] for s, v in saved.items()})
+        all_records += [{**r, "arm": arm, "seed": seed} for seed, v in saved.items()
+                        for r in v["records"]]
+    atomic_write_jsonl(out_dir / METRICS, all_records)
+    summary["pretrain"] = {str(seed): {k: v for k, v in p.items() if k != "path"}
+                           for seed, p in zip(cfg.seeds, pre, strict=True)}
+    summary["findings"] = findings(summary)
+    return summary

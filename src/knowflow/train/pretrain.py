@@ -1,0 +1,190 @@
+"""Pretraining a small HF `LlamaForCausalLM` from scratch on a tiny world's text.
+
+The model reads fact documents (memorized facts) and lookup documents (random facts, one
+repeated) with the ordinary next-token loss, until recall of the memorized facts (`<bos> s r`
+-> v, greedy) reaches `recall_threshold` or `max_steps` pass. The result (model, tokenizer and a
+log) is cached by a hash of everything that determines it, under `$KNOWFLOW_CACHE` (default
+`~/.cache/knowflow`)/tiny-pretrained/<hash>, written to a temp folder and renamed into place, so
+a reader never sees half a checkpoint and concurrent runs of the same config are safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from knowflow.models.hf import cache_dir
+from knowflow.worlds.tiny_tokenizer import build_tokenizer, encode_words
+from knowflow.worlds.tiny_world import (
+    BOS,
+    TinyWorldConfig,
+    World,
+    make_world,
+    pretraining_documents,
+)
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1  # bump when pretraining changes in a way the config does not show
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    layers: int = 2
+    heads: int = 4
+    d_model: int = 64
+    d_ff: int = 256
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    max_steps: int = 4000
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: int = 100
+    facts_per_doc: int = 4
+    lookup_share: float = 0.3  # share of documents that are lookup documents
+    recall_threshold: float = 0.98  # stop once recall of memorized facts reaches this
+    min_steps: int = 1000  # ... but not before (the lookup skill forms later than recall)
+    eval_every: int = 100
+
+
+def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=model_cfg.d_model,
+        intermediate_size=model_cfg.d_ff, num_hidden_layers=model_cfg.layers,
+        num_attention_heads=model_cfg.heads, num_key_value_heads=model_cfg.heads,
+        max_position_embeddings=max(64, max_len), bos_token_id=2, eos_token_id=3,
+        pad_token_id=0, tie_word_embeddings=False, attn_implementation="eager")
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def _ids(tokenizer, docs: list[list[str]]) -> torch.Tensor:
+    return torch.tensor([encode_words(tokenizer, d) for d in docs])  # (batch, seq)
+
+
+@torch.no_grad()
+def next_token_accuracy(model, tokenizer, prompts: list[list[str]], answers: list[str],
+                        batch_size: int = 256) -> float:
+    """Greedy accuracy of the next token after each prompt (prompts of one length per call
+    are batched; mixed lengths are grouped)."""
+    model.eval()
+    by_len: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_len.setdefault(len(p), []).append(i)
+    correct = 0
+    for idx in by_len.values():
+        for start in range(0, len(idx), batch_size):
+            chunk = idx[start:start + batch_size]
+            ids = _ids(tokenizer, [prompts[i] for i in chunk])
+            pred = model(input_ids=ids, logits_to_keep=1).logits[:, -1].argmax(-1)  # (batch,)
+            gold = torch.tensor(encode_words(tokenizer, [answers[i] for i in chunk]))
+            correct += int((pred == gold).sum())
+    return correct / max(1, len(prompts))
+
+
+def recall_accuracy(model, tokenizer, world: World) -> float:
+    facts = world.memorized_facts()
+    return next_token_accuracy(model, tokenizer, [[BOS, s, r] for s, r, _ in facts],
+                               [v for _, _, v in facts])
+
+
+def lookup_accuracy(model, tokenizer, world: World, cfg: PretrainConfig, n: int = 256) -> float:
+    """Accuracy on the repeated statement's value in fresh lookup documents."""
+    rng = random.Random(f"lookup-eval-{world.seed}")
+    docs = pretraining_documents(world, n, cfg.facts_per_doc, 1.0, rng)
+    return next_token_accuracy(model, tokenizer, [d[:-2] for d in docs], [d[-2] for d in docs])
+
+
+def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig, seed: int
+                   ) -> tuple[object, object, dict]:
+    """Train from scratch; returns (model, tokenizer, log)."""
+    tokenizer = build_tokenizer(world.vocab)
+    doc_len = 1 + 4 * cfg.facts_per_doc
+    model = make_model(model_cfg, len(world.vocab), doc_len + 16, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup))
+    rng = random.Random(f"pretrain-{world.seed}-{seed}")
+    start, history, recall, step = time.perf_counter(), [], 0.0, 0
+    for step in range(1, cfg.max_steps + 1):
+        model.train()
+        ids = _ids(tokenizer, pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
+                                                    cfg.lookup_share, rng))  # (batch, seq)
+        logits = model(input_ids=ids).logits  # (batch, seq, vocab)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                               ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            recall = recall_accuracy(model, tokenizer, world)
+            lookup = lookup_accuracy(model, tokenizer, world, cfg)
+            history.append({"step": step, "loss": loss.item(), "recall": recall,
+                            "lookup_acc": lookup})
+            log.info("pretrain step %d loss %.3f recall %.3f lookup %.3f", step, loss.item(),
+                     recall, lookup)
+            if recall >= cfg.recall_threshold and step >= cfg.min_steps:
+                break
+    info = {"steps": step, "recall": recall, "lookup_acc": lookup_accuracy(
+        model, tokenizer, world, cfg), "seconds": time.perf_counter() - start,
+        "reached_threshold": recall >= cfg.recall_threshold, "history": history}
+    return model.eval(), tokenizer, info
+
+
+def cache_key(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig, cfg: PretrainConfig,
+              seed: int) -> str:
+    blob = json.dumps({"world": dataclasses.asdict(world_cfg),
+                       "model": dataclasses.asdict(model_cfg),
+                       "pretrain": dataclasses.asdict(cfg), "seed": seed,
+                       "version": CACHE_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
+                    cfg: PretrainConfig, seed: int) -> Path:
+    """The cached checkpoint folder for this config, trained (once) if missing."""
+    target = cache_dir() / "tiny-pretrained" / cache_key(world_cfg, model_cfg, cfg, seed)
+    if (target / "pretrain.json").exists():
+        return target
+    world = make_world(world_cfg, seed)
+    model, tokenizer, info = pretrain_model(world, model_cfg, cfg, seed)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "pretrain.json").write_text(json.dumps(info, indent=2))
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "pretrain.json").exists():  # another process may have won the race
+            raise
+    return target
+
+
+def load_pretrained(path: Path) -> tuple[object, object, dict]:
+    """(model in eval mode with eager attention, tokenizer, pretraining log)."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # library code does not print
+    model = LlamaForCausalLM.from_pretrained(path, attn_implementation="eager",
+                                             dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.eval(), tokenizer, json.loads((Path(path) / "pretrain.json").read_text())

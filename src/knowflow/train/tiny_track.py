@@ -1,0 +1,110 @@
+"""Tracking for tiny-world finetuning: accuracies and attention mass on fixed held-out sets.
+
+On the counterfactual set (memorized subjects never finetuned on, a context that contradicts
+memory) an answer is *counterfactual-correct* when it is the context's value and *parametric*
+when it is the memorized value. Held-out C items (unknown subjects) and held-out C+S items
+(memorized subjects, agreeing context) measure context reading without conflict; `recall` asks
+memorized facts without context. Attention mass is read from the answer position (the last
+prompt token, which predicts the answer): the share of its attention on the context statements
+and on the question's subject token, per layer, averaged over heads (eager attention weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.nn import functional as F
+
+from knowflow.worlds.tiny_tokenizer import encode_words
+from knowflow.worlds.tiny_world import Example
+
+
+def encode(tokenizer, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
+    """Right-padded ids, mask, last prompt position, answer and memory ids."""
+    rows = [encode_words(tokenizer, ex.tokens) for ex in examples]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (n, seq)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (n, seq)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    return {"ids": ids, "mask": mask, "last": mask.sum(1) - 1,
+            "answer": torch.tensor(encode_words(tokenizer, [ex.answer for ex in examples])),
+            "memory": torch.tensor(encode_words(tokenizer, [ex.memory for ex in examples]))}
+
+
+def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool = False):
+    """Logits at each row's last prompt position (batch, vocab), and the attentions if asked."""
+    out = model.model(input_ids=batch["ids"], attention_mask=batch["mask"],
+                      output_attentions=output_attentions)
+    hidden = out.last_hidden_state  # (batch, seq, d_model)
+    rows = torch.arange(hidden.shape[0])
+    logits = model.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
+    return logits, out.attentions
+
+
+def answer_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy of the answer token only. ()"""
+    logits, _ = answer_logits(model, batch)
+    return F.cross_entropy(logits, batch["answer"])
+
+
+def _select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {k: v[idx] for k, v in batch.items()}
+
+
+@torch.no_grad()
+def per_example_loss(model, batch: dict[str, torch.Tensor], chunk: int = 256) -> torch.Tensor:
+    """Answer loss of every row. (n,)"""
+    out = []
+    for start in range(0, len(batch["ids"]), chunk):
+        part = _select(batch, torch.arange(start, min(start + chunk, len(batch["ids"]))))
+        logits, _ = answer_logits(model, part)
+        out.append(F.cross_entropy(logits, part["answer"], reduction="none"))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def evaluate_set(model, batch: dict[str, torch.Tensor], examples: Sequence[Example],
+                 attention: bool) -> dict:
+    """Accuracy (pred = answer), parametric share (pred = memory) and, if asked, attention mass
+    per layer on the context and on the subject, averaged over heads and examples."""
+    logits, attns = answer_logits(model, batch, output_attentions=attention)
+    pred = logits.argmax(-1)  # (n,)
+    out = {"acc": float((pred == batch["answer"]).float().mean()),
+           "param": float((pred == batch["memory"]).float().mean())}
+    if attention:
+        rows = torch.arange(len(examples))
+        ctx = torch.zeros(batch["ids"].shape, dtype=torch.bool)  # (n, seq)
+        for i, ex in enumerate(examples):
+            ctx[i, ex.context[0]:ex.context[1]] = True
+        subj = torch.tensor([ex.subject for ex in examples])
+        to_ctx, to_subj = [], []
+        for layer_attn in attns:  # (n, heads, seq, seq)
+            row = layer_attn[rows, :, batch["last"]]  # (n, heads, seq)
+            to_ctx.append(float((row * ctx[:, None]).sum(-1).mean()))
+            to_subj.append(float(row[rows, :, subj].mean()))
+        out["attn_context"], out["attn_subject"] = to_ctx, to_subj
+    return out
+
+
+def tracking_record(model, step: int, eval_batches: dict[str, tuple[dict, list[Example]]],
+                    train_batch: dict[str, torch.Tensor], train_kinds: list[str]) -> dict:
+    """One metrics record: the quantities above plus the training loss per example kind."""
+    was_training = model.training
+    model.eval()
+    rec: dict = {"step": step}
+    cf = evaluate_set(model, *eval_batches["cf"], attention=True)
+    rec.update(cf_acc=cf["acc"], param_acc=cf["param"], attn_context=cf["attn_context"],
+               attn_subject=cf["attn_subject"])
+    for name, key in (("cs", "cs_acc"), ("c", "c_acc"), ("recall", "recall_acc")):
+        rec[key] = evaluate_set(model, *eval_batches[name], attention=False)["acc"]
+    losses = per_example_loss(model, train_batch)
+    rec["loss"] = float(losses.mean())
+    for kind in sorted(set(train_kinds)):
+        sel = torch.tensor([k == kind for k in train_kinds])
+        rec[f"loss_{kind}"] = float(losses[sel].mean())
+    model.train(was_training)
+    return rec
