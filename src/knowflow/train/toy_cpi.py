@@ -27,7 +27,7 @@ POSITIONS = {"context": 0, "subject": 1, "relation": 2}  # input layout [c, s, r
 @dataclass(frozen=True)
 class ToyFinetuneConfig:
     steps: int = 1000
-    lr: float = 2.0
+    lr: float = 4.0
     optimizer: Literal["gd", "adam"] = "gd"
     eval_every: int = 1
     value_lr_scale: float = 1.0  # W_V's learning rate relative to W_KQ's (when W_V trains)
