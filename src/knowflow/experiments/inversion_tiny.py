@@ -68,13 +68,15 @@ class InversionTinyConfig:
         for g in ("mem_train", "mem_eval", "unk_train", "unk_eval"):
             require(getattr(w, g) >= 1, f"world.{g}", "must be at least 1")
         require(w.context_facts >= 1, "world.context_facts", "must be at least 1")
-        require(w.scratch >= max(p.facts_per_doc, w.context_facts), "world.scratch",
-                "must be at least pretrain.facts_per_doc and world.context_facts")
+        require(w.scratch >= max(p.lookup_facts, w.context_facts), "world.scratch",
+                "must be at least pretrain.lookup_facts and world.context_facts")
         require(m.d_model % m.heads == 0, "model.d_model", "must be a multiple of model.heads")
         for name in ("layers", "heads", "d_model", "d_ff"):
             require(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
         require(p.max_steps >= 1, "pretrain.max_steps", "must be at least 1")
         require(p.facts_per_doc >= 2, "pretrain.facts_per_doc", "must be at least 2")
+        require(2 <= p.lookup_facts <= p.facts_per_doc, "pretrain.lookup_facts",
+                "must lie between 2 and pretrain.facts_per_doc")
         require(0 <= p.lookup_share <= 1, "pretrain.lookup_share", "must lie in [0, 1]")
         require(p.facts_per_doc <= (w.mem_train + w.mem_eval) * w.n_relations,
                 "pretrain.facts_per_doc", "exceeds the number of memorized facts")

@@ -55,7 +55,8 @@ class PretrainConfig:
     lr: float = 3e-3
     warmup: int = 100
     facts_per_doc: int = 4
-    lookup_share: float = 0.3  # share of documents that are lookup documents
+    lookup_share: float = 0.3  # share of documents that end in a lookup
+    lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
     recall_threshold: float = 0.98  # stop once recall of memorized facts reaches this
     min_steps: int = 1000  # ... but not before (the lookup skill forms later than recall)
     eval_every: int = 100
@@ -107,7 +108,7 @@ def recall_accuracy(model, tokenizer, world: World) -> float:
 def lookup_accuracy(model, tokenizer, world: World, cfg: PretrainConfig, n: int = 256) -> float:
     """Accuracy on the repeated statement's value in fresh lookup documents."""
     rng = random.Random(f"lookup-eval-{world.seed}")
-    docs = pretraining_documents(world, n, cfg.facts_per_doc, 1.0, rng)
+    docs = pretraining_documents(world, n, cfg.facts_per_doc, 1.0, rng, cfg.lookup_facts)
     return next_token_accuracy(model, tokenizer, [d[:-2] for d in docs], [d[-2] for d in docs])
 
 
@@ -123,8 +124,9 @@ def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig
     start, history, recall, step = time.perf_counter(), [], 0.0, 0
     for step in range(1, cfg.max_steps + 1):
         model.train()
-        ids = _ids(tokenizer, pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
-                                                    cfg.lookup_share, rng))  # (batch, seq)
+        docs = pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
+                                     cfg.lookup_share, rng, cfg.lookup_facts)
+        ids = _ids(tokenizer, docs)  # (batch, seq)
         logits = model(input_ids=ids).logits  # (batch, seq, vocab)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                ids[:, 1:].reshape(-1))
@@ -147,6 +149,13 @@ def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig
     return model.eval(), tokenizer, info
 
 
+def _quiet() -> None:
+    """No transformers progress bars: library code does not print."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def cache_key(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig, cfg: PretrainConfig,
               seed: int) -> str:
     blob = json.dumps({"world": dataclasses.asdict(world_cfg),
@@ -162,6 +171,7 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
     target = cache_dir() / "tiny-pretrained" / cache_key(world_cfg, model_cfg, cfg, seed)
     if (target / "pretrain.json").exists():
         return target
+    _quiet()
     world = make_world(world_cfg, seed)
     model, tokenizer, info = pretrain_model(world, model_cfg, cfg, seed)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -181,9 +191,8 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
 def load_pretrained(path: Path) -> tuple[object, object, dict]:
     """(model in eval mode with eager attention, tokenizer, pretraining log)."""
     from transformers import AutoTokenizer, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # library code does not print
+    _quiet()
     model = LlamaForCausalLM.from_pretrained(path, attn_implementation="eager",
                                              dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)

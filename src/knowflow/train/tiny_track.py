@@ -37,11 +37,12 @@ def encode(tokenizer, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
 
 def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool = False):
     """Logits at each row's last prompt position (batch, vocab), and the attentions if asked."""
-    out = model.model(input_ids=batch["ids"], attention_mask=batch["mask"],
-                      output_attentions=output_attentions)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    out = base.model(input_ids=batch["ids"], attention_mask=batch["mask"],
+                     output_attentions=output_attentions)
     hidden = out.last_hidden_state  # (batch, seq, d_model)
     rows = torch.arange(hidden.shape[0])
-    logits = model.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
+    logits = base.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
     return logits, out.attentions
 
 

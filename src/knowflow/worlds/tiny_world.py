@@ -105,23 +105,25 @@ def _statement(s: str, r: str, v: str) -> list[str]:
 
 
 def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_share: float,
-                          rng: random.Random) -> list[list[str]]:
-    """`n_docs` documents: fact documents (memorized facts) and lookup documents (random
-    scratch facts, then one of them repeated), mixed by `lookup_share`."""
+                          rng: random.Random, lookup_facts: int = 2) -> list[list[str]]:
+    """`n_docs` documents of `facts_per_doc` statements each: fact documents (memorized facts)
+    and, a `lookup_share` of them, lookup documents, which end with `lookup_facts - 1` random
+    statements about scratch subjects and then one of those repeated (the rest of a lookup
+    document is memorized facts, so every document has the same length)."""
     facts = world.memorized_facts()
     docs = []
     for _ in range(n_docs):
         doc = [BOS]
-        if rng.random() < lookup_share:
-            subjects = rng.sample(world.groups["scratch"], facts_per_doc - 1)
+        n_lookup = lookup_facts if rng.random() < lookup_share else 0
+        for fact in rng.sample(facts, facts_per_doc - n_lookup):
+            doc += _statement(*fact)
+        if n_lookup:
+            subjects = rng.sample(world.groups["scratch"], n_lookup - 1)
             stated = [(s, rng.choice(world.relations), rng.choice(world.values))
                       for s in subjects]
             for fact in stated:
                 doc += _statement(*fact)
             doc += _statement(*rng.choice(stated))
-        else:
-            for fact in rng.sample(facts, facts_per_doc):
-                doc += _statement(*fact)
         docs.append(doc)
     return docs
 
