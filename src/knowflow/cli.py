@@ -128,6 +128,92 @@ def report_cmd(
         raise _fail(exc) from None
     console.print(f"report: {path}", highlight=False)
 
+def _fmt(value, ci=None) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.3f}"
+    return f"{text} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else text
+
+
+def _print_eval(summary: dict) -> None:
+    """One row per suite and scoring mode: all items, then the known-fact subset."""
+    table = Table("suite", "scoring", "n", "cf acc (95% CI)", "param acc (95% CI)",
+                  "mem ratio", "known share", "cf acc | known", "param acc | known", "n known",
+                  caption="cf: the context's answer; param: the memorized answer; known: items "
+                          "whose memorized answer the model gives without the context")
+    for suite, modes in summary.items():
+        for mode, m in modes.items():
+            known = m.get("known", {})
+            table.add_row(
+                suite, mode, str(m["n"]),
+                _fmt(m["counterfactual_accuracy"], m.get("counterfactual_accuracy_ci")),
+                _fmt(m["parametric_accuracy"], m.get("parametric_accuracy_ci")),
+                _fmt(m.get("memorization_ratio"), m.get("memorization_ratio_ci")),
+                _fmt(m.get("known_share")), _fmt(known.get("counterfactual_accuracy")),
+                _fmt(known.get("parametric_accuracy")), str(known.get("n", "-")))
+    console.print(table)
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Option(
+        help="HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
+    )] = "smollm2-135m-instruct",
+    suite: Annotated[str | None, typer.Option(
+        help="Built-in suites, comma-separated: cf-capitals, cf-world, cf-bio, cf-quotes "
+             "(default: all four unless --data is given).")] = None,
+    data: Annotated[list[Path] | None, typer.Option(
+        help="External file: JSON/JSONL (context, question, answer, memory_answer), "
+             "MemoTrap CSV, or knowflow JSONL (repeatable).")] = None,
+    scoring: Annotated[str, typer.Option(help="generate, loglik or both.")] = "both",
+    prompt_format: Annotated[str, typer.Option(
+        help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
+    no_context: Annotated[bool, typer.Option(
+        "--no-context", help="Ask the question alone (what the model knows).")] = False,
+    context_only: Annotated[bool, typer.Option(
+        "--context-only", help='Add "Answer based on the context only."')] = False,
+    limit: Annotated[int | None, typer.Option(help="Items per suite (seeded sample).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Output folder (default: runs/eval/<timestamp>/).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Prompts per forward pass.")] = 16,
+    max_new_tokens: Annotated[int, typer.Option(help="Longest generated answer.")] = 24,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed for suites, sampling and bootstrap.")] = 0,
+    no_known_filter: Annotated[bool, typer.Option(
+        "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+) -> None:
+    """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from knowflow.evaluate.api import evaluate
+
+    torch.set_num_threads(max(1, threads))
+    bars = Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=False)
+    tasks: dict[str, int] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = bars.add_task(stage, total=total)
+        bars.update(tasks[stage], completed=done)
+
+    try:
+        with bars:
+            result = evaluate(
+                model, suite if suite or data else None, data=data, device=device, dtype=dtype,
+                out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
+                scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+                max_new_tokens=max_new_tokens, known_filter=not no_known_filter)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    _print_eval(result.summary)
+    console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
+
+
 from knowflow.cli_probe import probe_app  # noqa: E402, I001
 app.add_typer(probe_app, name="probe")
 

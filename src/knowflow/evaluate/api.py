@@ -106,15 +106,16 @@ def _evaluate_suite(model, tokenizer, name: str, items: list[ConflictItem], cfg:
                     progress: Progress | None) -> list[dict]:
     prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
     golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),
-              alternatives(it.parametric_answer, it.parametric_aliases)) for it in items]
+              alternatives(it.parametric_answer, it.parametric_aliases),
+              alternatives(it.subject) if it.subject else []) for it in items]
     records = [{**it.to_dict(), "prompt": p.text, "context_shown": cfg.use_context}
                for it, p in zip(items, prompts, strict=True)]
     run = dict(batch_size=cfg.batch_size, progress=progress, share_prefix=cfg.share_prefix)
     if "generate" in MODES[cfg.scoring]:
         outs = generate(model, tokenizer, seqs, max_new_tokens=cfg.max_new_tokens,
                         stage=f"{name}: generate", **run)
-        for rec, out, (cf, par) in zip(records, outs, golds, strict=True):
-            hit_cf, hit_par = score_output(out, cf, par)
+        for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
+            hit_cf, hit_par = score_output(out, cf, par, subj)
             rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par}
     if "loglik" in MODES[cfg.scoring]:
         conts = [[p.answer_prefix + primary(it.counterfactual_answer),
@@ -147,9 +148,9 @@ def _mark_known(model, tokenizer, name, items, records, golds, cfg, progress) ->
         outs = generate(model, tokenizer, seqs, batch_size=cfg.batch_size,
                         max_new_tokens=cfg.max_new_tokens, progress=progress,
                         stage=f"{name}: known facts", share_prefix=cfg.share_prefix)
-    for rec, out, (cf, par) in zip(records, outs, golds, strict=True):
+    for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
         rec["no_context_output"] = out
-        rec["known"] = score_output(out, cf, par)[1]
+        rec["known"] = score_output(out, cf, par, subj)[1]
 
 
 def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None = None, *,

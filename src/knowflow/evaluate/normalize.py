@@ -26,7 +26,8 @@ Span = tuple[int, int]
 
 def words(text: str) -> Words:
     """The normalized word sequence of `text`."""
-    text = unicodedata.normalize("NFKD", text.casefold())
+    for _ in range(2):  # casefolding can expose decompositions and vice versa
+        text = unicodedata.normalize("NFKD", text).casefold()
     text = "".join(c for c in text if not unicodedata.combining(c))
     text = _APOSTROPHES.sub("", text)
     text = "".join(c if c.isalnum() else " " for c in text)
@@ -85,8 +86,11 @@ def answers_present(output: str, answer_sets: Sequence[Sequence[Words]]) -> list
     return present
 
 
-def score_output(output: str, counterfactual: Sequence[Words], parametric: Sequence[Words]
-                 ) -> tuple[bool, bool]:
-    """(counterfactual answer present, parametric answer present) in a generated output."""
-    cf, par = answers_present(output, [counterfactual, parametric])
-    return cf, par
+def score_output(output: str, counterfactual: Sequence[Words], parametric: Sequence[Words],
+                 subject: Sequence[Words] = ()) -> tuple[bool, bool]:
+    """(counterfactual answer present, parametric answer present) in a generated output.
+
+    `subject` (the question's subject, e.g. "the Sydney Opera House") competes like a third
+    answer, so an echo of the subject does not count as a mention of "Sydney"."""
+    found = answers_present(output, [counterfactual, parametric, subject])
+    return found[0], found[1]

@@ -36,6 +36,7 @@ class ConflictItem:
     parametric_aliases: tuple[str, ...] = ()
     task: Task = "qa"
     relation: str = ""
+    subject: str = ""  # what the question is about; a mention of it never counts as an answer
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def to_dict(self) -> dict:

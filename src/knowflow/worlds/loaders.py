@@ -140,7 +140,8 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
             counterfactual_aliases=_aliases(path, line, rec, "counterfactual_aliases"),
             parametric_aliases=_aliases(path, line, rec, "parametric_aliases"),
             task=task, relation=_text(path, line, rec, "relation", required=False,
-                                      allow_empty=True))
+                                      allow_empty=True),
+            subject=_text(path, line, rec, "subject", required=False, allow_empty=True))
     memory = "memory_answer" if "memory_answer" in rec else "parametric_answer"
     if memory not in rec:
         raise DataError(path, "missing (or 'parametric_answer')", line=line,

@@ -76,14 +76,16 @@ def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
-@register_suite("cf-capitals", "every sovereign country; the context moves its capital to "
-                               "another real city")
+@register_suite("cf-capitals", "every sovereign country whose capital is not named like the "
+                               "country; the context moves its capital to another real city")
 def capitals_suite(seed: int) -> list[ConflictItem]:
     rows = read_table("capitals.tsv")
     tpl = templates()["capitals"]
     all_capitals = [r["capital"] for r in rows]
     items = []
     for row in rows:
+        if _key(row["capital"]) == _key(row["country"]):
+            continue  # city-states (Singapore, Monaco, ...): the question names the answer
         rng = random.Random(f"{seed}:cf-capitals:{row['country']}")
         avoid = [row["capital"], row["country"], *split_aliases(row["aliases"])]
         # no second well-known city: move the capital to another country's capital
@@ -94,7 +96,8 @@ def capitals_suite(seed: int) -> list[ConflictItem]:
             context=rng.choice(tpl["context"]).format(**fields),
             question=rng.choice(tpl["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=row["capital"],
-            parametric_aliases=split_aliases(row["aliases"]), relation="capital_of"))
+            parametric_aliases=split_aliases(row["aliases"]), relation="capital_of",
+            subject=row["country"]))
     return items
 
 
@@ -122,7 +125,8 @@ def world_suite(seed: int) -> list[ConflictItem]:
             question=rng.choice(tpl[rel]["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=row["object"],
             counterfactual_aliases=aliases[rel, answer],
-            parametric_aliases=split_aliases(row["aliases"]), relation=rel))
+            parametric_aliases=split_aliases(row["aliases"]), relation=rel,
+            subject=row["subject"]))
     return items
 
 
