@@ -54,10 +54,11 @@ def test_other_studies(tmp_path, study, figure, table):
     if study == "rank_sweep":
         assert list(summary["rank_sweep"]) == ["r=2", "r=8", "r=25"]  # d = 25 is the default
     if study == "families":
-        assert summary["families"]["city_language"]["causal"] is True
-        assert summary["families"]["cf_city_language"]["causal"] is False
+        assert summary["families"]["city_language/factorized"]["causal"] is True
+        assert summary["families"]["cf_city_language/merged"]["causal"] is False
     if study == "fraction_sweep":
-        assert list(summary["fraction_sweep"]) == ["0.25", "0.34", "0.5"]
+        assert list(summary["fraction_sweep"]) == [
+            f"{f}/{m}" for f in ("0.25", "0.34", "0.5") for m in ("factorized", "merged")]
 
 
 def test_resume_recomputes_only_the_missing_part(tmp_path):
@@ -106,3 +107,32 @@ def test_default_config_is_valid_and_128_dim():
 
     cfg = build_config("ocr-toy")
     assert vocab_dim(cfg.world) == 128 and cfg.study == "main" and len(cfg.seeds) == 3
+
+
+def test_trainable_softmax_attention_noise_and_adamw_run(tmp_path):
+    """The autograd path: W_KQ trained, softmax attention, noise tokens, AdamW with decay."""
+    overrides = {**TINY, "seeds": "0", "train.steps": 30, "train.optimizer": "adamw",
+                 "train.lr": 0.05, "train.weight_decay": 0.01, "model.train_kq": True,
+                 "model.attention": "softmax", "world.seq_len": 6, "world.n_noise": 4}
+    result = run_experiment("ocr-toy", overrides, runs_root=tmp_path)
+    records = read_jsonl(result.run_dir / "metrics.jsonl")
+    first, last = records[0], [r for r in records if r["part"] == "factorized"][-1]
+    assert last["train_loss"] < first["train_loss"]
+    assert "attn_subject_test" in last
+
+
+def test_norms_at_matched_loss_interpolate_between_evaluations():
+    from knowflow.experiments.ocr_toy import matched_loss_norms
+
+    def recs(part, losses, norms):
+        return [{"part": part, "seed": 0, "step": 10 * i, "train_loss": loss,
+                 "nuclear_norm": n, "frobenius_norm": n / 2}
+                for i, (loss, n) in enumerate(zip(losses, norms, strict=True))]
+
+    out = matched_loss_norms(recs("factorized", [1.0, 0.1, 0.001], [0.0, 10.0, 30.0])
+                             + recs("merged", [1.0, 0.5, 0.01], [0.0, 5.0, 8.0]))
+    assert out["matched_train_loss"] == 0.01  # the merged model's final loss
+    assert out["merged_nuclear_norm_at_matched_loss"] == 8.0
+    # log(0.01) is halfway between log(0.1) and log(0.001): halfway between 10 and 30
+    assert out["factorized_nuclear_norm_at_matched_loss"] == pytest.approx(20.0)
+    assert out["factorized_step_at_matched_loss"] == pytest.approx(15.0)

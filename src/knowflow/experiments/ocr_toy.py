@@ -77,7 +77,7 @@ class OcrToyConfig:
     workers: int = 2  # processes; each uses one torch thread
     world: OcrWorldConfig = field(default_factory=OcrWorldConfig)
     model: OcrModelConfig = field(default_factory=OcrModelConfig)
-    train: OcrTrainConfig = field(default_factory=lambda: OcrTrainConfig(lr=5.0))
+    train: OcrTrainConfig = field(default_factory=OcrTrainConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def validate(self) -> None:
@@ -234,11 +234,22 @@ def _save_blocks(store: PartStore, part: str, blocks: dict[str, np.ndarray]) -> 
     atomic_write_bytes(store.dir / f"{part}_ov.npz", buf.getvalue())
 
 
-def matched_loss_norms(records: list[dict]) -> dict:
-    """Norms of both models where they first reach the same train loss, seed by seed.
+def _at_level(recs: list[dict], level: float, key: str) -> float:
+    """`key` where the train loss first falls to `level`, interpolated linearly in
+    log(train loss) between the two evaluations that bracket the crossing."""
+    for prev, rec in zip(recs, recs[1:], strict=False):
+        if rec["train_loss"] <= level:
+            lo, hi = math.log(rec["train_loss"]), math.log(prev["train_loss"])
+            t = 0.0 if hi == lo else (hi - math.log(level)) / (hi - lo)
+            return prev[key] + min(max(t, 0.0), 1.0) * (rec[key] - prev[key])
+    return recs[-1][key]
 
-    The level is the higher of the two final train losses (both reach it); for each model the
-    first evaluation at or below it is taken. Averaged over seeds.
+
+def matched_loss_norms(records: list[dict]) -> dict:
+    """Norms of both models at the same train loss, seed by seed, then averaged over seeds.
+
+    The level is the higher of the two final train losses (both models reach it); each
+    model's norms are read where its train loss first falls to that level.
     """
     by: dict[tuple[str, int], list[dict]] = {}
     for rec in records:
@@ -252,9 +263,9 @@ def matched_loss_norms(records: list[dict]) -> dict:
         level = max(r[-1]["train_loss"] for r in recs.values())
         out.setdefault("matched_train_loss", []).append(level)
         for p, rs in recs.items():
-            hit = next(r for r in rs if r["train_loss"] <= level)
             for key in ("nuclear_norm", "frobenius_norm", "step"):
-                out.setdefault(f"{p}_{key}_at_matched_loss", []).append(hit[key])
+                out.setdefault(f"{p}_{key}_at_matched_loss", []).append(_at_level(rs, level,
+                                                                                   key))
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
@@ -283,14 +294,13 @@ def findings(summary: dict, records: list[dict]) -> dict:
 
 
 def family_table(summary: dict, names: tuple[str, ...]) -> dict:
+    """One row per (family, model): its test implication accuracy and loss."""
     from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES
 
-    return {name: {"causal": name in CAUSAL_FAMILIES,
-                   **{f"{p}_test_acc": summary[p][f"test_acc_{name}"] for p in ("factorized",
-                                                                                "merged")},
-                   **{f"{p}_test_loss": summary[p][f"test_loss_{name}"] for p in ("factorized",
-                                                                                  "merged")}}
-            for name in names}
+    return {f"{name}/{model}": {"causal": name in CAUSAL_FAMILIES,
+                                "test_impl_acc": summary[model][f"test_acc_{name}"],
+                                "test_impl_loss": summary[model][f"test_loss_{name}"]}
+            for name in names for model in ("factorized", "merged")}
 
 
 @register("ocr-toy", OcrToyConfig, plot_ocr_toy,
@@ -343,25 +353,19 @@ def _store_all(store: PartStore, results) -> None:
 
 def _sweep_tables(cfg: OcrToyConfig, summary: dict) -> None:
     """Move sweep parts into `rank_sweep` / `fraction_sweep` tables (one row per setting)."""
-    keys = ("train_loss", "test_impl_loss", "test_impl_acc", "test_mean_rank", "test_margin",
-            "nuclear_norm", "frobenius_norm")
     if cfg.study == "rank_sweep":
         table = {}
         for name in [n for n in list(summary) if n.startswith("rank_")] + ["factorized"]:
             row = summary.pop(name) if name != "factorized" else summary[name]
-            table[f"r={row['rank']}"] = {k: row[k] for k in keys}
+            table[f"r={row['rank']}"] = {k: row[k] for k in FINAL_KEYS}
         summary["rank_sweep"] = dict(sorted(table.items(), key=lambda kv: int(kv[0][2:])))
     if cfg.study == "fraction_sweep":
-        table: dict[str, dict] = {}
+        rows = {}
         for name in [n for n in list(summary) if n.startswith("fraction_")]:
             row = summary.pop(name)
-            prefix = "factorized" if name.endswith("_factorized") else "merged"
-            cell = table.setdefault(f"{row['train_fraction']:g}", {})
-            cell.update({f"{prefix}_{k}": row[k] for k in ("test_impl_loss", "test_impl_acc",
-                                                           "train_loss")})
-        frac = f"{cfg.world.train_fraction:g}"
-        for prefix in ("factorized", "merged"):
-            table.setdefault(frac, {}).update(
-                {f"{prefix}_{k}": summary[prefix][k] for k in ("test_impl_loss",
-                                                               "test_impl_acc", "train_loss")})
-        summary["fraction_sweep"] = dict(sorted(table.items(), key=lambda kv: float(kv[0])))
+            model = "factorized" if name.endswith("_factorized") else "merged"
+            rows[(row["train_fraction"], model)] = {k: row[k] for k in FINAL_KEYS}
+        for model in ("factorized", "merged"):
+            rows[(cfg.world.train_fraction, model)] = {k: summary[model][k] for k in FINAL_KEYS}
+        summary["fraction_sweep"] = {f"{frac:g}/{model}": row
+                                     for (frac, model), row in sorted(rows.items())}

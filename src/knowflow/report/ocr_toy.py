@@ -106,6 +106,13 @@ def _blocks(npz, path: Path) -> Path | None:
         _heat(ax[row, 2], npz[f"{name}__fact_impl"],
               f"{name}: fact -> implication (test subjects)", "fact b",
               "implication token c", fig)
+        pairing = npz[f"{name}__pairing"]  # (F, K): the true c of each b
+        n_fam, k = pairing.shape
+        cols = np.arange(n_fam * k)
+        rows = (np.arange(n_fam)[:, None] * k + pairing).flatten()
+        ax[row, 2].scatter(cols, rows, s=30, facecolors="none", edgecolors="k", lw=0.8,
+                           label="true pairing")
+        ax[row, 2].legend(fontsize=7, loc="lower left")
     return save(fig, path)
 
 
