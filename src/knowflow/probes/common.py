@@ -116,7 +116,7 @@ def check_heads(heads: Sequence[int], n_heads: int) -> None:
         raise ConfigError(f"head {bad[0]} is outside the model (0..{n_heads - 1})", "heads")
 
 
-def keep_known(examples, located, preds, known_only: bool):
+def keep_known(preds: Sequence[Prediction], known_only: bool) -> list[int]:
     """Indices of the examples to probe: with `known_only`, those the model gets right
     (examples with nothing to check against are kept)."""
     return [i for i, p in enumerate(preds) if not known_only or p.known is not False]

@@ -137,7 +137,7 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
     require_subject(list(examples), "knockout")
     located = [locate(tokenizer, ex) for ex in examples]
     preds = predict(model, tokenizer, examples, located)
-    chosen = keep_known(examples, located, preds, cfg.known_only)
+    chosen = keep_known(preds, cfg.known_only)
     log.info("knockout: %d of %d examples kept", len(chosen), len(examples))
     records: list[dict] = []
     with intercepted(model) as layer_of:

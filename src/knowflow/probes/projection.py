@@ -96,7 +96,7 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
     require_subject(list(examples), "project")
     located = [locate(tokenizer, ex) for ex in examples]
     preds = predict(model, tokenizer, examples, located, cfg.batch_size)
-    chosen = keep_known(examples, located, preds, cfg.known_only)
+    chosen = keep_known(preds, cfg.known_only)
     dev = device_of(model)
     names: dict[int, str] = {}
 

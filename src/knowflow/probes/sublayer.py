@@ -113,7 +113,7 @@ def sublayer_knockout(model, tokenizer, examples: Sequence[ProbeExample],
     require_subject(list(examples), "sublayer")
     located = [locate(tokenizer, ex) for ex in examples]
     preds = predict(model, tokenizer, examples, located)
-    chosen = keep_known(examples, located, preds, cfg.known_only)
+    chosen = keep_known(preds, cfg.known_only)
     records: list[dict] = []
     for done, i in enumerate(chosen):
         ex, loc, pred = examples[i], located[i], preds[i]
