@@ -125,3 +125,17 @@ def test_factorized_generalizes_merged_does_not_on_four_subjects():
         # merged: no preference among the 2 candidates, margin ~ 0
         assert m["test_impl_loss_cand"] == pytest.approx(math.log(2), abs=0.01)
         assert abs(m["test_margin"]) < 0.05
+
+
+def test_trainable_softmax_attention_with_noise_and_adamw_learns():
+    """The autograd path: W_KQ trained, softmax attention, noise tokens, AdamW with decay."""
+    world = make_world(12, 2, 2, 1, 0.34, seed=0, n_noise=4)
+    train_set, test_set = (OcrData.stack([d]) for d in datasets(world, seq_len=6, seed=0))
+    model = ToyOCR(world.vocab.dim, [0], True, attention="softmax", train_kq=True)
+    cfg = OcrTrainConfig(steps=60, lr=0.05, optimizer="adamw", weight_decay=0.01,
+                         eval_every=30)
+    (records,) = train(model, train_set, test_set, world.vocab.impl_candidates(), cfg,
+                       family_names(2))
+    assert records[-1]["train_loss"] < 0.5 * records[0]["train_loss"]
+    # attention moves off the noise: more weight on the subject than uniform (1/6)
+    assert records[-1]["attn_subject_test"] > records[0]["attn_subject_test"]

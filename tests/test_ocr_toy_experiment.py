@@ -62,14 +62,15 @@ def test_other_studies(tmp_path, study, figure, table):
 
 
 def test_resume_recomputes_only_the_missing_part(tmp_path):
-    first = run_experiment("ocr-toy", TINY, runs_root=tmp_path)
-    run_dir = first.run_dir
-    (run_dir / "summary.json").unlink()
-    (run_dir / "checkpoints" / "merged.json").unlink()
-    second = run_experiment("ocr-toy", resume=run_dir, runs_root=tmp_path)
-    assert second.run_dir == run_dir
-    for model in ("factorized", "merged"):
-        assert second.summary[model]["test_impl_loss"] == first.summary[model]["test_impl_loss"]
+    from knowflow.experiments.ocr_toy import run
+
+    cfg = build_config("ocr-toy", TINY)
+    first = run(cfg, tmp_path)
+    (tmp_path / "checkpoints" / "merged.json").unlink()
+    factorized_ckpt = (tmp_path / "checkpoints" / "factorized.json").read_bytes()
+    second = run(cfg, tmp_path)
+    assert (tmp_path / "checkpoints" / "factorized.json").read_bytes() == factorized_ckpt
+    assert second == first  # the recomputed part gives the same numbers (same seeds)
 
 
 @pytest.mark.parametrize("override,field", [
@@ -107,18 +108,6 @@ def test_default_config_is_valid_and_128_dim():
 
     cfg = build_config("ocr-toy")
     assert vocab_dim(cfg.world) == 128 and cfg.study == "main" and len(cfg.seeds) == 3
-
-
-def test_trainable_softmax_attention_noise_and_adamw_run(tmp_path):
-    """The autograd path: W_KQ trained, softmax attention, noise tokens, AdamW with decay."""
-    overrides = {**TINY, "seeds": "0", "train.steps": 30, "train.optimizer": "adamw",
-                 "train.lr": 0.05, "train.weight_decay": 0.01, "model.train_kq": True,
-                 "model.attention": "softmax", "world.seq_len": 6, "world.n_noise": 4}
-    result = run_experiment("ocr-toy", overrides, runs_root=tmp_path)
-    records = read_jsonl(result.run_dir / "metrics.jsonl")
-    first, last = records[0], [r for r in records if r["part"] == "factorized"][-1]
-    assert last["train_loss"] < first["train_loss"]
-    assert "attn_subject_test" in last
 
 
 def test_norms_at_matched_loss_interpolate_between_evaluations():

@@ -211,10 +211,10 @@ def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str,
                             "train_fraction": part.train_fraction, "seed": seed, **rec})
     finals = [recs[-1] for recs in per_seed]
     summary = {k: float(np.mean([f[k] for f in finals])) for k in finals[0] if k != "step"}
-    summary["nuclear_per_margin"] = float(np.mean(
-        [f["nuclear_norm"] / f["train_margin_min"] for f in finals]))
-    summary["frobenius_per_margin"] = float(np.mean(
-        [f["frobenius_norm"] / f["train_margin_min"] for f in finals]))
+    for norm in ("nuclear", "frobenius"):  # the max-margin view; undefined unless fitted
+        summary[f"{norm}_per_margin"] = float(np.mean(
+            [f[f"{norm}_norm"] / f["train_margin_min"] if f["train_margin_min"] > 0
+             else float("nan") for f in finals]))
     summary.update(rank=model.rank, train_fraction=part.train_fraction,
                    log_candidates=math.log(w.n_answers), n_train=len(train_data.answer[0]),
                    n_test=len(test_data.answer[0]),

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, subplots
@@ -89,6 +90,8 @@ def _heat(a, mat: np.ndarray, title: str, xlabel: str, ylabel: str, fig) -> None
     a.set_xlabel(xlabel, fontsize=8)
     a.set_ylabel(ylabel, fontsize=8)
     a.grid(False)
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _blocks(npz, path: Path) -> Path | None:

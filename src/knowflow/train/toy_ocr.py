@@ -131,12 +131,15 @@ def train(model: ToyOCR, train_data: OcrData, test_data: OcrData, candidates: to
     Step t's record describes the model before update t; the last one is the final model.
     With W_KQ frozen the gradients are computed in closed form, otherwise by autograd.
     """
-    opt = _optimizer([p for p in model.parameters() if p.requires_grad], cfg)
     frozen_h = None if model.kq_trainable else model.hidden(train_data.tokens)  # (S, N, d)
     plain_gd = frozen_h is not None and cfg.optimizer == "gd"  # update in place, no optimizer
+    # (building a torch optimizer imports torch._dynamo: seconds, for nothing in plain GD)
+    opt = None if plain_gd else _optimizer([p for p in model.parameters()
+                                            if p.requires_grad], cfg)
     records: list[list[dict]] = [[] for _ in range(model.n_seeds)]
     for step in range(cfg.steps + 1):
-        opt.zero_grad()
+        if opt is not None:
+            opt.zero_grad()
         if frozen_h is not None:
             logits, grads = frozen_attention_grads(model, frozen_h, train_data.answer)
         else:
