@@ -50,6 +50,7 @@ class OcrWorldConfig:
     n_answers: int = 4  # K: facts per family = implications per family (candidates)
     families_per_subject: int = 1
     train_fraction: float = 0.2  # share of each (family, fact) group with implications shown
+    # (rounded per group, at least one: with the defaults one of ~4 subjects, 26% in all)
     seq_len: int = 3  # [s, r, <EOS>]; longer sequences pad with random noise tokens
     n_noise: int = 0  # distinct noise tokens (needed when seq_len > 3)
 
@@ -66,7 +67,9 @@ class OcrModelConfig:
 @dataclass(frozen=True)
 class SweepConfig:
     ranks: tuple[int, ...] = ()  # rank_sweep; empty = 2, 4, 8, ... up to d, and d
-    fractions: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5, 0.75)  # fraction_sweep
+    # fraction_sweep; a (family, fact) group of n subjects shows round(f * n) of them, at
+    # least 1 and at most n - 1, so with ~4 subjects per group only steps of ~1/4 resolve
+    fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,33 @@ def parts_of(cfg: OcrToyConfig) -> list[Part]:
         parts += [Part(f"rank_{r}", "factorized", r, frac) for r in sweep_ranks(cfg) if r != full]
     if cfg.study == "fraction_sweep":
         parts += [Part(f"fraction_{f:g}_{kind}", kind, rank if kind == "factorized" else None, f)
-                  for f in sorted(set(cfg.sweep.fractions)) if f != frac
-                  for kind in ("factorized", "merged")]
+                  for f in distinct_fractions(cfg) for kind in ("factorized", "merged")]
     return parts
+
+
+def distinct_fractions(cfg: OcrToyConfig) -> list[float]:
+    """Sweep fractions whose rounded split differs from the default's and from each other's.
+
+    The split rounds per (family, fact) group, so nearby fractions can show the very same
+    subjects (a seed draws the same order whatever the fraction); those would be recomputed
+    for nothing. Equal shown counts mean equal splits, since rounding is monotone in f.
+    """
+    from knowflow.worlds.ocr_toy import make_world
+
+    w = cfg.world
+
+    def shown(f: float) -> int:
+        return int(make_world(w.n_subjects, w.n_families, w.n_answers, w.families_per_subject,
+                              f, 0, w.n_noise).impl_train.sum())
+
+    seen, out = {shown(w.train_fraction)}, []
+    for f in sorted(set(cfg.sweep.fractions)):
+        if shown(f) not in seen:
+            seen.add(shown(f))
+            out.append(f)
+        else:
+            log.info("fraction %g shows the same subjects as a fraction already run", f)
+    return out
 
 
 def _blocks(world, wov: np.ndarray) -> dict[str, np.ndarray]:
@@ -200,6 +227,8 @@ def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str,
     train_data = OcrData.stack([tr for tr, _ in splits])
     test_data = OcrData.stack([te for _, te in splits])
     vocab = worlds[0].vocab
+    realized = float(np.mean([(world.impl_train.sum() / world.member.sum()).item()
+                              for world in worlds]))
     model = ToyOCR(vocab.dim, seeds, part.model == "factorized", part.rank, m.attention,
                    m.train_kq, m.init_scale, m.kq_init, getattr(torch, cfg.dtype))
     per_seed = train(model, train_data, test_data, vocab.impl_candidates(), cfg.train,
@@ -208,7 +237,8 @@ def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str,
     for seed, recs in zip(seeds, per_seed, strict=True):
         for rec in recs:
             records.append({"part": part.name, "model": part.model, "rank": model.rank,
-                            "train_fraction": part.train_fraction, "seed": seed, **rec})
+                            "train_fraction": part.train_fraction,
+                            "train_fraction_realized": realized, "seed": seed, **rec})
     finals = [recs[-1] for recs in per_seed]
     summary = {k: float(np.mean([f[k] for f in finals])) for k in finals[0] if k != "step"}
     for norm in ("nuclear", "frobenius"):  # the max-margin view; undefined unless fitted
@@ -216,6 +246,7 @@ def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str,
             [f[f"{norm}_norm"] / f["train_margin_min"] if f["train_margin_min"] > 0
              else float("nan") for f in finals]))
     summary.update(rank=model.rank, train_fraction=part.train_fraction,
+                   train_fraction_realized=realized,
                    log_candidates=math.log(w.n_answers), n_train=len(train_data.answer[0]),
                    n_test=len(test_data.answer[0]),
                    per_seed={k: [f[k] for f in finals] for k in FINAL_KEYS})
@@ -364,8 +395,10 @@ def _sweep_tables(cfg: OcrToyConfig, summary: dict) -> None:
         for name in [n for n in list(summary) if n.startswith("fraction_")]:
             row = summary.pop(name)
             model = "factorized" if name.endswith("_factorized") else "merged"
-            rows[(row["train_fraction"], model)] = {k: row[k] for k in FINAL_KEYS}
+            rows[(row["train_fraction"], model)] = row
         for model in ("factorized", "merged"):
-            rows[(cfg.world.train_fraction, model)] = {k: summary[model][k] for k in FINAL_KEYS}
+            rows[(cfg.world.train_fraction, model)] = summary[model]
+        rows = {key: {"train_fraction_realized": row["train_fraction_realized"],
+                      **{k: row[k] for k in FINAL_KEYS}} for key, row in rows.items()}
         summary["fraction_sweep"] = {f"{frac:g}/{model}": row
                                      for (frac, model), row in sorted(rows.items())}

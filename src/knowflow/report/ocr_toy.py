@@ -170,7 +170,7 @@ def _families(parts: dict[str, list[dict]], path: Path) -> Path | None:
 def _fraction_sweep(parts: dict[str, list[dict]], path: Path) -> Path | None:
     by_model: dict[str, dict[float, list[dict]]] = defaultdict(dict)
     for recs in parts.values():
-        by_model[recs[0]["model"]][recs[0]["train_fraction"]] = recs
+        by_model[recs[0]["model"]][recs[0]["train_fraction_realized"]] = recs
     if len(by_model.get("factorized", {})) < 2:
         return None
     fig, ax = subplots(2)
@@ -181,7 +181,7 @@ def _fraction_sweep(parts: dict[str, list[dict]], path: Path) -> Path | None:
             fr = sorted(runs)
             a.plot(fr, [_final(runs[f], key) for f in fr], "o-", color=COLORS[model],
                    label=model)
-        a.set_xlabel("train fraction (subjects with implications shown)")
+        a.set_xlabel("share of subjects with implications shown (realized)")
         a.set_title(title, fontsize=10)
         a.legend(fontsize=8)
     return save(fig, path)
