@@ -56,6 +56,7 @@ def test_other_studies(tmp_path, study, figure, table):
     if study == "families":
         assert summary["families"]["city_language/factorized"]["causal"] is True
         assert summary["families"]["cf_city_language/merged"]["causal"] is False
+        assert "factorized_spurious_test_impl_acc" in summary["findings"]
     if study == "fraction_sweep":
         # 0.25 shows the same 1 of 3 subjects per group as the default 0.34: run once
         assert list(summary["fraction_sweep"]) == [

@@ -334,6 +334,19 @@ def family_table(summary: dict, names: tuple[str, ...]) -> dict:
             for name in names for model in ("factorized", "merged")}
 
 
+def causal_vs_spurious(table: dict) -> dict:
+    """Mean test implication accuracy and loss of causal vs spurious families, per model."""
+    out = {}
+    for model in ("factorized", "merged"):
+        for causal, label in ((True, "causal"), (False, "spurious")):
+            rows = [r for key, r in table.items()
+                    if key.endswith(f"/{model}") and r["causal"] == causal]
+            for key in ("test_impl_acc", "test_impl_loss"):
+                out[f"{model}_{label}_{key}"] = (float(np.mean([r[key] for r in rows]))
+                                                 if rows else float("nan"))
+    return out
+
+
 @register("ocr-toy", OcrToyConfig, plot_ocr_toy,
           "Out-of-context reasoning: factorized vs merged one-layer attention (4 studies)",
           columns=("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_acc",
@@ -369,9 +382,10 @@ def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     np.savez(buf, **blocks)
     atomic_write_bytes(out_dir / OV_BLOCKS, buf.getvalue())
     _sweep_tables(cfg, summary)
+    summary["findings"] = findings(summary, records)
     if cfg.study == "families":
         summary["families"] = family_table(summary, family_names(cfg.world.n_families))
-    summary["findings"] = findings(summary, records)
+        summary["findings"].update(causal_vs_spurious(summary["families"]))
     return summary
 
 
