@@ -350,7 +350,7 @@ def causal_vs_spurious(table: dict) -> dict:
 @register("ocr-toy", OcrToyConfig, plot_ocr_toy,
           "Out-of-context reasoning: factorized vs merged one-layer attention (4 studies)",
           columns=("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_acc",
-                   "test_mean_rank", "test_margin", "nuclear_norm", "frobenius_norm"))
+                   "test_margin", "nuclear_norm", "frobenius_norm"))
 def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     from knowflow.worlds.ocr_toy import family_names
 
