@@ -218,8 +218,11 @@ def knockout_cmd(
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
-    """Attention-edge knockout: cut attention from the last position to each source set in
-    a window of layers; relative change in the prediction's probability per layer."""
+    """Attention-edge knockout from the last position, swept over layers.
+
+    Cuts the attention edges from the last position to each source set in a window of layers
+    and reports the relative change in the probability of the model's own prediction.
+    """
     from knowflow.probes import KnockoutConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
@@ -247,8 +250,11 @@ def sublayer_cmd(
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
-    """Sublayer knockout: zero MLP or attention outputs at chosen positions in a window of
-    layers; relative change in the prediction's probability per layer."""
+    """Sublayer knockout: zero MLP or attention outputs, swept over layers.
+
+    Zeroes the outputs at chosen positions in a window of layers and reports the relative
+    change in the probability of the model's own prediction.
+    """
     from knowflow.probes import SublayerConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
@@ -275,8 +281,12 @@ def project_cmd(
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
-    """Vocabulary projection: attribute extraction rate of attention vs MLP outputs at the
-    last position, and the attributes rate at the last subject token, per layer."""
+    """Vocabulary projection: attribute extraction rate and attributes rate per layer.
+
+    Extraction rate: how often the top token of the attention (MLP) output at the last
+    position is the final prediction. Attributes rate: the share of the top-k tokens of the
+    residual stream at the last subject token that belong to the subject's attributes.
+    """
     from knowflow.probes import ProjectionConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
@@ -313,8 +323,11 @@ def attention_cmd(
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
-    """Attention mass on the context: per layer and head, the share of attention from the
-    answer position to the context's tokens (examples need a `context`)."""
+    """Attention mass on the context, per layer and head.
+
+    The share of attention from the answer position (the last prompt token) to the context's
+    tokens; examples need a `context` (--data) or come from a suite (--suite).
+    """
     from knowflow.probes import AttentionMassConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
