@@ -134,3 +134,21 @@ def test_unknown_override_and_source(model_dir, data, tmp_path):
 def test_attention_probe_needs_a_context(model_dir, data):
     result, output = _run("attention", "--model", model_dir, "--data", data)
     _one_line_error(result, output, "no context")
+
+
+def test_attention_probe_over_a_suite(model_dir, tmp_path):
+    pytest.importorskip("knowflow.worlds.suites")
+    out = tmp_path / "suite"
+    result, output = _run("attention", "--model", model_dir, "--suite", "cf-capitals",
+                          "--limit", 3, "--out", out)
+    assert result.exit_code == 0, output
+    records = read_jsonl(out / "records.jsonl")
+    assert len(records) == 3 and all(r["n_context_tokens"] > 0 for r in records)
+    assert read_json(out / "config.json")["data"] == "suite:cf-capitals"
+
+
+def test_recall_probe_over_a_suite_without_subjects(model_dir, tmp_path):
+    pytest.importorskip("knowflow.worlds.suites")
+    result, output = _run("knockout", "--model", model_dir, "--suite", "cf-capitals",
+                          "--limit", 2, "--window", 2, "--out", tmp_path / "x")
+    _one_line_error(result, output, "names no subject")
