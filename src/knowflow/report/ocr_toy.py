@@ -145,7 +145,13 @@ def _rank_sweep(parts: dict[str, list[dict]], path: Path) -> Path | None:
     return save(fig, path)
 
 
-def _families(parts: dict[str, list[dict]], path: Path) -> Path | None:
+def _chance(a, key: str, log_k: float) -> None:
+    """Dotted line at chance: accuracy 1/K, loss log K (uniform over the K candidates)."""
+    value = float(np.exp(-log_k)) if "acc" in key else log_k
+    a.axhline(value, color="k", lw=0.8, ls=":", label="chance (1/K, log K)")
+
+
+def _families(parts: dict[str, list[dict]], path: Path, log_k: float) -> Path | None:
     from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES
 
     if "factorized" not in parts:
@@ -162,12 +168,15 @@ def _families(parts: dict[str, list[dict]], path: Path) -> Path | None:
                 a.bar(x + (j - 0.5) * 0.4, vals, 0.4, color=COLORS[model], label=model)
         a.set_xticks(x, [n + (" (causal)" if n in CAUSAL_FAMILIES else "") for n in names],
                      rotation=30, ha="right", fontsize=8)
+        _chance(a, prefix, log_k)
+        if "loss" in prefix:
+            a.set_yscale("log")
         a.set_title(title, fontsize=10)
-        a.legend(fontsize=8)
+        a.legend(fontsize=7, loc="center right")
     return save(fig, path)
 
 
-def _fraction_sweep(parts: dict[str, list[dict]], path: Path) -> Path | None:
+def _fraction_sweep(parts: dict[str, list[dict]], path: Path, log_k: float) -> Path | None:
     by_model: dict[str, dict[float, list[dict]]] = defaultdict(dict)
     for recs in parts.values():
         by_model[recs[0]["model"]][recs[0]["train_fraction_realized"]] = recs
@@ -181,6 +190,9 @@ def _fraction_sweep(parts: dict[str, list[dict]], path: Path) -> Path | None:
             fr = sorted(runs)
             a.plot(fr, [_final(runs[f], key) for f in fr], "o-", color=COLORS[model],
                    label=model)
+        _chance(a, key, log_k)
+        if "loss" in key:
+            a.set_yscale("log")
         a.set_xlabel("share of subjects with implications shown (realized)")
         a.set_title(title, fontsize=10)
         a.legend(fontsize=8)
@@ -202,7 +214,7 @@ def plot_ocr_toy(run_dir: Path) -> list[Path]:
     if study == "rank_sweep":
         paths.append(_rank_sweep(parts, out / "3_rank_sweep.png"))
     if study == "families":
-        paths.append(_families(parts, out / "4_families.png"))
+        paths.append(_families(parts, out / "4_families.png", log_k))
     if study == "fraction_sweep":
-        paths.append(_fraction_sweep(parts, out / "5_fraction_sweep.png"))
+        paths.append(_fraction_sweep(parts, out / "5_fraction_sweep.png", log_k))
     return [p for p in paths if p is not None]
