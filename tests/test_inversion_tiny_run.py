@@ -8,8 +8,12 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
-from knowflow.train.pretrain import PretrainConfig, TinyModelConfig, load_pretrained, \
-    pretrained_path
+from knowflow.train.pretrain import (
+    PretrainConfig,
+    TinyModelConfig,
+    load_pretrained,
+    pretrained_path,
+)
 from knowflow.train.tiny_sft import TinySFTConfig, finetune
 from knowflow.worlds.tiny_world import (
     Mixture,

@@ -55,10 +55,11 @@ class PretrainConfig:
     lr: float = 3e-3
     warmup: int = 100
     facts_per_doc: int = 4
-    lookup_share: float = 0.3  # share of documents that end in a lookup
+    lookup_share: float = 0.5  # share of documents that end in a lookup
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
+    lookup_memorized: float = 0.5  # share of lookup statements about mem_train subjects
     recall_threshold: float = 0.98  # stop once recall of memorized facts reaches this
-    min_steps: int = 1000  # ... but not before (the lookup skill forms later than recall)
+    min_steps: int = 800  # ... but not before (the lookup skill forms later than recall)
     eval_every: int = 100
 
 
@@ -108,7 +109,8 @@ def recall_accuracy(model, tokenizer, world: World) -> float:
 def lookup_accuracy(model, tokenizer, world: World, cfg: PretrainConfig, n: int = 256) -> float:
     """Accuracy on the repeated statement's value in fresh lookup documents."""
     rng = random.Random(f"lookup-eval-{world.seed}")
-    docs = pretraining_documents(world, n, cfg.facts_per_doc, 1.0, rng, cfg.lookup_facts)
+    docs = pretraining_documents(world, n, cfg.facts_per_doc, 1.0, rng, cfg.lookup_facts,
+                                 cfg.lookup_memorized)
     return next_token_accuracy(model, tokenizer, [d[:-2] for d in docs], [d[-2] for d in docs])
 
 
@@ -125,7 +127,8 @@ def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig
     for step in range(1, cfg.max_steps + 1):
         model.train()
         docs = pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
-                                     cfg.lookup_share, rng, cfg.lookup_facts)
+                                     cfg.lookup_share, rng, cfg.lookup_facts,
+                                     cfg.lookup_memorized)
         ids = _ids(tokenizer, docs)  # (batch, seq)
         logits = model(input_ids=ids).logits  # (batch, seq, vocab)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
@@ -158,7 +161,9 @@ def _quiet() -> None:
 
 def cache_key(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig, cfg: PretrainConfig,
               seed: int) -> str:
-    blob = json.dumps({"world": dataclasses.asdict(world_cfg),
+    world = dataclasses.asdict(world_cfg)
+    del world["context_facts"]  # finetuning only
+    blob = json.dumps({"world": world,
                        "model": dataclasses.asdict(model_cfg),
                        "pretrain": dataclasses.asdict(cfg), "seed": seed,
                        "version": CACHE_VERSION}, sort_keys=True)
@@ -176,6 +181,7 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
     model, tokenizer, info = pretrain_model(world, model_cfg, cfg, seed)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

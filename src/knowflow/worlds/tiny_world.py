@@ -105,11 +105,16 @@ def _statement(s: str, r: str, v: str) -> list[str]:
 
 
 def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_share: float,
-                          rng: random.Random, lookup_facts: int = 2) -> list[list[str]]:
+                          rng: random.Random, lookup_facts: int = 2,
+                          lookup_memorized: float = 0.0) -> list[list[str]]:
     """`n_docs` documents of `facts_per_doc` statements each: fact documents (memorized facts)
     and, a `lookup_share` of them, lookup documents, which end with `lookup_facts - 1` random
-    statements about scratch subjects and then one of those repeated (the rest of a lookup
-    document is memorized facts, so every document has the same length)."""
+    statements and then one of those repeated (the rest of a lookup document is memorized
+    facts, so every document has the same length). A lookup statement's subject is a
+    `mem_train` subject with probability `lookup_memorized`, else a scratch subject; its value
+    is random either way, so a lookup about a memorized subject usually contradicts memory and
+    teaches that a stated value overrides a stored one. `mem_eval` subjects never appear in
+    lookups."""
     facts = world.memorized_facts()
     docs = []
     for _ in range(n_docs):
@@ -118,7 +123,12 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
         for fact in rng.sample(facts, facts_per_doc - n_lookup):
             doc += _statement(*fact)
         if n_lookup:
-            subjects = rng.sample(world.groups["scratch"], n_lookup - 1)
+            subjects = [rng.choice(world.groups["mem_train"])
+                        if rng.random() < lookup_memorized else rng.choice(world.groups["scratch"])
+                        for _ in range(n_lookup - 1)]
+            while len(set(subjects)) < len(subjects):  # distinct subjects within a lookup
+                subjects = [s if s not in subjects[:i] else rng.choice(world.groups["scratch"])
+                            for i, s in enumerate(subjects)]
             stated = [(s, rng.choice(world.relations), rng.choice(world.values))
                       for s in subjects]
             for fact in stated:
@@ -138,6 +148,10 @@ def _other_value(world: World, value: str, rng: random.Random) -> str:
 def make_example(world: World, kind: str, s: str, r: str, rng: random.Random) -> Example:
     """A finetuning or evaluation prompt of `kind` about (s, r)."""
     memory = world.facts[s, r]
+    if kind == "C" and s in world.groups["unk_train"]:
+        # a finetuning C example states a fresh value each time, so the answer can only come
+        # from the context (an unknown subject has no fact to memorize across epochs)
+        memory = rng.choice(world.values)
     if kind == "S":
         tokens = (BOS, QUESTION, s, r)
         return Example(kind, tokens, memory, memory, None, 2)
@@ -165,7 +179,7 @@ class Mixture:
     """Finetuning set composition: `n` examples split into C, C+S and S by shares, plus
     `aug` counterfactual-augmentation examples (memorized subjects, conflicting context)."""
 
-    n: int = 480
+    n: int = 4800
     share_c: float = 0.25
     share_cs: float = 0.7
     share_s: float = 0.05
