@@ -1,8 +1,10 @@
 """Benchmark: the whole of `ocr-toy` experiment (1) at its default size.
 
 128-token vocabulary, 2,000 full-batch GD steps, 3 seeds x 2 models (factorized, merged).
-Each model is one process with one torch thread and its three seeds batched into one set of
-matrix products. Prints wall time and steps per second; never asserts on time.
+One torch thread; each model's three seeds train together as one set of batched matrix
+products, and the two models run one after the other in this process (a spawned worker would
+spend ~3 s importing torch and knowflow, more than it saves). Prints wall time and steps per
+second; never asserts on time.
 
     .venv/bin/python benchmarks/bench_ocr_toy.py [--workers N]
 """
@@ -20,7 +22,8 @@ import torch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2, help="processes (one per model)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="processes for sweeps; the two-part main study runs in-process")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from knowflow.experiments.runner import build_config, run_experiment

@@ -12,7 +12,8 @@ Studies (`--set study=...`):
                   spurious pairings (a counterfactual implication is inferred just as readily)
   fraction_sweep  both models across training fractions of shown implications
 Each part (one model at one setting, all seeds batched) is checkpointed; `--resume` redoes only
-the missing ones. Parts run in parallel processes, one torch thread each.
+the missing ones. Seeds train batched; the parts of a sweep run in parallel processes, one
+torch thread each.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ class OcrToyConfig:
     study: Literal["main", "rank_sweep", "families", "fraction_sweep"] = "main"
     seeds: tuple[int, ...] = (0, 1, 2)
     dtype: Literal["float32", "float64"] = "float32"
-    workers: int = 2  # processes; each uses one torch thread
+    # processes, one torch thread each. Seeds are batched inside a part, so a study of two
+    # parts (main, families) runs in this process: a spawned worker spends ~3 s importing
+    # torch and knowflow, more than it saves. Sweeps (6-8 parts) use the workers.
+    workers: int = 2
     world: OcrWorldConfig = field(default_factory=OcrWorldConfig)
     model: OcrModelConfig = field(default_factory=OcrModelConfig)
     train: OcrTrainConfig = field(default_factory=OcrTrainConfig)
@@ -360,7 +364,7 @@ def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     if len(todo) < len(parts):
         log.info("resuming: %d of %d parts already done", len(parts) - len(todo), len(parts))
     workers = min(cfg.workers, len(todo))
-    if workers > 1:
+    if workers > 1 and len(todo) > 2:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             futures = [pool.submit(_run_one, cfg, p) for p in todo]
