@@ -74,15 +74,25 @@ def test_pretraining_text_holds_memorized_facts_only():
     import random
 
     world = make_world(CFG, 0)
-    docs = pretraining_documents(world, 200, 4, 0.5, random.Random(0), lookup_facts=3)
     unknown = set(world.groups["unk_train"]) | set(world.groups["unk_eval"])
+    docs = pretraining_documents(world, 200, 4, 0.5, random.Random(0), lookup_facts=3)
     assert len({len(d) for d in docs}) == 1
-    for doc in docs:
+    for doc in docs:  # lookups about scratch subjects only: every other statement is true
         assert not _subjects(doc) & unknown
         for i in range(1, len(doc), 4):
             s, r, v = doc[i:i + 3]
             if s not in world.groups["scratch"]:
                 assert world.facts[s, r] == v
+        if doc[-4] in world.groups["scratch"]:  # a lookup: its last statement is a repeat
+            assert doc[-4:-1] in (doc[-8:-5], doc[-12:-9])
+    docs = pretraining_documents(world, 200, 4, 1.0, random.Random(0), lookup_facts=3,
+                                 lookup_memorized=1.0)
+    memorized = set(world.groups["mem_train"]) | set(world.groups["mem_eval"])
+    assert all(d[-4:-1] in (d[-8:-5], d[-12:-9]) for d in docs)
+    assert not _subjects(sum(docs, [])) & unknown
+    # the rare duplicate subject within a lookup is replaced by a scratch subject
+    assert sum(d[-4] in memorized for d in docs) > 0.9 * len(docs)
+    assert {d[-4] for d in docs} <= memorized | set(world.groups["scratch"])
 
 
 def test_tokenizer_round_trips_and_reloads(tmp_path):

@@ -81,6 +81,9 @@ class InversionTinyConfig:
         require(p.facts_per_doc <= (w.mem_train + w.mem_eval) * w.n_relations,
                 "pretrain.facts_per_doc", "exceeds the number of memorized facts")
         require(p.eval_every >= 1, "pretrain.eval_every", "must be at least 1")
+        require(0 <= p.lookup_memorized <= 1, "pretrain.lookup_memorized", "must lie in [0, 1]")
+        for name in ("recall_threshold", "lookup_threshold"):
+            require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
         for name in ("share_c", "share_cs", "share_s"):
             require(getattr(mix, name) >= 0, f"mixture.{name}", "must not be negative")
         require(abs(mix.share_c + mix.share_cs + mix.share_s - 1) < 1e-6, "mixture",

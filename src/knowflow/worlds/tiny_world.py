@@ -10,12 +10,13 @@ Subjects (`s017`), relations (`r2`) and attribute values (`v41`) are single word
   that contradicts memory), held-out C+S items, and recall without context;
 - `unk_train`: never in pretraining, used for context-critical (C) finetuning examples;
 - `unk_eval`: never in pretraining nor finetuning: held-out C items;
-- `scratch`: only in the pretraining lookup documents, each time with random values (they
-  teach reading a list of facts, never a fixed fact).
+- `scratch`: only in the pretraining lookup documents and as context distractors, each time
+  with random values (they teach reading a list of facts, never a fixed fact).
 
 Pretraining text (packed as documents of `facts_per_doc` statements `s r v .`):
-fact documents state memorized facts; lookup documents state random facts about scratch
-subjects and then repeat one statement, so predicting its value means reading it back.
+fact documents state memorized facts; lookup documents end with random statements (about
+scratch or memorized subjects) and then repeat one, so predicting its value means reading it
+back, even where it contradicts what the model memorized.
 
 Finetuning prompts use a layout never seen in pretraining:
 `<bos> context s' r' v' . [distractors] question s r` -> `v`, or without context
@@ -110,12 +111,14 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
     """`n_docs` documents of `facts_per_doc` statements each: fact documents (memorized facts)
     and, a `lookup_share` of them, lookup documents, which end with `lookup_facts - 1` random
     statements and then one of those repeated (the rest of a lookup document is memorized
-    facts, so every document has the same length). A lookup statement's subject is a
-    `mem_train` subject with probability `lookup_memorized`, else a scratch subject; its value
-    is random either way, so a lookup about a memorized subject usually contradicts memory and
-    teaches that a stated value overrides a stored one. `mem_eval` subjects never appear in
-    lookups."""
+    facts, so every document has the same length). A lookup statement's subject is a memorized
+    subject (`mem_train` or `mem_eval`) with probability `lookup_memorized`, else a scratch
+    subject; its value is random either way, so a lookup about a memorized subject usually
+    contradicts memory and teaches, in the pretraining layout, that a value stated in the text
+    overrides a stored one. (With lookups about `mem_train` subjects only, a model learns that
+    per subject and never overrides memory for `mem_eval` subjects.)"""
     facts = world.memorized_facts()
+    memorized = world.groups["mem_train"] + world.groups["mem_eval"]
     docs = []
     for _ in range(n_docs):
         doc = [BOS]
@@ -123,9 +126,8 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
         for fact in rng.sample(facts, facts_per_doc - n_lookup):
             doc += _statement(*fact)
         if n_lookup:
-            subjects = [rng.choice(world.groups["mem_train"])
-                        if rng.random() < lookup_memorized else rng.choice(world.groups["scratch"])
-                        for _ in range(n_lookup - 1)]
+            subjects = [rng.choice(memorized) if rng.random() < lookup_memorized
+                        else rng.choice(world.groups["scratch"]) for _ in range(n_lookup - 1)]
             while len(set(subjects)) < len(subjects):  # distinct subjects within a lookup
                 subjects = [s if s not in subjects[:i] else rng.choice(world.groups["scratch"])
                             for i, s in enumerate(subjects)]
