@@ -97,6 +97,9 @@ def test_default_config_shows_the_inversion_and_no_fall_without_c_plus_s(tmp_pat
     assert inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_final"] >= 0.05  # ...then falls
     assert inv["proj_theta_C_start"] > 0
     assert inv["proj_theta_C_after_peak_negative_share"] > 0.5
+    assert inv["cf_acc_start"] < 0.5 < inv["cf_acc_at_mc_peak"]  # the argmax inverts too
+    assert inv["cf_acc_final"] < 0.5
     assert c_only["mc_peak"] - c_only["mc_final"] <= 0.02
+    assert c_only["cf_acc_final"] == 1.0
     assert PARTS[0] == "inversion"
     json.dumps(result.summary)  # summary is plain JSON
