@@ -57,6 +57,13 @@ def main() -> None:
     print(f"generate  batched      {n / t_b:6.2f} items/s  ({t_b:6.1f} s)")
     print(f"generate  one-by-one   {n / t_s:6.2f} items/s  ({t_s:6.1f} s)")
     print(f"generate  speedup      {t_s / t_b:6.2f}x   outputs identical: {batched == single}")
+    # the floor: prompt prefill alone (one new token), which batching cannot shrink on a CPU
+    _, t_pb = timed(lambda: generate(model, tok, seqs, batch_size=args.batch_size,
+                                     max_new_tokens=1))
+    _, t_ps = timed(lambda: [generate(model, tok, [s], batch_size=1, share_prefix=False,
+                                      max_new_tokens=1) for s in seqs])
+    print(f"prefill   batched {t_pb:6.1f} s, one-by-one {t_ps:6.1f} s: prefill is "
+          f"{100 * t_pb / t_b:.0f}% of batched generation time")
 
     lb, t_lb = timed(lambda: score_continuations(model, tok, seqs, conts,
                                                  batch_size=args.batch_size))
