@@ -81,7 +81,8 @@ class InversionTinyConfig:
         require(p.facts_per_doc <= (w.mem_train + w.mem_eval) * w.n_relations,
                 "pretrain.facts_per_doc", "exceeds the number of memorized facts")
         require(p.eval_every >= 1, "pretrain.eval_every", "must be at least 1")
-        require(0 <= p.lookup_memorized <= 1, "pretrain.lookup_memorized", "must lie in [0, 1]")
+        for name in ("lookup_memorized", "lookup_reliability"):
+            require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
         for name in ("recall_threshold", "lookup_threshold"):
             require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
         for name in ("share_c", "share_cs", "share_s"):
@@ -173,12 +174,12 @@ def curve_summary(records: list[dict]) -> dict:
 
 
 def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
-    """The seed mean of every scalar metric, step by step (curves share their steps)."""
+    """The seed mean of every metric all seeds have, step by step (curves share their steps)."""
     out = []
     for rows in zip(*per_seed, strict=True):
         rec: dict = {"step": rows[0]["step"]}
         for key, value in rows[0].items():
-            if key == "step":
+            if key == "step" or any(key not in r for r in rows):  # e.g. a kind filtered out
                 continue
             if isinstance(value, list):
                 rec[key] = [sum(r[key][i] for r in rows) / len(rows) for i in range(len(value))]
@@ -189,11 +190,16 @@ def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
 
 
 def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
-    """Seed-mean curve summary plus each seed's own start/peak/peak step/final."""
+    """Seed-mean curve summary plus each seed's own start/peak/peak step/final, as lists in
+    seed order (`seeds`), so an arm stays one flat row of the report's table."""
     out = curve_summary(mean_curve(list(per_seed.values())))
-    out["per_seed"] = {str(seed): {**{k: v for k, v in curve_summary(recs).items()
-                                      if k.startswith("cf_acc")}, **extras[seed]}
-                       for seed, recs in per_seed.items()}
+    out["seeds"] = list(per_seed)
+    own = [curve_summary(recs) for recs in per_seed.values()]
+    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
+                "fall"):
+        out[f"{key}_seeds"] = [row[key] for row in own]
+    for key in sorted({k for extra in extras.values() for k in extra}):
+        out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
     return out
 
 

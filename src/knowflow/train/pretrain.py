@@ -50,14 +50,15 @@ class TinyModelConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    max_steps: int = 4000
+    max_steps: int = 3000
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 100
-    facts_per_doc: int = 4
+    facts_per_doc: int = 3
     lookup_share: float = 0.5  # share of documents that end in a lookup
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
-    lookup_memorized: float = 0.5  # share of lookup statements about mem_train subjects
+    lookup_memorized: float = 1.0  # share of lookup statements about memorized subjects
+    lookup_reliability: float = 0.7  # P(the repeat states the value read earlier)
     recall_threshold: float = 0.98  # stop once recall of memorized facts reaches this
     lookup_threshold: float = 0.95  # ... and lookup accuracy reaches this
     min_steps: int = 500  # ... and not before this
@@ -129,7 +130,7 @@ def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig
         model.train()
         docs = pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
                                      cfg.lookup_share, rng, cfg.lookup_facts,
-                                     cfg.lookup_memorized)
+                                     cfg.lookup_memorized, cfg.lookup_reliability)
         ids = _ids(tokenizer, docs)  # (batch, seq)
         logits = model(input_ids=ids).logits  # (batch, seq, vocab)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),

@@ -32,8 +32,8 @@ TrainMode = Literal["full", "lora", "qk"]
 class TinySFTConfig:
     steps: int = 600
     batch_size: int = 16
-    lr: float = 1e-3
-    train: TrainMode = "full"
+    lr: float = 3e-3
+    train: TrainMode = "lora"
     lora_r: int = 8
     eval_every: int = 20
     checkpoint_every: int = 5  # evaluations between resumable checkpoints
@@ -78,6 +78,7 @@ def finetune(model, tokenizer, train: list[Example], evals: dict[str, list[Examp
     With `checkpoint`, state is saved there every `checkpoint_every` evaluations and a saved
     state is resumed from. `stop(step)` returning True ends the run early (an interruption).
     """
+    torch.manual_seed(seed)  # LoRA adapters start random; same seed, same run
     model = select_trainable(model, cfg.train, cfg.lora_r)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)

@@ -107,7 +107,8 @@ def _statement(s: str, r: str, v: str) -> list[str]:
 
 def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_share: float,
                           rng: random.Random, lookup_facts: int = 2,
-                          lookup_memorized: float = 0.0) -> list[list[str]]:
+                          lookup_memorized: float = 0.0, lookup_reliability: float = 1.0
+                          ) -> list[list[str]]:
     """`n_docs` documents of `facts_per_doc` statements each: fact documents (memorized facts)
     and, a `lookup_share` of them, lookup documents, which end with `lookup_facts - 1` random
     statements and then one of those repeated (the rest of a lookup document is memorized
@@ -116,7 +117,9 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
     subject; its value is random either way, so a lookup about a memorized subject usually
     contradicts memory and teaches, in the pretraining layout, that a value stated in the text
     overrides a stored one. (With lookups about `mem_train` subjects only, a model learns that
-    per subject and never overrides memory for `mem_eval` subjects.)"""
+    per subject and never overrides memory for `mem_eval` subjects.) The repeat keeps the
+    stated value with probability `lookup_reliability` (else another value), which sets how
+    far the model trusts a text it reads, as delta_C does in the theory model."""
     facts = world.memorized_facts()
     memorized = world.groups["mem_train"] + world.groups["mem_eval"]
     docs = []
@@ -135,7 +138,10 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
                       for s in subjects]
             for fact in stated:
                 doc += _statement(*fact)
-            doc += _statement(*rng.choice(stated))
+            s, r, v = rng.choice(stated)
+            if rng.random() >= lookup_reliability:  # an unreliable text: the repeat differs
+                v = _other_value(world, v, rng)
+            doc += _statement(s, r, v)
         docs.append(doc)
     return docs
 
@@ -182,9 +188,9 @@ class Mixture:
     `aug` counterfactual-augmentation examples (memorized subjects, conflicting context)."""
 
     n: int = 4800
-    share_c: float = 0.25
-    share_cs: float = 0.7
-    share_s: float = 0.05
+    share_c: float = 0.1
+    share_cs: float = 0.8
+    share_s: float = 0.1
     aug: int = 0
 
 
