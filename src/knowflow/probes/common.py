@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, KnowflowError
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import Located
 
@@ -118,5 +118,10 @@ def check_heads(heads: Sequence[int], n_heads: int) -> None:
 
 def keep_known(preds: Sequence[Prediction], known_only: bool) -> list[int]:
     """Indices of the examples to probe: with `known_only`, those the model gets right
-    (examples with nothing to check against are kept)."""
-    return [i for i, p in enumerate(preds) if not known_only or p.known is not False]
+    (examples with nothing to check against are kept). None left is an error, not an empty
+    result."""
+    chosen = [i for i, p in enumerate(preds) if not known_only or p.known is not False]
+    if preds and not chosen:
+        raise KnowflowError(f"the model gets none of the {len(preds)} facts right, so there is "
+                            "nothing to probe; use --all (known_only=false) to probe them anyway")
+    return chosen

@@ -3,7 +3,7 @@
 For the attention probe an item becomes its full prompt (context + question, rendered as
 `knowflow eval` renders it) with the context's character span. For the recall probes
 (knockout, sublayer, project) an item becomes its question alone, which needs the subject
-named in the item's `meta["subject"]`; items without one are an error.
+the item names (`item.subject`, or `meta["subject"]`); items without one are an error.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str 
     for item in items:
         prompt = render(item, tokenizer, PromptConfig(format=prompt_format,
                                                       use_context=with_context)).text
-        subject = item.meta.get("subject") if isinstance(item.meta, dict) else None
+        subject = item.subject or (item.meta.get("subject") if isinstance(item.meta, dict)
+                                   else None)
         if not with_context and (subject is None or find_text(prompt, subject) is None):
             raise KnowflowError(f"suite {name!r} item {item.id} names no subject in its "
                                 "question; recall probes need one (use --data prompts.jsonl)")
