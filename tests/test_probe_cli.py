@@ -147,8 +147,15 @@ def test_attention_probe_over_a_suite(model_dir, tmp_path):
     assert read_json(out / "config.json")["data"] == "suite:cf-capitals"
 
 
-def test_recall_probe_over_a_suite_without_subjects(model_dir, tmp_path):
+def test_recall_probe_over_a_suite(model_dir, tmp_path):
     pytest.importorskip("knowflow.worlds.suites")
-    result, output = _run("knockout", "--model", model_dir, "--suite", "cf-capitals",
-                          "--limit", 2, "--window", 2, "--out", tmp_path / "x")
-    _one_line_error(result, output, "names no subject")
+    args = ["knockout", "--model", model_dir, "--suite", "cf-capitals", "--limit", 2,
+            "--window", 2]
+    # a random tiny model knows no capital: probing only known facts leaves nothing
+    result, output = _run(*args, "--out", tmp_path / "x")
+    _one_line_error(result, output, "none of the 2 facts")
+    assert not (tmp_path / "x").exists()
+    result, output = _run(*args, "--all", "--out", tmp_path / "y")
+    assert result.exit_code == 0, output
+    summary = read_json(tmp_path / "y" / "summary.json")
+    assert set(summary) >= {"subject", "non_subject", "last"}
