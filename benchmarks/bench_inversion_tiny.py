@@ -33,7 +33,7 @@ def main(args: list[str]) -> None:
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     arms = [k for k in result.summary if k not in ("pretrain", "findings")]
-    seeds = len(result.summary[arms[0]]["per_seed"])
+    seeds = len(result.summary[arms[0]]["seeds"])
     pre = result.summary["pretrain"]
     pre_s = sum(p["seconds"] for p in pre.values())
     print(f"inversion-tiny, {len(arms)} arms x {seeds} seeds, overrides={overrides or 'none'}, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +46,10 @@ def select_trainable(model, mode: TrainMode, lora_r: int = 8):
         from peft import LoraConfig, get_peft_model
 
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        return get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r,
-                                                lora_dropout=0.0, target_modules=targets))
+        with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
+            warnings.simplefilter("ignore", FutureWarning)
+            return get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r,
+                                                    lora_dropout=0.0, target_modules=targets))
     for name, param in model.named_parameters():
         param.requires_grad = mode == "full" or name.endswith(("q_proj.weight",
                                                                "k_proj.weight"))
