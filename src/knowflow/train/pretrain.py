@@ -183,6 +183,11 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
     _quiet()
     world = make_world(world_cfg, seed)
     model, tokenizer, info = pretrain_model(world, model_cfg, cfg, seed)
+    if not info["reached_threshold"]:
+        log.warning("pretraining (seed %d) stopped at max_steps=%d with recall %.3f and lookup "
+                    "accuracy %.3f, below the thresholds (%.2f, %.2f)", seed, info["steps"],
+                    info["recall"], info["lookup_acc"], cfg.recall_threshold,
+                    cfg.lookup_threshold)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
