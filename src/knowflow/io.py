@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,23 @@ def read_json(path: str | Path) -> Any:
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def atomic_write_folder(target: str | Path, write: Callable[[Path], None], marker: str) -> Path:
+    """Fill a temp folder beside `target` with `write(tmp)`, then rename it into place.
+
+    Readers never see a half-written folder. If another process finished `target` first (its
+    `marker` file exists), theirs is kept.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a cache folder is an ordinary folder
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / marker).exists():
+            raise
+    return target

@@ -14,10 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from knowflow.io import atomic_write_folder
 from knowflow.models.hf import cache_dir
 from knowflow.worlds.tiny_tokenizer import build_tokenizer, encode_words
 from knowflow.worlds.tiny_world import (
@@ -188,18 +186,12 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
                     "accuracy %.3f, below the thresholds (%.2f, %.2f)", seed, info["steps"],
                     info["recall"], info["lookup_acc"], cfg.recall_threshold,
                     cfg.lookup_threshold)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "pretrain.json").write_text(json.dumps(info, indent=2))
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "pretrain.json").exists():  # another process may have won the race
-            raise
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "pretrain.json").write_text(json.dumps(info, indent=2))
+
+    atomic_write_folder(target, write, marker="pretrain.json")
     return target
 
 
