@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.probes.examples import ProbeExample
-from knowflow.probes.spans import Located
+from knowflow.probes.examples import ProbeExample, require_subject
+from knowflow.probes.spans import Located, locate
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -125,3 +125,14 @@ def keep_known(preds: Sequence[Prediction], known_only: bool) -> list[int]:
         raise KnowflowError(f"the model gets none of the {len(preds)} facts right, so there is "
                             "nothing to probe; use --all (known_only=false) to probe them anyway")
     return chosen
+
+
+def recall_examples(model, tokenizer, examples: Sequence[ProbeExample], known_only: bool,
+                    probe: str, batch_size: int = 16
+                    ) -> tuple[list[Located], list[Prediction], list[int]]:
+    """The shared start of every recall probe: check subjects, locate spans, take the model's
+    predictions and choose the examples to probe. Returns (located, predictions, chosen)."""
+    require_subject(list(examples), probe)
+    located = [locate(tokenizer, ex) for ex in examples]
+    preds = predict(model, tokenizer, examples, located, batch_size)
+    return located, preds, keep_known(preds, known_only)

@@ -31,14 +31,13 @@ from knowflow.probes.common import (
     check_heads,
     check_layers,
     device_of,
-    keep_known,
     output_cache,
-    predict,
+    recall_examples,
     window,
 )
-from knowflow.probes.examples import ProbeExample, require_subject
+from knowflow.probes.examples import ProbeExample
 from knowflow.probes.intercept import AttentionPlan, intercepted
-from knowflow.probes.spans import Located, check_source, locate
+from knowflow.probes.spans import Located, check_source
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +133,8 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
     check_heads(cfg.heads, arch.n_heads)
     for source in cfg.sources:
         check_source(source)
-    require_subject(list(examples), "knockout")
-    located = [locate(tokenizer, ex) for ex in examples]
-    preds = predict(model, tokenizer, examples, located)
-    chosen = keep_known(preds, cfg.known_only)
+    located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
+                                             "knockout")
     log.info("knockout: %d of %d examples kept", len(chosen), len(examples))
     records: list[dict] = []
     with intercepted(model) as layer_of:

@@ -25,9 +25,8 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.probes.arch import arch_of
-from knowflow.probes.common import Progress, device_of, keep_known, pad_id, pad_right, predict
-from knowflow.probes.examples import ProbeExample, require_subject
-from knowflow.probes.spans import locate
+from knowflow.probes.common import Progress, device_of, pad_id, pad_right, recall_examples
+from knowflow.probes.examples import ProbeExample
 
 _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or",
                    "is", "was", "are", "be", "it", "its", "as", "with", "from", "that", "this"])
@@ -93,10 +92,8 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
     if cfg.top_k < 1:
         raise ConfigError("must be at least 1", "top_k")
     arch = arch_of(model)
-    require_subject(list(examples), "project")
-    located = [locate(tokenizer, ex) for ex in examples]
-    preds = predict(model, tokenizer, examples, located, cfg.batch_size)
-    chosen = keep_known(preds, cfg.known_only)
+    located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
+                                             "project", cfg.batch_size)
     dev = device_of(model)
     names: dict[int, str] = {}
 

@@ -23,12 +23,11 @@ from knowflow.probes.common import (
     Progress,
     check_layers,
     device_of,
-    keep_known,
-    predict,
+    recall_examples,
     window,
 )
-from knowflow.probes.examples import ProbeExample, require_subject
-from knowflow.probes.spans import Located, check_source, locate
+from knowflow.probes.examples import ProbeExample
+from knowflow.probes.spans import Located, check_source
 
 log = logging.getLogger(__name__)
 SUBLAYERS = ("mlp", "attn")
@@ -110,10 +109,8 @@ def sublayer_knockout(model, tokenizer, examples: Sequence[ProbeExample],
             raise ConfigError(f"unknown sublayer {kind!r} (known: mlp, attn)", "sublayers")
     for source in cfg.positions:
         check_source(source)
-    require_subject(list(examples), "sublayer")
-    located = [locate(tokenizer, ex) for ex in examples]
-    preds = predict(model, tokenizer, examples, located)
-    chosen = keep_known(preds, cfg.known_only)
+    located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
+                                             "sublayer")
     records: list[dict] = []
     for done, i in enumerate(chosen):
         ex, loc, pred = examples[i], located[i], preds[i]
