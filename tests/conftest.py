@@ -1,5 +1,12 @@
 import pytest
 import torch
+from tokenizers import Tokenizer, decoders, models
+from tokenizers.pre_tokenizers import ByteLevel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+# A test fixture only: the library never writes chat templates, it calls apply_chat_template.
+TEST_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
+                      "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 @pytest.fixture(autouse=True)
@@ -7,3 +14,27 @@ def _one_thread():
     """Small models run fastest (and most reproducibly) on one thread."""
     torch.set_num_threads(1)
     yield
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with a chat template (no downloads)."""
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>",
+                                   pad_token="<|end|>",
+                                   additional_special_tokens=["<|user|>", "<|assistant|>",
+                                                              "<|system|>"])
+    fast.chat_template = TEST_CHAT_TEMPLATE
+    return fast
+
+
+def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LlamaForCausalLM:
+    """A randomly initialised 2-layer, 4-head Llama over `tokenizer`'s vocabulary."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=2048, initializer_range=0.2,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return LlamaForCausalLM(cfg).eval()

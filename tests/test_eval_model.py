@@ -7,11 +7,10 @@ import math
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models
-from tokenizers.pre_tokenizers import ByteLevel
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
+from conftest import byte_tokenizer, tiny_llama
 from knowflow.cli import app
 from knowflow.errors import KnowflowError
 from knowflow.evaluate.api import EvalConfig, evaluate
@@ -22,32 +21,15 @@ from knowflow.evaluate.metrics import bootstrap_ci, memorization_ratio
 from knowflow.evaluate.prompts import CONTEXT_ONLY, PromptConfig, render
 from knowflow.worlds.suites import get_suite
 
-# A test fixture only: the library never writes chat templates, it calls apply_chat_template.
-TEST_CHAT_TEMPLATE = ("{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
-                      "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>",
-                                   pad_token="<|end|>",
-                                   additional_special_tokens=["<|user|>", "<|assistant|>"])
-    fast.chat_template = TEST_CHAT_TEMPLATE
-    return fast
+    return byte_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=2048, initializer_range=0.2,
-                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +135,7 @@ def test_prompt_formats(tokenizer, items):
     assert chat.text.startswith("<|user|>Context: ") and chat.text.endswith("<|assistant|>")
     assert not chat.add_special_tokens and chat.answer_prefix == ""
     plain = render(qa, tokenizer, PromptConfig("plain", context_only=True))
-    assert plain.text.startswith(CONTEXT_ONLY) and plain.text.endswith("Answer:")
+    assert CONTEXT_ONLY in plain.text and plain.text.endswith("Answer:")
     assert plain.answer_prefix == " "
     alpaca = render(qa, tokenizer, PromptConfig("alpaca"))
     assert "### Input:\n" + qa.context in alpaca.text

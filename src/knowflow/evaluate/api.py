@@ -102,7 +102,7 @@ def _prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
     return prompts, seqs
 
 
-def _evaluate_suite(model, tokenizer, name: str, items: list[ConflictItem], cfg: EvalConfig,
+def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: EvalConfig,
                     progress: Progress | None) -> list[dict]:
     prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
     golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),
@@ -181,7 +181,7 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     summary: dict[str, dict] = {}
     for name, items in by_suite.items():
         log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
-        records[name] = _evaluate_suite(model, tokenizer, name, items, cfg, progress)
+        records[name] = evaluate_items(model, tokenizer, name, items, cfg, progress)
         summary[name] = {mode: summarize(records[name], mode, cfg.n_bootstrap, cfg.seed)
                          for mode in MODES[cfg.scoring]}
     param = next(model.parameters())

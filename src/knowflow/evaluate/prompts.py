@@ -44,16 +44,6 @@ class Prompt:
     add_special_tokens: bool           # False when a chat template already added them
 
 
-def _qa_body(item: ConflictItem, cfg: PromptConfig) -> str:
-    parts = []
-    if cfg.use_context and cfg.context_only:
-        parts.append(CONTEXT_ONLY)
-    if cfg.use_context and item.context:
-        parts.append(f"Context: {item.context}")
-    parts.append(f"Question: {item.question}\n{SHORT_ANSWER}")
-    return "\n\n".join(parts)
-
-
 def _complete_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
     parts = []
     if cfg.use_context and item.context:
@@ -73,6 +63,34 @@ def _chat(tokenizer, body: str) -> str:
                                          add_generation_prompt=True)
 
 
+def qa_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
+    """The instruction of a QA item: the question and the short-answer request."""
+    hint = f"{CONTEXT_ONLY}\n" if cfg.use_context and cfg.context_only and item.context else ""
+    return f"{hint}Question: {item.question}\n{SHORT_ANSWER}"
+
+
+def instruction_prompt(tokenizer, instruction: str, context: str, fmt: str) -> Prompt:
+    """An instruction (with an optional context passage, Alpaca's `input`) in format `fmt`.
+
+    Finetuning (`knowflow sft`) and evaluation render through this one function, so a model
+    is evaluated in exactly the layout it was finetuned in.
+    """
+    if fmt not in FORMATS:
+        raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    if fmt == "alpaca":
+        if context:
+            return Prompt(_ALPACA_INPUT.format(instruction=instruction, input=context), "", True)
+        return Prompt(_ALPACA.format(instruction=instruction), "", True)
+    if fmt == "plain":
+        text = f"{context}\n\n{instruction}\nAnswer:" if context else \
+            f"{instruction}\nAnswer:"
+        return Prompt(text, " ", True)
+    body = f"Context: {context}\n\n{instruction}" if context else instruction
+    if fmt == "tulu":
+        return Prompt(_TULU.format(body=body), "", True)
+    return Prompt(_chat(tokenizer, body), "", False)
+
+
 def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
     """The prompt for `item` in format `cfg.format`."""
     fmt = cfg.format
@@ -89,19 +107,5 @@ def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
         else:
             text = _ALPACA.format(instruction=instruction) + item.question
         return Prompt(text, " ", fmt != "chat")
-    if fmt == "plain":
-        context = f"{item.context}\n\n" if cfg.use_context and item.context else ""
-        hint = f"{CONTEXT_ONLY}\n\n" if cfg.use_context and cfg.context_only else ""
-        return Prompt(f"{hint}{context}Question: {item.question}\nAnswer:", " ", True)
-    if fmt == "alpaca":
-        if cfg.use_context and item.context:
-            instruction = (f"{CONTEXT_ONLY} " if cfg.context_only else "") + \
-                f"{item.question} {SHORT_ANSWER}"
-            text = _ALPACA_INPUT.format(instruction=instruction, input=item.context)
-        else:
-            text = _ALPACA.format(instruction=f"{item.question} {SHORT_ANSWER}")
-        return Prompt(text, "", True)
-    body = _qa_body(item, cfg)
-    if fmt == "tulu":
-        return Prompt(_TULU.format(body=body), "", True)
-    return Prompt(_chat(tokenizer, body), "", False)
+    context = item.context if cfg.use_context else ""
+    return instruction_prompt(tokenizer, qa_instruction(item, cfg), context, fmt)

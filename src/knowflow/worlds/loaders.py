@@ -34,7 +34,7 @@ def load_items(path: str | Path) -> list[ConflictItem]:
         items = list(_memotrap(path, suite))
     else:
         items = [_record_item(path, line, rec, suite, i)
-                 for i, (line, rec) in enumerate(_json_records(path))]
+                 for i, (line, rec) in enumerate(json_records(path))]
     if not items:
         raise DataError(path, "no records")
     return items
@@ -45,7 +45,7 @@ def save_items(path: str | Path, items: list[ConflictItem]) -> Path:
     return atomic_write_jsonl(path, [it.to_dict() for it in items])
 
 
-def _json_records(path: Path) -> Iterator[tuple[int, object]]:
+def json_records(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, record) for a JSONL file or a JSON list."""
     try:
         text = path.read_text(encoding="utf-8")

@@ -1,0 +1,162 @@
+"""Supervised finetuning of HF causal LMs with the HF Trainer: full, LoRA or QK-only.
+
+`finetune` takes encoded examples (`input_ids`, `labels` with -100 on tokens without loss),
+pads them with transformers' `DataCollatorForSeq2Seq`, and trains for `cfg.steps` optimizer
+steps. Trainer checkpoints go to `<out_dir>/checkpoints/checkpoint-<step>`; a checkpoint
+counts only once its `trainer_state.json` (written last) exists, so `resume=True` continues
+from the newest complete one with the optimizer, scheduler, RNG and data order restored.
+Multi-GPU runs go through `accelerate launch`/torchrun unchanged: the Trainer does the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from knowflow.errors import ConfigError
+from knowflow.evaluate.prompts import FORMATS
+from knowflow.models.adapt import (
+    DEFAULT_LORA_TARGETS,
+    TrainableConfig,
+    TrainMode,
+    count_trainable,
+    prepare_trainable,
+)
+from knowflow.train.sft_data import IGNORE
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+_STATE = "trainer_state.json"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    train: TrainMode = "lora"        # full | lora | qk_only
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lr: float = 2e-4
+    steps: int = 100                 # optimizer steps
+    batch_size: int = 8
+    grad_accum: int = 1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    scheduler: str = "constant"      # any transformers lr_scheduler_type
+    max_length: int = 256            # longer examples are dropped (and counted)
+    prompt_format: str = "chat"
+    save_every: int = 50             # Trainer checkpoint interval (steps)
+    save_limit: int | None = 2       # checkpoints kept
+    log_every: int = 5
+    seed: int = 0
+
+    def trainable(self) -> TrainableConfig:
+        return TrainableConfig(self.train, self.lora_r, self.lora_alpha, 0.0,
+                               tuple(self.lora_targets))
+
+    def validate(self) -> None:
+        self.trainable().validate()
+        for name in ("steps", "batch_size", "grad_accum", "max_length", "save_every",
+                     "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be at least 1", name)
+        if self.lr <= 0:
+            raise ConfigError("must be positive", "lr")
+        if self.warmup_steps < 0:
+            raise ConfigError("must be at least 0", "warmup_steps")
+        if self.prompt_format not in FORMATS:
+            raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
+                              "prompt_format")
+
+
+@dataclass
+class FinetuneResult:
+    model: object                    # the trained model (a peft model for LoRA)
+    steps: int
+    train_loss: float | None         # mean loss over the run's logged steps
+    seconds: float
+    trainable_params: int
+    total_params: int
+    log_history: list[dict] = field(default_factory=list)
+
+
+def last_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest complete Trainer checkpoint under `<out_dir>/checkpoints`; incomplete ones
+    (interrupted while saving: no trainer_state.json) are removed."""
+    folder = Path(out_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return None
+    complete = []
+    for path in folder.glob("checkpoint-*"):
+        if (path / _STATE).exists():
+            complete.append(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    return max(complete, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
+
+
+def training_args(cfg: SFTConfig, out_dir: Path, **overrides):
+    from transformers import TrainingArguments
+
+    use_cpu = not torch.cuda.is_available()
+    return TrainingArguments(
+        output_dir=str(out_dir / CHECKPOINTS), max_steps=cfg.steps,
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.lr, lr_scheduler_type=cfg.scheduler, warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay, logging_steps=cfg.log_every, logging_first_step=True,
+        save_strategy="steps", save_steps=cfg.save_every, save_total_limit=cfg.save_limit,
+        seed=cfg.seed, data_seed=cfg.seed, report_to=[], disable_tqdm=True,
+        remove_unused_columns=False, use_cpu=use_cpu, dataloader_pin_memory=not use_cpu,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(), **overrides)
+
+
+def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: str | Path,
+             callbacks: Sequence = (), resume: bool = False, **args_overrides) -> FinetuneResult:
+    """Train `model` on encoded `dataset` for `cfg.steps` steps; see the module docstring.
+
+    `callbacks` are TrainerCallbacks; a `RelianceTracker` among them is attached so that its
+    metrics reach the Trainer's loggers. `args_overrides` set other TrainingArguments.
+    """
+    from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
+
+    from knowflow.train.tracker import RelianceTracker
+
+    cfg.validate()
+    if not dataset:
+        raise ConfigError("no training examples (all longer than max_length?)", "max_length")
+    out_dir = Path(out_dir)
+    set_seed(cfg.seed)
+    model = prepare_trainable(model, cfg.trainable())
+    trainable, total = count_trainable(model)
+    log.info("training %s of %s parameters (%s)", f"{trainable:,}", f"{total:,}", cfg.train)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE,
+                                      return_tensors="pt")
+    trackers = [c for c in callbacks if isinstance(c, RelianceTracker)]
+    others = [c for c in callbacks if not isinstance(c, RelianceTracker)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        trainer = Trainer(model=model, args=training_args(cfg, out_dir, **args_overrides),
+                          train_dataset=list(dataset), data_collator=collator,
+                          processing_class=tokenizer, callbacks=others)
+    for tracker in trackers:
+        tracker.attach(trainer)
+    checkpoint = last_checkpoint(out_dir) if resume else None
+    if checkpoint is not None:
+        log.info("resuming from %s", checkpoint)
+    start = time.time()
+    model.train()
+    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    model.eval()
+    return FinetuneResult(model=model, steps=trainer.state.global_step,
+                          train_loss=output.training_loss, seconds=time.time() - start,
+                          trainable_params=trainable, total_params=total,
+                          log_history=list(trainer.state.log_history))

@@ -1,0 +1,269 @@
+"""`RelianceTracker`: context reliance measured during anyone's HF Trainer run.
+
+Goyal et al. (ICLR 2025) find that counterfactual accuracy (the model follows a context that
+contradicts its memory) peaks early in instruction finetuning and then declines while the
+training loss keeps improving. The tracker makes that visible: every `every` steps it scores
+knowledge-conflict suites with the model being trained (counterfactual and parametric
+accuracy; the attention mass from the answer position on the context, averaged over layers
+and heads), writes one record per evaluation step to `metrics.jsonl` (rewritten atomically),
+forwards the numbers to the Trainer's loggers, marks the step of peak counterfactual accuracy,
+and can keep that checkpoint or stop training after a given drop from the peak.
+
+    tracker = RelianceTracker(tokenizer, TrackerConfig(every=50), out_dir="runs/my-sft")
+    tracker.attach(trainer)      # one line: adds the callback and logs through the trainer
+    trainer.train()
+
+Under `accelerate launch` / torchrun every process scores an equal share of the items and the
+results are gathered (so FSDP's collective forwards stay in step); only the main process
+writes. With FSDP use `scoring="loglik"`: generation takes a varying number of forwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from knowflow.errors import ConfigError
+from knowflow.evaluate.api import EvalConfig, evaluate_items, load_suites
+from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.probes.examples import ProbeExample, find_text
+from knowflow.probes.mass import AttentionMassConfig, attention_mass
+from knowflow.runs import METRICS
+from knowflow.worlds.facts import ConflictItem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    suites: tuple[str, ...] = ("cf-capitals", "cf-world")
+    every: int = 20                  # evaluate every N optimizer steps (and at 0 and the end)
+    limit: int | None = 32           # items per suite (a seeded sample); None: all
+    prompt_format: str = "chat"      # render as the training data is rendered
+    scoring: str = "loglik"          # "loglik" (cheap, FSDP-safe), "generate" or "both"
+    attention: bool = True           # attention mass on the context
+    batch_size: int = 16
+    keep_peak: bool = False          # save the model at each new peak to <out_dir>/peak
+    stop_drop: float | None = None   # stop once cf accuracy falls this far below its peak
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.every < 1:
+            raise ConfigError("must be at least 1", "track.every")
+        if self.scoring not in ("loglik", "generate", "both"):
+            raise ConfigError(f"{self.scoring!r} is not one of loglik, generate, both",
+                              "track.scoring")
+        if self.stop_drop is not None and not 0 < self.stop_drop <= 1:
+            raise ConfigError("must lie in (0, 1]", "track.stop_drop")
+        EvalConfig(scoring=self.scoring, prompt_format=self.prompt_format, limit=self.limit,
+                   batch_size=self.batch_size).validate()
+
+
+def _dist() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside torch.distributed."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _shard(items: Sequence, rank: int, world: int) -> tuple[list, int]:
+    """This rank's equal-length share (padded by repeating its last item) and how many of
+    its entries are real. Equal lengths keep collective forwards (FSDP) in step."""
+    per = -(-len(items) // world)
+    mine = list(items[rank * per:(rank + 1) * per])
+    real = len(mine)
+    pad = mine[-1] if mine else items[-1]
+    return mine + [pad] * (per - real), real
+
+
+def _gather(values: list, real: int, world: int) -> list:
+    if world == 1:
+        return values[:real]
+    parts: list = [None] * world
+    torch.distributed.all_gather_object(parts, (values, real))
+    return [v for vals, n in parts for v in vals[:n]]
+
+
+def _replace_folder(target: Path, tmp: Path) -> None:
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class RelianceTracker(TrainerCallback):
+    """Scores context reliance every `cfg.every` steps; see the module docstring."""
+
+    def __init__(self, tokenizer, cfg: TrackerConfig = TrackerConfig(),
+                 out_dir: str | Path | None = None,
+                 items: Mapping[str, list[ConflictItem]] | None = None):
+        cfg.validate()
+        self.tokenizer, self.cfg = tokenizer, cfg
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.items = dict(items) if items is not None else \
+            load_suites(list(cfg.suites), limit=cfg.limit, seed=cfg.seed)
+        if not any(self.items.values()):
+            raise ConfigError("no evaluation items", "track.suites")
+        self.records: list[dict] = []
+        self.trainer = None
+        self._last_loss: float | None = None
+
+    # -- wiring ---------------------------------------------------------------------------
+    def attach(self, trainer) -> RelianceTracker:
+        """Add this callback to `trainer` and log through it (so W&B, TensorBoard, ... see the
+        reliance metrics)."""
+        trainer.add_callback(self)
+        self.trainer = trainer
+        return self
+
+    @property
+    def peak(self) -> dict | None:
+        """The record of highest counterfactual accuracy so far (earliest on ties)."""
+        return max(self.records, key=lambda r: (r["cf_acc"], -r["step"]), default=None)
+
+    def summary(self) -> dict:
+        if not self.records:
+            return {}
+        first, last, peak = self.records[0], self.records[-1], self.peak
+        return {"cf_acc_start": first["cf_acc"], "cf_acc_peak": peak["cf_acc"],
+                "cf_acc_peak_step": peak["step"], "cf_acc_final": last["cf_acc"],
+                "param_acc_start": first["param_acc"], "param_acc_final": last["param_acc"],
+                "attn_context_start": first.get("attn_context"),
+                "attn_context_final": last.get("attn_context"),
+                "final_step": last["step"], "n_evaluations": len(self.records)}
+
+    # -- callback events ------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._reload(state.global_step)
+        if not self.records or self.records[-1]["step"] < state.global_step:
+            self._evaluate(model, state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self._last_loss = float(logs["loss"])
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.cfg.every == 0:
+            self._evaluate(model, state, control)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if not self.records or self.records[-1]["step"] < state.global_step:
+            self._evaluate(model, state, control)
+
+    # -- work -----------------------------------------------------------------------------
+    def _reload(self, step: int) -> None:
+        """On resume: keep the records up to the resumed step (later ones were lost work)."""
+        path = self.out_dir / METRICS if self.out_dir else None
+        if step > 0 and path is not None and path.exists():
+            self.records = [r for r in read_jsonl(path) if r["step"] <= step]
+        elif step == 0:
+            self.records = []
+
+    def measure(self, model) -> dict:
+        """Counterfactual/parametric accuracy per suite and attention mass, on this process's
+        share of the items (gathered across processes)."""
+        rank, world = _dist()
+        ecfg = EvalConfig(scoring=self.cfg.scoring, prompt_format=self.cfg.prompt_format,
+                          known_filter=False, batch_size=self.cfg.batch_size)
+        mode = "generate" if self.cfg.scoring == "generate" else "loglik"
+        out: dict = {"suites": {}}
+        cf_all, par_all, masses = [], [], []
+        for name, items in self.items.items():
+            mine, real = _shard(items, rank, world)
+            recs = evaluate_items(model, self.tokenizer, name, mine, ecfg, None)
+            if mode == "loglik":
+                hits = [(r["loglik"]["choice"] == "counterfactual",
+                         r["loglik"]["choice"] == "parametric") for r in recs]
+            else:
+                hits = [(r["generate"]["counterfactual"], r["generate"]["parametric"])
+                        for r in recs]
+            hits = _gather(hits, real, world)
+            cf = [float(h[0]) for h in hits]
+            par = [float(h[1]) for h in hits]
+            block = {"n": len(cf), "cf_acc": sum(cf) / len(cf), "param_acc": sum(par) / len(par)}
+            if self.cfg.attention:
+                examples, real_flags = [], []
+                for i, (r, it) in enumerate(zip(recs, mine, strict=True)):
+                    span = find_text(r["prompt"], it.context) if it.context else None
+                    if span is not None:
+                        examples.append(ProbeExample(r["prompt"], context=span))
+                        real_flags.append(i < real)
+                mass = attention_mass(model, self.tokenizer, examples,
+                                      AttentionMassConfig(self.cfg.batch_size)) if examples else []
+                means = [m["layer_mean"] for m, keep in zip(mass, real_flags, strict=True)
+                         if keep]
+                means = _gather(means, len(means), world)
+                if means:
+                    block["attn_context"] = float(torch.tensor(means).mean())
+                    masses += means
+            cf_all += cf
+            par_all += par
+            out["suites"][name] = block
+        out["cf_acc"] = sum(cf_all) / len(cf_all)
+        out["param_acc"] = sum(par_all) / len(par_all)
+        if masses:
+            per_layer = torch.tensor(masses).mean(0)  # (layers,)
+            out["attn_context"] = float(per_layer.mean())
+            out["attn_context_layers"] = [round(float(v), 6) for v in per_layer]
+        return out
+
+    def _evaluate(self, model, state, control) -> None:
+        start = time.time()
+        was_training = model.training
+        model.eval()
+        try:
+            measured = self.measure(model)
+        finally:
+            model.train(was_training)
+        rank, _ = _dist()
+        record = {"step": state.global_step, "epoch": state.epoch, **measured,
+                  "train_loss": self._last_loss, "eval_seconds": round(time.time() - start, 3)}
+        self.records.append(record)
+        record["is_peak"] = self.peak is record
+        if rank == 0 and self.out_dir is not None:
+            atomic_write_jsonl(self.out_dir / METRICS, self.records)
+        self._log(record, state)
+        if record["is_peak"] and self.cfg.keep_peak and self.out_dir is not None:
+            self._save_peak(model)
+        peak = self.peak
+        if self.cfg.stop_drop is not None and peak["cf_acc"] - record["cf_acc"] >= \
+                self.cfg.stop_drop - 1e-12:
+            log.info("stopping at step %d: cf accuracy %.3f is %.3f below its peak %.3f "
+                     "(step %d)", state.global_step, record["cf_acc"],
+                     peak["cf_acc"] - record["cf_acc"], peak["cf_acc"], peak["step"])
+            control.should_training_stop = True
+
+    def _log(self, record: dict, state) -> None:
+        flat = {f"reliance/{k}": record[k] for k in ("cf_acc", "param_acc", "attn_context")
+                if record.get(k) is not None}
+        for name, block in record["suites"].items():
+            flat.update({f"reliance/{name}/{k}": v for k, v in block.items() if k != "n"})
+        if self.trainer is not None:
+            self.trainer.log(flat)
+        else:
+            state.log_history.append({**flat, "step": state.global_step})
+
+    def _save_peak(self, model) -> None:
+        target = self.out_dir / "peak"
+        tmp = target.with_name(f".{target.name}.tmp")
+        rank, world = _dist()
+        if self.trainer is not None:  # handles FSDP/DeepSpeed state gathering; all ranks
+            self.trainer.save_model(str(tmp))
+        elif rank == 0:
+            model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+        if world > 1:
+            torch.distributed.barrier()
+        if rank == 0:
+            _replace_folder(target, tmp)
+
