@@ -99,3 +99,20 @@ def test_ranking_with_tiny_random_llama(model, tokenizer):
     assert all(0 <= row["mean_rank"] <= 2 and 0 <= row["top1_first_token"] <= 1
                for row in table.values())
     assert sum(row["n"] for row in table.values()) == len(items)
+
+
+def test_first_token_fallback_pass_gives_the_same_scores(model, tokenizer, monkeypatch):
+    """Where a first token does not round-trip through decode, a separate prompt pass scores
+    it; both paths agree."""
+    import knowflow.evaluate.rank as rank
+
+    data = generate(OcrPeopleConfig(pairs_per_family=3, people_per_family=6, seed=2))
+    items = list(data.eval_items)[:6]
+    args = ([tokenizer(it.prompt)["input_ids"] for it in items],
+            [it.continuations() for it in items], [it.correct for it in items])
+    joint = rank_candidates(model, tokenizer, *args, batch_size=4)
+    monkeypatch.setattr(rank, "_first_token_texts", lambda *a: None)
+    apart = rank_candidates(model, tokenizer, *args, batch_size=3)
+    assert joint.full == apart.full and joint.first == apart.first
+    for a, b in zip(joint.first_scores, apart.first_scores, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)

@@ -7,8 +7,8 @@ the log-probability of the continuation's first token only. The rank of the corr
 is the number of candidates scored above it (0 = best, K - 1 = worst); a tie counts half, so
 ties are resolved the same way every time and a scorer that cannot tell candidates apart sits
 at chance, (K - 1) / 2, rather than at 0 or K - 1. Top-1 means rank 0: strictly the best.
-Full scores reuse `loglik.score_continuations` (prompt prefilled once, candidates batched on
-its KV cache); first-token scores need only the prompt's last logits.
+Both come from one `loglik.score_continuations` call (prompt prefilled once, candidates batched
+on its KV cache): each candidate's first token is scored as an extra one-token continuation.
 """
 
 from __future__ import annotations
@@ -96,21 +96,46 @@ class ItemRanks:
     first_scores: list[list[float]]  # (items, candidates) first-token log-probs
 
 
+def _first_token_texts(tokenizer, firsts: Sequence[Sequence[int]]) -> dict[int, str] | None:
+    """Each first token as a string that encodes back to exactly that token, or None if some
+    token does not round-trip (then first-token scores need their own prompt pass)."""
+    texts = {}
+    for tid in {t for row in firsts for t in row}:
+        text = tokenizer.decode([tid])
+        if tokenizer(text, add_special_tokens=False)["input_ids"] != [tid]:
+            return None
+        texts[tid] = text
+    return texts
+
+
 def rank_candidates(model, tokenizer, prompts: Sequence[list[int]],
                     continuations: Sequence[Sequence[str]], correct: Sequence[int],
                     batch_size: int = 16, progress: Progress | None = None) -> ItemRanks:
     """Score every candidate continuation of every prompt both ways and rank the correct one.
 
     `prompts` are token ids; `continuations[i]` are strings appended to prompt i (usually
-    " answer."), tokenized on their own as `loglik.score_continuations` does.
+    " answer."), tokenized on their own as `loglik.score_continuations` does. The first tokens
+    of the candidates ride along as extra one-token continuations of the same call, so each
+    prompt is prefilled once for both scores.
     """
-    full = score_continuations(model, tokenizer, prompts, continuations, batch_size,
-                               progress=progress, stage="rank")
-    full_scores = [[lp for lp, _ in row] for row in full]
     firsts = [[ids[0] for ids in conts]
               for conts in encode_continuations(tokenizer, continuations)]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    first_scores = first_token_logprobs(model, prompts, firsts, pad_id, batch_size)
+    texts = _first_token_texts(tokenizer, firsts)
+    if texts is None:
+        full = score_continuations(model, tokenizer, prompts, continuations, batch_size,
+                                   progress=progress, stage="rank")
+        full_scores = [[lp for lp, _ in row] for row in full]
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        first_scores = first_token_logprobs(model, prompts, firsts, pad_id, batch_size)
+    else:
+        joint = [list(conts) + [texts[t] for t in row]
+                 for conts, row in zip(continuations, firsts, strict=True)]
+        scores = score_continuations(model, tokenizer, prompts, joint, batch_size,
+                                     progress=progress, stage="rank")
+        full_scores = [[lp for lp, _ in row[:len(c)]]
+                       for row, c in zip(scores, continuations, strict=True)]
+        first_scores = [[lp for lp, _ in row[len(c):]]
+                        for row, c in zip(scores, continuations, strict=True)]
     return ItemRanks(ranks_from_scores(full_scores, correct),
                      ranks_from_scores(first_scores, correct), full_scores, first_scores)
 
