@@ -1,0 +1,296 @@
+"""`ocr-smollm2`: out-of-context reasoning in a real language model (Huang et al. 2025, sec. 3).
+
+SmolLM2-135M-Instruct is finetuned, through knowflow's SFT path (`train.sft.finetune`, the HF
+Trainer; full, LoRA or QK-only), on plain sentences about made-up people (`worlds.ocr_people`):
+every person's fact, and the implication of only the training people (20%). Causal LM loss on
+whole sentences. Every `eval_every` steps a Trainer callback ranks, for each person, the correct
+implication among its family's candidates by log-likelihood of the completed sentence (full
+answer and first token, `evaluate.rank`); held-out people measure out-of-context inference,
+training people check that the shown implications were learned, facts that the facts were.
+If causal and non-causal families fall alike, generalization and hallucination are one
+mechanism, as the paper argues.
+
+`model` is any HF causal LM (name or folder) or `tiny`: a knowflow tiny Llama
+(`train.pretrain.make_model`, sized by `tiny`) with a word-level tokenizer over this world's
+words, trained from scratch on the same text: no prior knowledge, so every family is an
+arbitrary pairing for it. `--resume` continues from the last Trainer checkpoint and keeps the
+evaluation records up to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from knowflow.config import require
+from knowflow.errors import ConfigError
+from knowflow.experiments.registry import Summary, register
+from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.models.hf import SMOLLM2
+from knowflow.report.ocr_smollm2 import family_table, plot_ocr_smollm2
+from knowflow.runs import METRICS
+from knowflow.train.pretrain import TinyModelConfig
+from knowflow.train.sft import CHECKPOINTS, SFTConfig
+from knowflow.worlds.ocr_people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate
+
+log = logging.getLogger(__name__)
+
+TINY = "tiny"
+
+
+def _default_world() -> OcrPeopleConfig:
+    return OcrPeopleConfig(pairs_per_family=5, people_per_family=25)
+
+
+def _default_sft() -> SFTConfig:
+    return SFTConfig(train="full", lr=1e-4, steps=90, batch_size=16, max_length=48,
+                     save_every=45, save_limit=1, log_every=5, prompt_format="plain")
+
+
+@dataclass(frozen=True)
+class OcrSmolConfig:
+    model: str = SMOLLM2  # an HF causal LM (name or folder), or "tiny" (from scratch)
+    device: str = "auto"
+    dtype: str = "float32"  # weights; training mixed precision is the SFT path's business
+    threads: int = 1  # torch threads (one is fastest for small models on a shared CPU)
+    eval_every: int = 15  # optimizer steps between evaluations (also at step 0 and the end)
+    eval_batch_size: int = 32
+    keep_checkpoints: bool = False  # keep the Trainer checkpoints once the run is done
+    world: OcrPeopleConfig = field(default_factory=_default_world)
+    sft: SFTConfig = field(default_factory=_default_sft)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # model = "tiny" only
+
+    def validate(self) -> None:
+        self.world.validate("world.")
+        try:
+            self.sft.validate()
+        except ConfigError as exc:
+            message = str(exc).removeprefix(f"config field '{exc.field}': ")
+            raise ConfigError(message, f"sft.{exc.field}" if exc.field else None) from None
+        require(self.eval_every >= 1, "eval_every", "must be at least 1")
+        require(self.eval_batch_size >= 1, "eval_batch_size", "must be at least 1")
+        require(self.threads >= 1, "threads", "must be at least 1")
+        require(bool(self.model.strip()), "model", "give a model name or folder")
+        if self.model == TINY:
+            t = self.tiny
+            require(min(t.layers, t.heads, t.d_model, t.d_ff) >= 1, "tiny",
+                    "layers, heads, d_model and d_ff must be at least 1")
+            require(t.d_model % t.heads == 0, "tiny.d_model", "must be divisible by heads")
+
+
+# --- model and data ---------------------------------------------------------------------
+
+def _words(texts: Sequence[str]) -> list[str]:
+    from tokenizers.pre_tokenizers import Whitespace
+
+    pre = Whitespace()
+    return sorted({w for t in texts for w, _ in pre.pre_tokenize_str(t)})
+
+
+def tiny_model(cfg: OcrSmolConfig, data: OcrPeopleData):
+    """A from-scratch knowflow tiny Llama and a word-level tokenizer over the world's words
+    (words and punctuation split as `tokenizers`' Whitespace pre-tokenizer does)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    from knowflow.train.pretrain import make_model
+    from knowflow.worlds.tiny_world import BOS, EOS, PAD, SPECIALS, UNK
+
+    texts = [*data.train_texts, *(it.sentence(c) for it in data.eval_items
+                                  for c in it.candidates)]
+    vocab = [*SPECIALS, *_words(texts)]  # PAD, UNK, BOS, EOS = 0..3, as make_model expects
+    core = Tokenizer(WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=UNK))
+    core.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS,
+                                        pad_token=PAD, unk_token=UNK)
+    model = make_model(cfg.tiny, len(vocab), cfg.sft.max_length, cfg.sft.seed)
+    return model.eval(), tokenizer
+
+
+def load(cfg: OcrSmolConfig, data: OcrPeopleData):
+    from knowflow.models.hf import load_model
+
+    if cfg.model == TINY:
+        return tiny_model(cfg, data)
+    return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+
+
+def encode_texts(tokenizer, texts: Sequence[str], max_length: int) -> list[dict]:
+    """Plain-text examples: every token (and a closing EOS) carries the loss."""
+    out = []
+    for text in texts:
+        ids = tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
+        out.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": list(ids)})
+    longest = max(len(x["input_ids"]) for x in out)
+    if longest > max_length:
+        n = sum(len(x["input_ids"]) > max_length for x in out)
+        raise ConfigError(f"{n} training sentences are longer than {max_length} tokens "
+                          f"(longest: {longest}); raise it", "sft.max_length")
+    return out
+
+
+# --- evaluation -------------------------------------------------------------------------
+
+def _group(item: EvalItem) -> str:
+    return f"{item.split}_{'impl' if item.kind == 'implication' else 'fact'}"
+
+
+class RankEvaluator:
+    """Ranks every evaluation item with a model and returns one flat record."""
+
+    def __init__(self, tokenizer, items: Sequence[EvalItem], batch_size: int):
+        self.tokenizer, self.items, self.batch_size = tokenizer, list(items), batch_size
+        self.prompts = [tokenizer(it.prompt)["input_ids"] for it in self.items]
+
+    def __call__(self, model, step: int) -> dict:
+        from knowflow.evaluate.rank import rank_candidates, summarize
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        was_training = base.training
+        base.eval()
+        start = time.perf_counter()
+        ranks = rank_candidates(base, self.tokenizer, self.prompts,
+                                [it.continuations() for it in self.items],
+                                [it.correct for it in self.items], self.batch_size)
+        seconds = time.perf_counter() - start
+        if was_training:
+            base.train()
+        k = [len(it.candidates) for it in self.items]
+        rec: dict = {"step": step, "eval_seconds": seconds}
+        for keys in ([(it.family, _group(it)) for it in self.items],
+                     [("all", _group(it)) for it in self.items]):
+            table = summarize(keys, ranks, k, name="/".join)
+            for name, stats in sorted(table.items()):
+                rec.update({f"{name}/{s}": v for s, v in stats.items()})
+        log.info("step %d: held-out mean rank %.3f, training people %.3f (%.1f s)", step,
+                 rec.get("all/test_impl/mean_rank", float("nan")),
+                 rec.get("all/train_impl/mean_rank", float("nan")), seconds)
+        return rec
+
+
+class RankTracker(TrainerCallback):
+    """Every `every` optimizer steps and at the last one, rank the evaluation items with the
+    model being trained; append a record and rewrite metrics.jsonl atomically (main process).
+    Every process evaluates (collective forwards stay in step under FSDP)."""
+
+    def __init__(self, evaluate: RankEvaluator, every: int, path: Path, records: list[dict]):
+        self.evaluate, self.every, self.path, self.records = evaluate, every, path, records
+        self.eval_seconds = 0.0
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if (step % self.every and step < state.max_steps) or \
+                any(r["step"] == step for r in self.records):
+            return control
+        losses = [h for h in state.log_history if "loss" in h]
+        rec = self.evaluate(model, step)
+        if losses:  # the Trainer logs this step's loss after on_step_end: see on_log
+            rec.update(train_loss=losses[-1]["loss"], train_loss_step=losses[-1]["step"])
+        self.eval_seconds += rec["eval_seconds"]
+        self.records.append(rec)
+        self._write(state)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        rec = self.records[-1] if self.records else None
+        if logs and "loss" in logs and rec is not None and rec["step"] == state.global_step:
+            rec.update(train_loss=logs["loss"], train_loss_step=state.global_step)
+            self._write(state)
+        return control
+
+    def _write(self, state) -> None:
+        if state.is_world_process_zero:
+            atomic_write_jsonl(self.path, self.records)
+
+
+# --- the run ----------------------------------------------------------------------------
+
+def _resume_records(out_dir: Path) -> list[dict]:
+    """Records of an interrupted run up to its last complete checkpoint (step 0 always)."""
+    from knowflow.train.sft import last_checkpoint
+
+    path = out_dir / METRICS
+    if not path.exists():
+        return []
+    ckpt = last_checkpoint(out_dir)
+    upto = int(ckpt.name.rsplit("-", 1)[-1]) if ckpt is not None else 0
+    return [r for r in read_jsonl(path) if r["step"] <= upto]
+
+
+def _summary(cfg: OcrSmolConfig, data: OcrPeopleData, records: list[dict], n_tokens: int,
+             train_seconds: float, result) -> Summary:
+    causal = {f.name: f.causal for f in data.families}
+    table = family_table(records, causal)
+    fams = [table[f.name] for f in data.families if f.name in table]
+
+    def mean_gain(is_causal: bool) -> float:
+        rows = [r for r in fams if r["causal"] == is_causal]
+        return (sum(r["mean_rank_before"] - r["mean_rank_after"] for r in rows) / len(rows)
+                if rows else float("nan"))
+
+    evals = [r["eval_seconds"] for r in records]
+    return {"model": cfg.model, "train": cfg.sft.train, "steps": result.steps,
+            "n_people": len(data.people), "n_train_texts": len(data.train_texts),
+            "n_eval_items": len(data.eval_items), "train_tokens": n_tokens,
+            "train_seconds": train_seconds,
+            "train_tokens_per_s": n_tokens / train_seconds if train_seconds > 0 else None,
+            "eval_seconds_per_pass": sum(evals) / len(evals),
+            "final_train_loss": result.train_loss,
+            "causal_mean_rank_gain": mean_gain(True),
+            "noncausal_mean_rank_gain": mean_gain(False),
+            **table}
+
+
+@register("ocr-smollm2", OcrSmolConfig, plot_ocr_smollm2,
+          "Out-of-context reasoning in SmolLM2: made-up people, mean rank of implications",
+          columns=("n_candidates", "mean_rank_before", "mean_rank_after",
+                   "train_mean_rank_after", "fact_mean_rank_after", "top1_after"))
+def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
+    import torch
+
+    from knowflow.train.sft import finetune, last_checkpoint
+
+    torch.set_num_threads(cfg.threads)
+    cfg.validate()
+    out_dir = Path(out_dir)
+    data = generate(cfg.world)
+    model, tokenizer = load(cfg, data)
+    dataset = encode_texts(tokenizer, data.train_texts, cfg.sft.max_length)
+    evaluate = RankEvaluator(tokenizer, data.eval_items, cfg.eval_batch_size)
+    records = _resume_records(out_dir)
+    resume = last_checkpoint(out_dir) is not None
+    if not any(r["step"] == 0 for r in records):
+        records = [evaluate(model, 0)]
+        atomic_write_jsonl(out_dir / METRICS, records)
+    tracker = RankTracker(evaluate, cfg.eval_every, out_dir / METRICS, records)
+    result = finetune(model, tokenizer, dataset, cfg.sft, out_dir, callbacks=[tracker],
+                      resume=resume)
+    if not any(r["step"] == result.steps for r in records):  # e.g. resumed at the end
+        records.append(evaluate(result.model, result.steps))
+        atomic_write_jsonl(out_dir / METRICS, records)
+    if not cfg.keep_checkpoints:
+        shutil.rmtree(out_dir / CHECKPOINTS, ignore_errors=True)
+    per_step = cfg.sft.batch_size * cfg.sft.grad_accum
+    mean_len = sum(len(x["input_ids"]) for x in dataset) / len(dataset)
+    n_tokens = int(round(result.steps * per_step * mean_len))
+    train_seconds = max(result.seconds - tracker.eval_seconds, 0.0)
+    return _summary(cfg, data, records, n_tokens, train_seconds, result)
+
+
+def smoke_config(**world) -> OcrSmolConfig:
+    """A seconds-long configuration on the tiny model (tests and benchmarks)."""
+    w = replace(OcrPeopleConfig(pairs_per_family=2, people_per_family=4, fact_paraphrases=1,
+                                implication_paraphrases=1), **world)
+    return OcrSmolConfig(model=TINY, device="cpu", eval_every=1, world=w,
+                         sft=SFTConfig(train="full", lr=3e-3, steps=3, batch_size=8,
+                                       max_length=32, save_every=2, log_every=1,
+                                       prompt_format="plain"),
+                         tiny=TinyModelConfig(layers=1, heads=2, d_model=16, d_ff=32))
