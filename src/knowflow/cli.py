@@ -215,7 +215,12 @@ def eval_cmd(
 
 
 from knowflow.cli_probe import probe_app  # noqa: E402, I001
+from knowflow.cli_sft import augment_cmd, curate_cmd, sft_cmd  # noqa: E402
+
 app.add_typer(probe_app, name="probe")
+app.command("sft")(sft_cmd)
+app.command("curate")(curate_cmd)
+app.command("augment")(augment_cmd)
 
 
 def entry() -> None:  # pragma: no cover - for `python -m knowflow`

@@ -41,15 +41,17 @@ def counterfactual(ex: Instruction, answer: str) -> Instruction:
 
 def augment(examples: Sequence[Instruction], ratio: float, seed: int = 0
             ) -> list[Instruction]:
-    """`examples` plus round(ratio * len(examples)) counterfactual copies, shuffled in."""
+    """`examples` plus round(ratio * len(examples)) counterfactual copies, shuffled in (fewer
+    when a source's relation has no other answer to substitute)."""
     require(ratio > 0, "ratio", "must be positive")
     idx = sources(examples)
     if not idx:
         raise KnowflowError("augment: no example has its answer in its context (input), so "
                             "none can be substituted")
-    pools: dict[str, list[str]] = {}
-    for i in idx:
-        pools.setdefault(examples[i].extra.get("relation", ""), []).append(examples[i].output)
+    pools: dict[str, list[str]] = {}  # substitutes: answers of the same relation
+    for ex in examples:
+        if not ex.messages and ex.output.strip():
+            pools.setdefault(ex.extra.get("relation", ""), []).append(ex.output)
     rng = random.Random(f"{seed}:augment")
     n_new = round(ratio * len(examples))
     order = rng.sample(idx, len(idx))

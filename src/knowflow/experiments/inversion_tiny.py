@@ -95,6 +95,7 @@ class InversionTinyConfig:
         require(s.batch_size >= 1, "sft.batch_size", "must be at least 1")
         require(s.eval_every >= 1, "sft.eval_every", "must be at least 1")
         require(s.checkpoint_every >= 1, "sft.checkpoint_every", "must be at least 1")
+        require(s.track_train >= 1, "sft.track_train", "must be at least 1")
 
 
 def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, str, float]:

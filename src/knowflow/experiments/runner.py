@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from knowflow.config import apply_overrides, config_from_dict, config_to_dict
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, KnowflowError
 from knowflow.experiments.registry import get_experiment
 from knowflow.io import atomic_write_json, read_json
 from knowflow.runs import CONFIG, REPORT, SUMMARY, latest_unfinished, new_run_dir
@@ -39,8 +41,8 @@ def build_config(name: str, overrides: list[str] | dict | None = None) -> Any:
 
 
 def run_experiment(name: str, overrides: list[str] | dict | None = None,
-                   runs_root: str | Path = "runs", resume: bool | str | Path = False
-                   ) -> RunResult:
+                   runs_root: str | Path = "runs", resume: bool | str | Path = False,
+                   progress=None) -> RunResult:
     """Run experiment `name` and write its run directory; returns where and what.
 
     `resume=True` continues the newest unfinished run of `name`; a path continues that run.
@@ -62,7 +64,14 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         run_dir = new_run_dir(Path(runs_root), name)
         atomic_write_json(run_dir / CONFIG, config_to_dict(cfg))
     start = time.perf_counter()
-    summary = exp.run(cfg, run_dir)
+    # `progress(done, total)` reaches experiments whose run function takes it
+    try:
+        summary = exp.run(cfg, run_dir, progress=progress) if progress is not None and \
+            "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run_dir)
+    except KnowflowError:
+        if not resume:  # bad input found late (e.g. a module the model lacks): leave nothing
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     seconds = time.perf_counter() - start
     figures = exp.plot(run_dir)
     atomic_write_json(run_dir / SUMMARY, summary)

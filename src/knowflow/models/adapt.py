@@ -59,7 +59,7 @@ def query_key_parameters(model: nn.Module) -> list[str]:
     return names
 
 
-def _check_targets(model: nn.Module, targets: Sequence[str]) -> None:
+def check_targets(model: nn.Module, targets: Sequence[str]) -> None:
     known = linear_module_names(model)
     unknown = [t for t in targets if t not in known]
     if unknown:
@@ -74,7 +74,7 @@ def prepare_trainable(model: nn.Module, cfg: TrainableConfig) -> nn.Module:
     if cfg.mode == "lora":
         from peft import LoraConfig, get_peft_model
 
-        _check_targets(model, cfg.lora_targets)
+        check_targets(model, cfg.lora_targets)
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                           lora_dropout=cfg.lora_dropout, target_modules=list(cfg.lora_targets),
                           task_type="CAUSAL_LM")

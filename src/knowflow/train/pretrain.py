@@ -50,7 +50,7 @@ class TinyModelConfig:
 class PretrainConfig:
     max_steps: int = 3000
     batch_size: int = 32
-    lr: float = 3e-3
+    lr: float = 1e-3
     warmup: int = 100
     facts_per_doc: int = 3
     lookup_share: float = 0.5  # share of documents that end in a lookup

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 from knowflow.errors import ConfigError
 from knowflow.evaluate.prompts import FORMATS
@@ -102,6 +103,16 @@ def last_checkpoint(out_dir: str | Path) -> Path | None:
     return max(complete, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
 
 
+class StepProgress(TrainerCallback):
+    """Reports (step, max_steps) to `progress` after every step (the CLI draws a bar)."""
+
+    def __init__(self, progress):
+        self.progress = progress
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.progress(state.global_step, state.max_steps)
+
+
 def training_args(cfg: SFTConfig, out_dir: Path, **overrides):
     from transformers import TrainingArguments
 
@@ -125,6 +136,7 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     metrics reach the Trainer's loggers. `args_overrides` set other TrainingArguments.
     """
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
+    from transformers.trainer_callback import PrinterCallback
 
     from knowflow.train.tracker import RelianceTracker
 
@@ -147,6 +159,7 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
         trainer = Trainer(model=model, args=training_args(cfg, out_dir, **args_overrides),
                           train_dataset=list(dataset), data_collator=collator,
                           processing_class=tokenizer, callbacks=others)
+    trainer.remove_callback(PrinterCallback)  # library code never prints
     for tracker in trackers:
         tracker.attach(trainer)
     checkpoint = last_checkpoint(out_dir) if resume else None

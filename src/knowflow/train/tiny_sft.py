@@ -38,6 +38,7 @@ class TinySFTConfig:
     lora_r: int = 8
     eval_every: int = 20
     checkpoint_every: int = 5  # evaluations between resumable checkpoints
+    track_train: int = 480  # training examples (evenly spaced) whose loss each record tracks
 
 
 def select_trainable(model, mode: TrainMode, lora_r: int = 8):
@@ -86,7 +87,11 @@ def finetune(model, tokenizer, train: list[Example], evals: dict[str, list[Examp
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     data = encode(tokenizer, train)
-    kinds = [ex.kind for ex in train]
+    # the per-kind training loss is read on a fixed, evenly spaced subset: scoring all of a
+    # large training set at every evaluation would cost more than the training itself
+    tracked = torch.linspace(0, len(train) - 1, min(len(train), cfg.track_train)).long()
+    track_data = _select(data, tracked)
+    kinds = [train[i].kind for i in tracked.tolist()]
     eval_batches = {name: (encode(tokenizer, exs), exs) for name, exs in evals.items()}
     records: list[dict] = []
     first = 1
@@ -97,7 +102,7 @@ def finetune(model, tokenizer, train: list[Example], evals: dict[str, list[Examp
         records, first = state["records"], state["step"] + 1
         log.info("resuming finetuning at step %d", first)
     if not records:
-        records.append(tracking_record(model, 0, eval_batches, data, kinds))
+        records.append(tracking_record(model, 0, eval_batches, track_data, kinds))
     model.train()
     for step in range(first, cfg.steps + 1):
         batch = _select(data, batch_indices(len(train), cfg.batch_size, step, seed))
@@ -106,7 +111,7 @@ def finetune(model, tokenizer, train: list[Example], evals: dict[str, list[Examp
         loss.backward()
         opt.step()
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            records.append(tracking_record(model, step, eval_batches, data, kinds))
+            records.append(tracking_record(model, step, eval_batches, track_data, kinds))
             n_evals = step // cfg.eval_every
             if checkpoint is not None and (n_evals % cfg.checkpoint_every == 0
                                            or step == cfg.steps):

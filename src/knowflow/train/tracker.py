@@ -249,7 +249,10 @@ class RelianceTracker(TrainerCallback):
         for name, block in record["suites"].items():
             flat.update({f"reliance/{name}/{k}": v for k, v in block.items() if k != "n"})
         if self.trainer is not None:
+            control = self.trainer.control
+            should_log = control.should_log  # Trainer.log clears it: keep the loss log due now
             self.trainer.log(flat)
+            control.should_log = should_log
         else:
             state.log_history.append({**flat, "step": state.global_step})
 

@@ -1,0 +1,211 @@
+"""`knowflow sft`, `knowflow curate` and `knowflow augment`: finetuning with context-reliance
+tracking, and the data mitigations of context-parametric inversion."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from knowflow.errors import KnowflowError
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _bar(description: str):
+    bars = Progress(description, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=False)
+    task = bars.add_task(description, total=None)
+
+    def progress(done: int, total: int) -> None:
+        bars.update(task, completed=done, total=total)
+
+    return bars, progress
+
+
+def _rows(data: str, seed: int):
+    from knowflow.train.sft_data import load_instructions
+    from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
+
+    return builtin_mixture(MixtureConfig(seed=seed)) if data == "builtin" else \
+        load_instructions(data)
+
+
+Opt = typer.Option
+
+
+def sft_cmd(
+    model: Annotated[str | None, Opt(help="HF id, local folder, or smollm2-135m-instruct.")]
+    = None,
+    data: Annotated[str | None, Opt(help="Instruction file (JSONL: instruction/input/output or "
+                                         "messages), or 'builtin' (the C/C+S/S mixture).")]
+    = None,
+    train: Annotated[str | None, Opt(help="full, lora or qk_only.")] = None,
+    lora_r: Annotated[int | None, Opt(help="LoRA rank.")] = None,
+    lora_alpha: Annotated[int | None, Opt(help="LoRA alpha.")] = None,
+    lora_targets: Annotated[str | None, Opt(help="LoRA target modules, comma-separated.")]
+    = None,
+    lr: Annotated[float | None, Opt(help="Learning rate.")] = None,
+    steps: Annotated[int | None, Opt(help="Optimizer steps.")] = None,
+    batch_size: Annotated[int | None, Opt(help="Examples per step.")] = None,
+    max_length: Annotated[int | None, Opt(help="Longest example in tokens.")] = None,
+    prompt_format: Annotated[str | None, Opt(help="chat, alpaca, tulu or plain.")] = None,
+    seed: Annotated[int | None, Opt(help="Seed (data order, init, mixture).")] = None,
+    track: Annotated[str | None, Opt(help="Suites to track, comma-separated.")] = None,
+    track_every: Annotated[int | None, Opt(help="Evaluate every N steps.")] = None,
+    track_limit: Annotated[int | None, Opt(help="Tracked items per suite.")] = None,
+    no_track: Annotated[bool, Opt("--no-track", help="Do not track reliance.")] = False,
+    keep_peak: Annotated[bool, Opt("--keep-peak", help="Save the model at the peak of "
+                                                       "counterfactual accuracy.")] = False,
+    stop_drop: Annotated[float | None, Opt(help="Stop when cf accuracy falls this far below "
+                                                "its peak.")] = None,
+    set_: Annotated[list[str] | None, Opt("--set", help="Any other field: key=value "
+                                                        "(see `knowflow config sft`).")] = None,
+    runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
+    resume: Annotated[bool, Opt("--resume", help="Continue the newest unfinished sft run.")]
+    = False,
+    run_dir: Annotated[Path | None, Opt(help="With --resume: the run to continue.")] = None,
+    device: Annotated[str | None, Opt(help="auto, cpu, cuda, mps.")] = None,
+    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+) -> None:
+    """Finetune a causal LM with the HF Trainer while tracking context reliance."""
+    import torch
+
+    from knowflow.experiments.runner import run_experiment
+
+    given = {"model": model, "data": data, "device": device, "sft.train": train,
+             "sft.lora_r": lora_r, "sft.lora_alpha": lora_alpha, "sft.lora_targets":
+             lora_targets, "sft.lr": lr, "sft.steps": steps, "sft.batch_size": batch_size,
+             "sft.max_length": max_length, "sft.seed": seed, "mixture.seed": seed,
+             "track.suites": track, "track.every": track_every, "track.limit": track_limit,
+             "track.stop_drop": stop_drop}
+    if prompt_format is not None:
+        given["sft.prompt_format"] = given["track.prompt_format"] = prompt_format
+    overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
+    overrides += [f"{k}=true" for k, on in (("track.keep_peak", keep_peak),) if on]
+    overrides += ["tracking=false"] if no_track else []
+    overrides += list(set_ or [])
+    torch.set_num_threads(max(1, threads))
+    bars, progress = _bar("finetuning")
+    try:
+        with bars:
+            result = run_experiment("sft", [] if resume else overrides, runs_root=runs_dir,
+                                    resume=(run_dir or True) if resume else False,
+                                    progress=progress)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    s = result.summary
+    table = Table("steps", "train loss", "cf acc start", "cf acc peak (step)", "cf acc final",
+                  "param acc final", "attn ctx start", "attn ctx final", "seconds")
+    def fmt(v):
+        return ("-" if v is None else f"{v:.3f}")
+    table.add_row(str(s["steps"]), fmt(s["train_loss"]), fmt(s.get("cf_acc_start")),
+                  f"{fmt(s.get('cf_acc_peak'))} ({s.get('cf_acc_peak_step', '-')})",
+                  fmt(s.get("cf_acc_final")), fmt(s.get("param_acc_final")),
+                  fmt(s.get("attn_context_start")), fmt(s.get("attn_context_final")),
+                  f"{s['seconds']:.0f}")
+    console.print(table)
+    console.print(f"run directory: {result.run_dir}", highlight=False)
+    console.print(f"report: {result.report}", highlight=False)
+
+
+def curate_cmd(
+    data: Annotated[str, Opt(help="Instruction file in Alpaca form, or 'builtin'.")],
+    out: Annotated[Path, Opt(help="The filtered file to write (JSONL).")],
+    model: Annotated[str, Opt(help="The model to be finetuned (scores the examples).")]
+    = "smollm2-135m-instruct",
+    drop: Annotated[float, Opt(help="Share of examples to drop.")] = 0.25,
+    by: Annotated[str, Opt(help="no_context_loss (the paper's rule) or criticality.")]
+    = "no_context_loss",
+    prompt_format: Annotated[str, Opt(help="chat, alpaca, tulu or plain.")] = "chat",
+    batch_size: Annotated[int, Opt(help="Examples per forward pass.")] = 8,
+    seed: Annotated[int, Opt(help="Seed of the built-in mixture.")] = 0,
+    device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
+    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+) -> None:
+    """Score each example's context-criticality with the model; drop the least critical."""
+    import torch
+
+    from knowflow.curate.criticality import (
+        CurateConfig,
+        dropped_indices,
+        filter_examples,
+        score_examples,
+    )
+    from knowflow.io import atomic_write_jsonl
+    from knowflow.models.hf import load_model
+    from knowflow.report.curation import curation_figure
+    from knowflow.train.sft_data import save_instructions
+
+    torch.set_num_threads(max(1, threads))
+    cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
+    try:
+        cfg.validate()
+        rows = _rows(data, seed)
+        if any(r.messages for r in rows):
+            raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
+                                "their 'input'); chat 'messages' rows have no separate context")
+        mdl, tok = load_model(model, device=device)
+        bars, progress = _bar("scoring")
+        with bars:
+            scores = score_examples(mdl, tok, rows, cfg, progress)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    drop_set = dropped_indices(scores, cfg)
+    for s in scores:
+        s["dropped"] = s["index"] in drop_set
+    key = "loss_without_context" if by == "no_context_loss" else "criticality"
+    kept_scores = [s[key] for s in scores if not s["dropped"]]
+    cutoff = min(kept_scores) if drop_set and kept_scores else None
+    save_instructions(out, filter_examples(rows, scores, cfg))
+    scores_path = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), scores)
+    figure = curation_figure(scores, by, cutoff, out.with_suffix(".png"))
+    table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",
+                  "mean criticality")
+    for kind in sorted({str(s["kind"]) for s in scores}):
+        group = [s for s in scores if str(s["kind"]) == kind]
+        def mean(k, g=group):
+            return (sum(s[k] for s in g) / len(g))
+        table.add_row(kind if kind != "None" else "all", str(len(group)),
+                      str(sum(s["dropped"] for s in group)), f"{mean('loss_with_context'):.3f}",
+                      f"{mean('loss_without_context'):.3f}", f"{mean('criticality'):.3f}")
+    console.print(table)
+    console.print(f"kept {len(rows) - len(drop_set)} of {len(rows)} -> {out}; scores: "
+                  f"{scores_path}; histogram: {figure}", highlight=False)
+
+
+def augment_cmd(
+    data: Annotated[str, Opt(help="Instruction file in Alpaca form, or 'builtin'.")],
+    out: Annotated[Path, Opt(help="The augmented file to write (JSONL).")],
+    ratio: Annotated[float, Opt(help="Counterfactual examples added per original example.")]
+    = 0.25,
+    seed: Annotated[int, Opt(help="Seed.")] = 0,
+) -> None:
+    """Add entity-substituted counterfactual examples (context and answer changed together)."""
+    from knowflow.curate.augment import augment
+    from knowflow.train.sft_data import save_instructions
+
+    try:
+        rows = _rows(data, seed)
+        result = augment(rows, ratio, seed)
+    except KnowflowError as exc:
+        raise _fail(exc) from None
+    save_instructions(out, result)
+    added = [r for r in result if r.extra.get("augmented")]
+    console.print(f"{len(rows)} examples + {len(added)} counterfactual = {len(result)} -> {out}",
+                  highlight=False)
+    if added:
+        ex = added[0]
+        console.print(f"example: {ex.input!r} -> {ex.output!r} (was "
+                      f"{ex.extra['original_answer']!r})", highlight=False)

@@ -1,0 +1,109 @@
+"""One complete `knowflow sft` job: load a model and instruction data, finetune it with the
+reliance tracker, save the model, and summarize the reliance curve.
+
+The run directory gets `data.jsonl` (the exact training rows), `metrics.jsonl` (one tracker
+record per evaluation), `checkpoints/` (Trainer checkpoints, for resuming), `model/` (the final
+weights: only the adapter for LoRA) and, with `track.keep_peak`, `peak/`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from knowflow.config import require
+from knowflow.errors import DataError
+from knowflow.io import atomic_write_folder
+from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft_data import Instruction, encode_all, load_instructions, save_instructions
+from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
+
+log = logging.getLogger(__name__)
+
+BUILTIN = "builtin"
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SFTJobConfig:
+    model: str = "smollm2-135m-instruct"
+    data: str = BUILTIN              # an instruction file (JSONL/JSON), or "builtin"
+    device: str = "auto"
+    dtype: str = "auto"
+    tracking: bool = True
+    save_model: bool = True
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    track: TrackerConfig = field(default_factory=TrackerConfig)
+
+    def validate(self) -> None:
+        self.sft.validate()
+        self.mixture.validate()
+        self.track.validate()
+        require(self.track.prompt_format == self.sft.prompt_format, "track.prompt_format",
+                f"{self.track.prompt_format!r} differs from sft.prompt_format "
+                f"{self.sft.prompt_format!r}: track in the layout you train in")
+        if self.data != BUILTIN:
+            if not Path(self.data).is_file():
+                raise DataError(self.data, "no such file (or use data=builtin)")
+            load_instructions(self.data)  # a malformed file fails before anything is written
+
+
+def training_rows(cfg: SFTJobConfig) -> list[Instruction]:
+    return builtin_mixture(cfg.mixture) if cfg.data == BUILTIN else load_instructions(cfg.data)
+
+
+def tracked_items(cfg: SFTJobConfig):
+    """The counterfactual items to track: for the built-in mixture, the held-out subjects'
+    items (never in the training data); for a user file, the named suites."""
+    if cfg.data == BUILTIN:
+        return heldout_items(cfg.mixture, cfg.track.suites, cfg.track.limit)
+    return None  # the tracker loads cfg.track.suites itself
+
+
+def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | None = None,
+                model=None, tokenizer=None) -> dict:
+    """Run the job into `out_dir` (continuing from its checkpoints if it has any)."""
+    from knowflow.models.adapt import check_targets
+    from knowflow.models.hf import load_model
+    from knowflow.train.sft import StepProgress
+
+    cfg.validate()
+    out_dir = Path(out_dir)
+    rows = training_rows(cfg)  # a bad file fails before the model loads
+    if model is None:
+        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    if cfg.sft.train == "lora":
+        check_targets(model, cfg.sft.lora_targets)
+    save_instructions(out_dir / "data.jsonl", rows)
+    encoded, dropped = encode_all(tokenizer, rows, cfg.sft.prompt_format, cfg.sft.max_length)
+    if dropped:
+        log.warning("%d of %d examples are longer than sft.max_length=%d tokens and were "
+                    "left out", len(dropped), len(rows), cfg.sft.max_length)
+    callbacks = []
+    tracker = None
+    if cfg.tracking:
+        tracker = RelianceTracker(tokenizer, cfg.track, out_dir, items=tracked_items(cfg))
+        callbacks.append(tracker)
+    if progress is not None:
+        callbacks.append(StepProgress(progress))
+    start = time.time()
+    result = finetune(model, tokenizer, encoded, cfg.sft, out_dir, callbacks, resume=True)
+    seconds = time.time() - start
+    if cfg.save_model:
+        def write(folder: Path) -> None:
+            result.model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        atomic_write_folder(out_dir / "model", write, marker="config.json")
+    summary = {"steps": result.steps, "train_loss": result.train_loss,
+               "seconds": round(seconds, 1), "n_examples": len(encoded),
+               "n_dropped_too_long": len(dropped), "trainable_params": result.trainable_params,
+               "total_params": result.total_params}
+    if tracker is not None:
+        summary.update(tracker.summary())
+        summary["tracking_seconds"] = round(sum(r["eval_seconds"] for r in tracker.records), 1)
+    return summary
