@@ -47,3 +47,14 @@ def plot_sft(run_dir: Path) -> list[Path]:
         return []
     return [reliance_figure({"run": read_jsonl(metrics)}, Path(run_dir) / "figures" /
                             "reliance.png")]
+
+
+def plot_arms(run_dir: Path) -> list[Path]:
+    """One reliance figure with a line per arm (records tagged with `arm`)."""
+    metrics = Path(run_dir) / METRICS
+    if not metrics.exists():
+        return []
+    curves: dict[str, list[dict]] = {}
+    for rec in read_jsonl(metrics):
+        curves.setdefault(rec["arm"], []).append(rec)
+    return [reliance_figure(curves, Path(run_dir) / "figures" / "reliance.png")]
