@@ -79,7 +79,7 @@ def test_ranking_with_tiny_random_llama(model, tokenizer):
     data = generate(OcrPeopleConfig(pairs_per_family=3, people_per_family=6, seed=1))
     items = [it for it in data.eval_items][:12]
     prompts = [tokenizer(it.prompt)["input_ids"] for it in items]
-    conts = [it.continuations() for it in items]
+    conts = [it.continuations(with_suffix=True) for it in items]
     correct = [it.correct for it in items]
     ranks = rank_candidates(model, tokenizer, prompts, conts, correct, batch_size=5)
     for it, r_full, r_first in zip(items, ranks.full, ranks.first, strict=True):
@@ -116,3 +116,15 @@ def test_first_token_fallback_pass_gives_the_same_scores(model, tokenizer, monke
     assert joint.full == apart.full and joint.first == apart.first
     for a, b in zip(joint.first_scores, apart.first_scores, strict=True):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_one_token_candidates_have_equal_full_and_first_scores(model, tokenizer):
+    prompts = [tokenizer(t)["input_ids"] for t in ("Bo Ka likes", "Mi Tu speaks", "X")]
+    conts = [["a", "b", "c"], ["d", "e"], ["f", "gh"]]  # byte tokens: one each but "gh"
+    ranks = rank_candidates(model, tokenizer, prompts, conts, [0, 1, 1])
+    assert ranks.full_scores[:2] == ranks.first_scores[:2]
+    assert ranks.full_scores[2][0] == ranks.first_scores[2][0]
+    assert ranks.full_scores[2][1] < ranks.first_scores[2][1]  # "gh" scores two tokens
+    for p, cs, row in zip(prompts, conts, ranks.full_scores, strict=True):
+        for c, s in zip(cs, row, strict=True):
+            assert s == pytest.approx(score_naive(model, tokenizer, p, c)[0], abs=1e-4)

@@ -1,14 +1,16 @@
 """Mean rank of a correct answer among candidates, by log-likelihood (Huang et al. 2025).
 
 Each item is a prompt and K candidate continuations, one of them correct. Two scores rank
-them: `full`, the summed log-probability of the whole continuation (the answer and the rest of
-the sentence, so the completed sentence's log-likelihood up to the shared prompt), and `first`,
-the log-probability of the continuation's first token only. The rank of the correct candidate
-is the number of candidates scored above it (0 = best, K - 1 = worst); a tie counts half, so
-ties are resolved the same way every time and a scorer that cannot tell candidates apart sits
-at chance, (K - 1) / 2, rather than at 0 or K - 1. Top-1 means rank 0: strictly the best.
+them: `full`, the summed log-probability of the whole continuation (all the answer's tokens,
+or the answer and the rest of the sentence: the completed sentence's log-likelihood up to the
+shared prompt), and `first`, the log-probability of the continuation's first token only. The
+rank of the correct candidate is the number of candidates scored above it (0 = best, K - 1 =
+worst); a tie counts half, so ties are resolved the same way every time and a scorer that
+cannot tell candidates apart sits at chance, (K - 1) / 2, rather than at 0 or K - 1. Top-1
+means rank 0: strictly the best.
 Both come from one `loglik.score_continuations` call (prompt prefilled once, candidates batched
-on its KV cache): each candidate's first token is scored as an extra one-token continuation.
+on its KV cache): the first token of a longer candidate is scored as an extra one-token
+continuation; when every candidate is one token, ranking costs only the prompt pass.
 """
 
 from __future__ import annotations
@@ -113,29 +115,33 @@ def rank_candidates(model, tokenizer, prompts: Sequence[list[int]],
                     batch_size: int = 16, progress: Progress | None = None) -> ItemRanks:
     """Score every candidate continuation of every prompt both ways and rank the correct one.
 
-    `prompts` are token ids; `continuations[i]` are strings appended to prompt i (usually
-    " answer."), tokenized on their own as `loglik.score_continuations` does. The first tokens
-    of the candidates ride along as extra one-token continuations of the same call, so each
-    prompt is prefilled once for both scores.
+    `prompts` are token ids; `continuations[i]` are strings appended to prompt i (" answer",
+    or " answer." for the completed sentence), tokenized on their own as
+    `loglik.score_continuations` does. A one-token continuation's full score is its
+    first-token score; the first tokens of longer ones ride along as extra one-token
+    continuations of the same call, so each prompt is prefilled once for both scores.
     """
-    firsts = [[ids[0] for ids in conts]
-              for conts in encode_continuations(tokenizer, continuations)]
-    texts = _first_token_texts(tokenizer, firsts)
-    if texts is None:
-        full = score_continuations(model, tokenizer, prompts, continuations, batch_size,
-                                   progress=progress, stage="rank")
-        full_scores = [[lp for lp, _ in row] for row in full]
+    encoded = encode_continuations(tokenizer, continuations)
+    firsts = [[ids[0] for ids in row] for row in encoded]
+    longer = [[len(ids) > 1 for ids in row] for row in encoded]
+    texts = _first_token_texts(tokenizer, [[t for t, lg in zip(fr, lr, strict=True) if lg]
+                                           for fr, lr in zip(firsts, longer, strict=True)])
+    extra = [[texts[t] for t, lg in zip(fr, lr, strict=True) if lg] if texts is not None else []
+             for fr, lr in zip(firsts, longer, strict=True)]
+    joint = [list(conts) + more for conts, more in zip(continuations, extra, strict=True)]
+    scores = score_continuations(model, tokenizer, prompts, joint, batch_size,
+                                 progress=progress, stage="rank")
+    full_scores = [[lp for lp, _ in row[:len(c)]]
+                   for row, c in zip(scores, continuations, strict=True)]
+    if texts is None:  # some first token does not round-trip: score them from the prompts
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         first_scores = first_token_logprobs(model, prompts, firsts, pad_id, batch_size)
     else:
-        joint = [list(conts) + [texts[t] for t in row]
-                 for conts, row in zip(continuations, firsts, strict=True)]
-        scores = score_continuations(model, tokenizer, prompts, joint, batch_size,
-                                     progress=progress, stage="rank")
-        full_scores = [[lp for lp, _ in row[:len(c)]]
-                       for row, c in zip(scores, continuations, strict=True)]
-        first_scores = [[lp for lp, _ in row[len(c):]]
-                        for row, c in zip(scores, continuations, strict=True)]
+        first_scores = []
+        for row, c, lr in zip(scores, continuations, longer, strict=True):
+            rest = iter(lp for lp, _ in row[len(c):])
+            first_scores.append([next(rest) if lg else full for full, lg in
+                                 zip((lp for lp, _ in row[:len(c)]), lr, strict=True)])
     return ItemRanks(ranks_from_scores(full_scores, correct),
                      ranks_from_scores(first_scores, correct), full_scores, first_scores)
 

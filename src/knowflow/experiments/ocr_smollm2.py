@@ -3,10 +3,11 @@
 SmolLM2-135M-Instruct is finetuned, through knowflow's SFT path (`train.sft.finetune`, the HF
 Trainer; full, LoRA or QK-only), on plain sentences about made-up people (`worlds.ocr_people`):
 every person's fact, and the implication of only the training people (20%). Causal LM loss on
-whole sentences. Every `eval_every` steps a Trainer callback ranks, for each person, the correct
-implication among its family's candidates by log-likelihood of the completed sentence (full
-answer and first token, `evaluate.rank`); held-out people measure out-of-context inference,
-training people check that the shown implications were learned, facts that the facts were.
+whole sentences. Every `eval_every` steps a Trainer callback ranks, for each person, the
+correct implication among its family's candidates by log-likelihood (of the answer's tokens,
+or with `eval_suffix` of the completed sentence; and of its first token: `evaluate.rank`).
+Held-out people measure out-of-context inference, training people check that the shown
+implications were learned, and the facts' own ranks check that the facts were.
 If causal and non-causal families fall alike, generalization and hallucination are one
 mechanism, as the paper argues.
 
@@ -61,6 +62,7 @@ class OcrSmolConfig:
     threads: int = 1  # torch threads (one is fastest for small models on a shared CPU)
     eval_every: int = 15  # optimizer steps between evaluations (also at step 0 and the end)
     eval_batch_size: int = 32
+    eval_suffix: bool = False  # score the rest of the sentence after the answer too
     keep_checkpoints: bool = False  # keep the Trainer checkpoints once the run is done
     world: OcrPeopleConfig = field(default_factory=_default_world)
     sft: SFTConfig = field(default_factory=_default_sft)
@@ -146,9 +148,11 @@ def _group(item: EvalItem) -> str:
 class RankEvaluator:
     """Ranks every evaluation item with a model and returns one flat record."""
 
-    def __init__(self, tokenizer, items: Sequence[EvalItem], batch_size: int):
+    def __init__(self, tokenizer, items: Sequence[EvalItem], batch_size: int,
+                 with_suffix: bool = False):
         self.tokenizer, self.items, self.batch_size = tokenizer, list(items), batch_size
         self.prompts = [tokenizer(it.prompt)["input_ids"] for it in self.items]
+        self.continuations = [it.continuations(with_suffix) for it in self.items]
 
     def __call__(self, model, step: int) -> dict:
         from knowflow.evaluate.rank import rank_candidates, summarize
@@ -157,8 +161,7 @@ class RankEvaluator:
         was_training = base.training
         base.eval()
         start = time.perf_counter()
-        ranks = rank_candidates(base, self.tokenizer, self.prompts,
-                                [it.continuations() for it in self.items],
+        ranks = rank_candidates(base, self.tokenizer, self.prompts, self.continuations,
                                 [it.correct for it in self.items], self.batch_size)
         seconds = time.perf_counter() - start
         if was_training:
@@ -264,7 +267,7 @@ def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
     data = generate(cfg.world)
     model, tokenizer = load(cfg, data)
     dataset = encode_texts(tokenizer, data.train_texts, cfg.sft.max_length)
-    evaluate = RankEvaluator(tokenizer, data.eval_items, cfg.eval_batch_size)
+    evaluate = RankEvaluator(tokenizer, data.eval_items, cfg.eval_batch_size, cfg.eval_suffix)
     records = _resume_records(out_dir)
     resume = last_checkpoint(out_dir) is not None
     if not any(r["step"] == 0 for r in records):

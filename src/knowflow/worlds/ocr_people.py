@@ -92,7 +92,7 @@ class Person:
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One ranking question: `prompt` + " " + candidate + `suffix` for each candidate."""
+    """One ranking question: `prompt` + " " + candidate (+ `suffix`) for each candidate."""
 
     person: str
     family: str
@@ -108,8 +108,9 @@ class EvalItem:
     def correct(self) -> int:
         return self.candidates.index(self.answer)
 
-    def continuations(self) -> list[str]:
-        return [f" {c}{self.suffix}" for c in self.candidates]
+    def continuations(self, with_suffix: bool = False) -> list[str]:
+        """" answer" per candidate; with the suffix, the rest of the completed sentence."""
+        return [f" {c}{self.suffix if with_suffix else ''}" for c in self.candidates]
 
     def sentence(self, answer: str | None = None) -> str:
         return f"{self.prompt} {self.answer if answer is None else answer}{self.suffix}"
