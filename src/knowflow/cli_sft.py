@@ -23,15 +23,27 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _bar(description: str):
-    bars = Progress(description, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=False)
-    task = bars.add_task(description, total=None)
+class _Bar:
+    """A rich progress bar that appears at the first report (so an error found while
+    checking the input prints alone)."""
 
-    def progress(done: int, total: int) -> None:
-        bars.update(task, completed=done, total=total)
+    def __init__(self, description: str):
+        self.bars = Progress(description, BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), console=err_console, transient=False)
+        self.task = None
 
-    return bars, progress
+    def __call__(self, done: int, total: int) -> None:
+        if self.task is None:
+            self.bars.start()
+            self.task = self.bars.add_task("", total=total)
+        self.bars.update(self.task, completed=done, total=total)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.task is not None:
+            self.bars.stop()
 
 
 def _rows(data: str, seed: int):
@@ -97,9 +109,8 @@ def sft_cmd(
     overrides += ["tracking=false"] if no_track else []
     overrides += list(set_ or [])
     torch.set_num_threads(max(1, threads))
-    bars, progress = _bar("finetuning")
     try:
-        with bars:
+        with _Bar("finetuning") as progress:
             result = run_experiment("sft", [] if resume else overrides, runs_root=runs_dir,
                                     resume=(run_dir or True) if resume else False,
                                     progress=progress)
@@ -157,8 +168,7 @@ def curate_cmd(
             raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
                                 "their 'input'); chat 'messages' rows have no separate context")
         mdl, tok = load_model(model, device=device)
-        bars, progress = _bar("scoring")
-        with bars:
+        with _Bar("scoring") as progress:
             scores = score_examples(mdl, tok, rows, cfg, progress)
     except KnowflowError as exc:
         raise _fail(exc) from None

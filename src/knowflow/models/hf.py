@@ -106,6 +106,9 @@ def model_folder(name: str) -> Path | str:
 def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto"):
     """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # library code never prints; the CLI shows progress
 
     source = model_folder(name)
     dev = resolve_device(device)

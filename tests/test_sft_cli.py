@@ -1,0 +1,93 @@
+"""`knowflow sft`, `curate` and `augment` from the command line, on a tiny random Llama saved
+as a model folder: the run contract, one-line errors with exit code 2, nothing half-written."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import byte_tokenizer, tiny_llama
+from knowflow.cli import app
+from knowflow.io import read_json, read_jsonl
+from knowflow.train.sft_data import load_instructions
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tok = byte_tokenizer()
+    tiny_llama(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    rows = [{"instruction": f"Question: Where does Vol{i} live?", "input": f"Vol{i} lives in "
+             f"Kem{i}.", "output": f"Kem{i}", "kind": "C+S" if i % 2 else "C",
+             "relation": "lives_in"} for i in range(12)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_sft_writes_a_run(tmp_path, model_dir, data_file):
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
+                              "--steps", "3", "--batch-size", "4", "--track", "cf-capitals",
+                              "--track-every", "1", "--track-limit", "2", "--max-length", "512",
+                              "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (run,) = (tmp_path / "sft").iterdir()
+    for name in ("config.json", "metrics.jsonl", "summary.json", "data.jsonl", "report.html",
+                 "figures/reliance.png", "model/adapter_config.json"):
+        assert (run / name).exists(), name
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    summary = read_json(run / "summary.json")
+    assert summary["steps"] == 3 and summary["n_examples"] == 12
+    assert read_json(run / "config.json")["sft"]["steps"] == 3
+    again = runner.invoke(app, ["sft", "--resume", "--runs-dir", str(tmp_path)])
+    assert again.exit_code == 2 and "no unfinished run" in again.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lora-targets", "q_proj,nope"], "unknown target module 'nope'"),
+    (["--train", "half"], "half"),
+    (["--steps", "0"], "steps"),
+])
+def test_sft_bad_options(tmp_path, model_dir, data_file, args, message):
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
+                              "--runs-dir", str(tmp_path), *args])
+    assert res.exit_code == 2 and message in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*.json*"))
+
+
+def test_sft_malformed_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction": "a", "output": "b"}\n{"instruction": "a", "input": "c"}\n')
+    res = runner.invoke(app, ["sft", "--data", str(bad), "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 2
+    assert "bad.jsonl, line 2: field 'output'" in res.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_curate_and_augment(tmp_path, model_dir, data_file):
+    out = tmp_path / "curated.jsonl"
+    res = runner.invoke(app, ["curate", "--model", str(model_dir), "--data", str(data_file),
+                              "--out", str(out), "--drop", "0.25"])
+    assert res.exit_code == 0, res.output
+    assert len(load_instructions(out)) == 9
+    scores = read_jsonl(tmp_path / "curated.scores.jsonl")
+    assert sum(s["dropped"] for s in scores) == 3 and (tmp_path / "curated.png").exists()
+    aug = tmp_path / "aug.jsonl"
+    res = runner.invoke(app, ["augment", "--data", str(data_file), "--out", str(aug),
+                              "--ratio", "0.5"])
+    assert res.exit_code == 0, res.output
+    rows = load_instructions(aug)
+    added = [r for r in rows if r.extra.get("augmented")]
+    assert len(rows) == 18 and len(added) == 6
+    res = runner.invoke(app, ["augment", "--data", str(data_file), "--out", str(aug),
+                              "--ratio", "-1"])
+    assert res.exit_code == 2 and "ratio" in res.output
