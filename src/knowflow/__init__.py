@@ -2,7 +2,11 @@
 
 The Python API mirrors the `knowflow` command: `run_experiment` runs a registered experiment
 and writes its run directory; `write_report` renders run directories as one HTML page;
-`evaluate` measures how much a language model follows a counterfactual context.
+`evaluate` measures how much a language model follows a counterfactual context;
+`RelianceTracker` (an HF TrainerCallback) tracks that during anyone's finetuning run:
+
+    tracker = knowflow.RelianceTracker(tokenizer, knowflow.TrackerConfig(every=50), "runs/x")
+    tracker.attach(trainer)
 """
 
 from knowflow.errors import ConfigError, DataError, KnowflowError
@@ -13,8 +17,12 @@ __all__ = [
     "ConfigError",
     "DataError",
     "KnowflowError",
+    "RelianceTracker",
+    "SFTConfig",
+    "TrackerConfig",
     "__version__",
     "evaluate",
+    "finetune",
     "run_experiment",
     "write_report",
 ]
@@ -34,4 +42,12 @@ def __getattr__(name: str):
         from knowflow.report.html import write_report
 
         return write_report
+    if name in ("RelianceTracker", "TrackerConfig"):
+        from knowflow.train import tracker
+
+        return getattr(tracker, name)
+    if name in ("SFTConfig", "finetune"):
+        from knowflow.train import sft
+
+        return getattr(sft, name)
     raise AttributeError(name)
