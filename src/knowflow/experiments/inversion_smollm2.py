@@ -67,7 +67,7 @@ class InversionSmolConfig:
         if arm == "qk_only":
             sft = dataclasses.replace(sft, train="qk_only", lr=self.qk_lr)
         return SFTJobConfig(model=self.model, data=data, sft=sft, mixture=self.mixture,
-                            track=self.track, save_model=False)
+                            track=self.track, save_model=False, track_items="heldout")
 
 
 def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:

@@ -35,6 +35,10 @@ class SFTJobConfig:
     device: str = "auto"
     dtype: str = "auto"
     tracking: bool = True
+    # what to track: "auto" = the built-in mixture's held-out items when data is builtin, else
+    # track.suites; "heldout" = those held-out items (for files derived from the mixture, as
+    # curated or augmented ones); "suites" = track.suites
+    track_items: str = "auto"
     save_model: bool = True
     sft: SFTConfig = field(default_factory=SFTConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
@@ -44,6 +48,8 @@ class SFTJobConfig:
         self.sft.validate()
         self.mixture.validate()
         self.track.validate()
+        require(self.track_items in ("auto", "heldout", "suites"), "track_items",
+                f"{self.track_items!r} is not one of auto, heldout, suites")
         require(self.track.prompt_format == self.sft.prompt_format, "track.prompt_format",
                 f"{self.track.prompt_format!r} differs from sft.prompt_format "
                 f"{self.sft.prompt_format!r}: track in the layout you train in")
@@ -58,9 +64,9 @@ def training_rows(cfg: SFTJobConfig) -> list[Instruction]:
 
 
 def tracked_items(cfg: SFTJobConfig):
-    """The counterfactual items to track: for the built-in mixture, the held-out subjects'
-    items (never in the training data); for a user file, the named suites."""
-    if cfg.data == BUILTIN:
+    """The counterfactual items to track: for the built-in mixture (or `track_items=heldout`),
+    the held-out subjects' items (never in the training data); else the named suites."""
+    if cfg.track_items == "heldout" or (cfg.track_items == "auto" and cfg.data == BUILTIN):
         return heldout_items(cfg.mixture, cfg.track.suites, cfg.track.limit)
     return None  # the tracker loads cfg.track.suites itself
 
