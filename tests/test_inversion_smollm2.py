@@ -31,6 +31,11 @@ def test_all_arms_write_records(tmp_path, model_dir):
                     "seconds"):
             assert s[key] is not None, (arm, key)
         assert [r["step"] for r in records if r["arm"] == arm] == [0, 1, 2]
+    # every arm starts from the same model and is tracked on the same held-out items
+    assert len({summary[a]["cf_acc_start"] for a in ("lora", "curated", "qk_only",
+                                                     "augmented")}) == 1
+    assert len({summary[a]["attn_context_start"] for a in ("lora", "curated", "qk_only",
+                                                           "augmented")}) == 1
     assert summary["curated"]["n_examples"] == 18  # 24 minus the 25% least critical
     # 24 plus up to 6 counterfactual copies (fewer when a relation has one answer only)
     assert 24 < summary["augmented"]["n_examples"] <= 30
