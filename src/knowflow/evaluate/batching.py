@@ -55,7 +55,8 @@ def _cache_name(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept either."""
     name = getattr(model, "_knowflow_cache_name", None)
     if name is None:
-        params = inspect.signature(model.forward).parameters
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+        params = inspect.signature(base.forward).parameters
         name = "cache" if "cache" in params else "past_key_values"
         model._knowflow_cache_name = name
     return name
