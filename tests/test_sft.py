@@ -223,3 +223,20 @@ def test_chat_messages_rows_train_on_the_last_reply(tmp_path, tok):
     assert tok.decode(answer) == "Paris<|end|>"
     with pytest.raises(ConfigError, match="prompt_format"):
         encode(tok, ex, "alpaca")
+
+
+def test_tracker_attaches_to_a_users_trainer(tmp_path, tok, data):
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "ckpt"), max_steps=4,
+                             per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                             logging_steps=2, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=tiny_llama(tok), args=args, train_dataset=data,
+                      data_collator=DataCollatorForSeq2Seq(tok, padding=True))
+    tracker = RelianceTracker(tok, TrackerConfig(every=2), tmp_path, items=_items())
+    tracker.attach(trainer)
+    trainer.train()
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 2, 4]
+    history = trainer.state.log_history
+    assert [h["step"] for h in history if "reliance/cf_acc" in h] == [0, 2, 4]
+    assert [h["step"] for h in history if "loss" in h] == [2, 4]  # its own logs are kept
