@@ -101,6 +101,13 @@ def test_counterfactual_family_is_a_wrong_mapping_of_its_own_candidates():
     assert set(cf.candidates) == {true[f] for f in cf.facts}
     assert all(true[f] != c for f, c in cf.pairs)
     assert data.family("city_language").pairs == load_families()["city_language"].pairs[:6]
+    for item in data.eval_items:
+        if item.family == "cf_city_language" and item.kind == "implication":
+            person = next(p for p in data.people if p.name == item.person)
+            assert item.prior_answer == true[person.fact] != item.answer
+            assert item.prior_answer in item.candidates
+        else:
+            assert item.prior_answer == ""
 
 
 def test_names_are_new_words_and_never_collide():

@@ -16,6 +16,7 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.ocr_smollm2 import _resume_records, encode_texts, run, smoke_config
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from knowflow.report.ocr_smollm2 import family_table, table_markdown
 from knowflow.runs import CONFIG, METRICS
 from knowflow.worlds.ocr_people import FAMILY_NAMES, generate
 
@@ -36,6 +37,9 @@ def test_three_step_run_writes_every_record(tmp_path):
                     assert 0 <= rec[f"{fam}/{group}/{stat}"] <= k - 1
                 assert 0 <= rec[f"{fam}/{group}/top1"] <= 1
     assert all("train_loss" in r for r in records[1:])
+    # the counterfactual family also ranks the real-world implication
+    assert 0 <= records[-1]["cf_city_language/test_impl/prior_mean_rank"] <= 1
+    assert not any(k.startswith("city_language/") and "prior" in k for k in records[-1])
     summary = json.loads((run_dir / "summary.json").read_text())
     for fam in FAMILY_NAMES:
         row = summary[fam]
@@ -45,10 +49,14 @@ def test_three_step_run_writes_every_record(tmp_path):
         assert row["mean_rank_before"] == records[0][f"{fam}/test_impl/mean_rank"]
         assert row["mean_rank_after"] == records[-1][f"{fam}/test_impl/mean_rank"]
     assert summary["city_language"]["causal"] and not summary["sport_music"]["causal"]
+    assert "prior_mean_rank_after" in summary["cf_city_language"]
+    assert "prior_mean_rank_after" not in summary["city_language"]
     assert summary["steps"] == 3 and summary["train_tokens_per_s"] > 0
     assert sorted(p.name for p in (run_dir / "figures").glob("*.png")) == \
         ["1_mean_rank.png", "2_table.png"]
     assert (run_dir / "report.html").stat().st_size > 1000
+    md = table_markdown(family_table(records)).splitlines()
+    assert len(md) == 2 + len(FAMILY_NAMES) + 1 and md[-1].startswith("| all |")
     assert not (run_dir / "checkpoints").exists()  # removed once the run is done
 
 

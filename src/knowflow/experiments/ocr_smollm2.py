@@ -180,10 +180,28 @@ class RankEvaluator:
             table = summarize(keys, ranks, k, name="/".join)
             for name, stats in sorted(table.items()):
                 rec.update({f"{name}/{s}": v for s, v in stats.items()})
+        rec.update(self._prior(ranks.full_scores))
         log.info("step %d: held-out mean rank %.3f, training people %.3f (%.1f s)", step,
                  rec.get("all/test_impl/mean_rank", float("nan")),
                  rec.get("all/train_impl/mean_rank", float("nan")), seconds)
         return rec
+
+
+    def _prior(self, scores: list[list[float]]) -> dict:
+        """Counterfactual families: `prior_mean_rank` / `prior_top1` of the real-world
+        implication (Amsterdam -> Dutch), which the trained mapping contradicts."""
+        from knowflow.evaluate.rank import grouped_stats, ranks_from_scores
+
+        idx = [i for i, it in enumerate(self.items) if it.prior_answer]
+        if not idx:
+            return {}
+        items = [self.items[i] for i in idx]
+        ranks = ranks_from_scores([scores[i] for i in idx],
+                                  [it.candidates.index(it.prior_answer) for it in items])
+        stats = grouped_stats([(it.family, _group(it)) for it in items], ranks,
+                              [len(it.candidates) for it in items])
+        return {f"{fam}/{group}/prior_{s}": getattr(st, s) for (fam, group), st in stats.items()
+                for s in ("mean_rank", "top1")}
 
 
 class RankTracker(TrainerCallback):

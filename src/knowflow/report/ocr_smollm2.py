@@ -5,11 +5,13 @@
                  implication learned?) and the facts of held-out people (was the fact learned?);
                  the dotted line is chance, (K - 1) / 2
 2_table.png      the paper's table: per family, K, chance, mean rank before and after
-                 finetuning (full answer and first token), top-1, and the training-people check
+                 finetuning (full answer and first token), top-1, the training-people and
+                 facts checks, and (counterfactual family) the real-world implication's rank
 
 Records are flat: `<family>/<group>/<stat>` with group in test_impl, train_impl, test_fact,
 train_fact and stat in mean_rank, top1, mean_rank_first_token, top1_first_token, n,
-n_candidates; `all/...` pools the families.
+n_candidates; `all/...` pools the families. Counterfactual families add prior_mean_rank and
+prior_top1: the rank of the real-world implication, which the trained mapping contradicts.
 """
 
 from __future__ import annotations
@@ -19,11 +21,6 @@ from pathlib import Path
 from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, series, subplots
 from knowflow.runs import CONFIG, METRICS
-
-GROUPS = ("test_impl", "train_impl", "test_fact", "train_fact")
-TABLE_COLUMNS = ("n_candidates", "chance_mean_rank", "mean_rank_before", "mean_rank_after",
-                 "train_mean_rank_after", "top1_after", "mean_rank_first_token_before",
-                 "mean_rank_first_token_after", "fact_mean_rank_after")
 
 
 def families_of(records: list[dict]) -> list[str]:
@@ -59,9 +56,12 @@ def family_table(records: list[dict], causal: dict[str, bool] | None = None) -> 
                "mean_rank_first_token_before": before.get(f"{fam}/test_impl/mean_rank_first_token"),
                "mean_rank_first_token_after": after.get(f"{fam}/test_impl/mean_rank_first_token"),
                "fact_mean_rank_after": after.get(f"{fam}/test_fact/mean_rank"),
+               "prior_mean_rank_before": before.get(f"{fam}/test_impl/prior_mean_rank"),
+               "prior_mean_rank_after": after.get(f"{fam}/test_impl/prior_mean_rank"),
                "steps": after["step"]}
-        if row["causal"] is None:
-            del row["causal"]
+        for key in ("causal", "prior_mean_rank_before", "prior_mean_rank_after"):
+            if row[key] is None:
+                del row[key]
         out[fam] = row
     return out
 
@@ -102,9 +102,9 @@ def _fmt(value) -> str:
 def _table_figure(table: dict[str, dict], path: Path, title: str) -> Path:
     cols = ("causal", "n_candidates", "chance_mean_rank", "mean_rank_before", "mean_rank_after",
             "top1_after", "mean_rank_first_token_before", "mean_rank_first_token_after",
-            "train_mean_rank_after", "fact_mean_rank_after")
+            "train_mean_rank_after", "fact_mean_rank_after", "prior_mean_rank_after")
     heads = ("causal", "K", "chance", "before", "after", "top-1\nafter", "1st tok\nbefore",
-             "1st tok\nafter", "train people\nafter", "facts\nafter")
+             "1st tok\nafter", "train people\nafter", "facts\nafter", "real-world\nafter")
     fig, ax = subplots(1, width=11, height=0.5 + 0.38 * (len(table) + 2))
     a = ax[0, 0]
     a.axis("off")
@@ -123,7 +123,7 @@ def table_markdown(table: dict[str, dict]) -> str:
     """The results table as Markdown (for notes and the README)."""
     cols = ("n_candidates", "chance_mean_rank", "mean_rank_before", "mean_rank_after",
             "top1_after", "mean_rank_first_token_before", "mean_rank_first_token_after",
-            "train_mean_rank_after", "fact_mean_rank_after")
+            "train_mean_rank_after", "fact_mean_rank_after", "prior_mean_rank_after")
     lines = ["| family | causal | " + " | ".join(cols) + " |",
              "|---" * (len(cols) + 2) + "|"]
     for fam, row in table.items():

@@ -68,6 +68,8 @@ class Family:
     pairs: tuple[tuple[str, str], ...]  # (fact, implication), K of them
     fact_templates: tuple[str, ...]
     implication_templates: tuple[str, ...]
+    # counterfactual families: each fact's real-world implication (the data file's pairing)
+    prior: tuple[tuple[str, str], ...] = ()
 
     @property
     def facts(self) -> tuple[str, ...]:
@@ -103,6 +105,7 @@ class EvalItem:
     answer: str
     candidates: tuple[str, ...]
     suffix: str  # the sentence after the answer (usually ".")
+    prior_answer: str = ""  # counterfactual families: the real-world implication
 
     @property
     def correct(self) -> int:
@@ -247,11 +250,12 @@ def load_families(path: str | None = None) -> dict[str, FamilySpec]:
 def select_family(spec: FamilySpec, k: int) -> Family:
     """The first `k` pairs; a counterfactual family pairs fact i with implication i + shift."""
     pairs = spec.pairs[:k]
-    if spec.shift_answers % k:
-        pairs = tuple((f, pairs[(i + spec.shift_answers) % k][1])
-                      for i, (f, _) in enumerate(pairs))
-    return Family(spec.name, spec.causal, tuple(pairs), spec.fact_templates,
-                  spec.implication_templates)
+    if not spec.shift_answers % k:
+        return Family(spec.name, spec.causal, tuple(pairs), spec.fact_templates,
+                      spec.implication_templates)
+    shifted = tuple((f, pairs[(i + spec.shift_answers) % k][1]) for i, (f, _) in enumerate(pairs))
+    return Family(spec.name, spec.causal, shifted, spec.fact_templates,
+                  spec.implication_templates, tuple(pairs))
 
 
 # --- names ------------------------------------------------------------------------------
@@ -316,9 +320,10 @@ def _item(person: Person, family: Family, kind: Kind, template_index: int) -> Ev
         template, slot = family.fact_templates[template_index], "{fact}"
         answer, candidates = person.fact, family.facts
     before, after = template.split(slot)
+    prior = dict(family.prior).get(person.fact, "") if kind == "implication" else ""
     return EvalItem(person.name, family.name, person.split, kind, template_index,
                     before.replace("{name}", person.name).rstrip(), answer, candidates,
-                    after.replace("{name}", person.name))
+                    after.replace("{name}", person.name), prior)
 
 
 def _people(family: Family, names: list[str], cfg: OcrPeopleConfig, rng: random.Random
