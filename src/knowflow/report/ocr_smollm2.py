@@ -45,6 +45,7 @@ def family_table(records: list[dict], causal: dict[str, bool] | None = None) -> 
         k = after.get(f"{fam}/test_impl/n_candidates")
         if k is None:
             continue
+        k = int(k) if float(k).is_integer() else k
         row = {"causal": (causal or {}).get(fam) if fam != "all" else None,
                "n_candidates": k, "chance_mean_rank": (k - 1) / 2,
                "n_test": after.get(f"{fam}/test_impl/n"),
