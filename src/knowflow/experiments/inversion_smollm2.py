@@ -37,12 +37,12 @@ ARMS = ("lora", "curated", "qk_only", "augmented")
 class InversionSmolConfig:
     model: str = "smollm2-135m-instruct"
     arms: tuple[str, ...] = ARMS
-    workers: int = 2
+    workers: int = 4                  # one process per arm (each one torch thread)
     qk_lr: float = 1e-4               # qk_only trains full-rank weights: a smaller step
     curate_drop: float = 0.25
     augment_ratio: float = 0.25
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
-        train="lora", lr=1e-3, steps=100, batch_size=8, prompt_format="plain", save_every=20,
+        train="lora", lr=1e-3, steps=60, batch_size=8, prompt_format="plain", save_every=20,
         log_every=5))
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     track: TrackerConfig = field(default_factory=lambda: TrackerConfig(
