@@ -7,10 +7,10 @@ Each person belongs to one family and has one fact (lives in Paris) and its impl
 at least one implication; the held-out people's implications are the test. Inferring them
 needs out-of-context reasoning: linking a person's fact to an implication seen only for others.
 
-The families (`data/ocr_families.json`) are city -> language (causal), a counterfactual
-city -> language (a fixed wrong mapping: each city takes the language of the next selected
-city), country -> programming language, profession -> color and sport -> music (arbitrary
-pairings). Each has several paraphrased templates for the fact and the implication sentence.
+The families (`data/ocr_families.json`) are city -> language and country -> international
+calling code (causal), a counterfactual city -> language (a fixed wrong mapping: each city
+takes the language of the next selected city), profession -> color and sport -> music
+(arbitrary pairings). Each has several paraphrased templates for the fact and the implication sentence.
 
 Names are built from syllables, distinct word by word, and checked against every word of the
 shipped facts tables and the families file, so no model has seen them with any fact. An
