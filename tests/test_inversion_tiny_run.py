@@ -124,6 +124,9 @@ def test_tiny_run_writes_every_record(tmp_path):
             assert cf[row["cf_acc_peak_step_seeds"][i]] == max(cf)
             assert row["cf_acc_final_seeds"][i] == cf[-1]
     assert summary["filtered"]["n_train_seeds"] == [15, 15]  # 25% of 20 dropped
+    # sft.train defaults to qk, so qk_only is mixed's job, read back rather than rerun
+    assert summary["qk_only"] == summary["mixed"]
+    assert not (run_dir / "checkpoints" / "qk_only-seed0.json").exists()
     assert summary["augmented"]["n_train_seeds"] == [25, 25]  # + 25% counterfactual
     assert "inversion_shown" in summary["findings"]
     figures = sorted(p.name for p in (run_dir / "figures").glob("*.png"))

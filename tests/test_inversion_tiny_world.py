@@ -119,3 +119,21 @@ def test_same_seed_same_world_other_seed_other_world():
     assert a.groups == b.groups and a.facts == b.facts
     c = make_world(dataclasses.replace(CFG), 6)
     assert c.groups != a.groups
+
+
+def test_quiz_lines_ask_memory_and_keep_the_length():
+    import random
+
+    world = make_world(CFG, 0)
+    docs = pretraining_documents(world, 300, 3, 1.0, random.Random(0), lookup_facts=2,
+                                 lookup_memorized=1.0, quiz_share=0.5)
+    assert len({len(d) for d in docs}) == 1
+    quiz = [d for d in docs if d[-4] == "question"]
+    assert 0.3 * len(docs) < len(quiz) < 0.7 * len(docs)
+    for d in quiz:  # the quiz asks the lookup's subject and answers from memory
+        assert d[-3:-1] == d[-8:-6] and d[-1] == world.facts[d[-3], d[-2]]
+    plain = pretraining_documents(world, 50, 3, 1.0, random.Random(0), lookup_facts=2,
+                                  lookup_memorized=1.0)
+    assert plain == pretraining_documents(world, 50, 3, 1.0, random.Random(0), lookup_facts=2,
+                                          lookup_memorized=1.0, quiz_share=0.0)
+    assert not any("question" in d for d in plain)

@@ -1,16 +1,19 @@
 """`inversion-tiny`: context-parametric inversion in a small Llama trained from scratch.
 
 A tiny world (see `knowflow.worlds.tiny_world`) is pretrained into an HF `LlamaForCausalLM`
-until it recalls its memorized facts (cached by config hash), then instruction-finetuned on
-`context + question -> answer` in five arms, each for every seed:
+until it recalls its memorized facts and reads lookups (cached by config hash), then
+instruction-finetuned on `context + question -> answer` in six arms, each for every seed:
 
-- `mixed`: the default mixture of C, C+S and S examples;
+- `mixed`: the default mixture of C, C+S and S examples, training `sft.train` (by default
+  only q_proj/k_proj, the theory model's setting);
 - `c_only`: the same number of examples, all context-critical (the control);
 - `filtered`: the mixture minus the share with the lowest no-context loss under the
   pretrained model (the paper's mitigation);
 - `augmented`: the mixture plus counterfactual examples (memorized subject, conflicting
   context, answer from the context);
-- `qk_only`: the mixture with only q_proj/k_proj trainable.
+- `qk_only`: the mixture with only q_proj/k_proj trainable (the same job as `mixed` when
+  `sft.train` is `qk`: its records are then `mixed`'s, not a second run);
+- `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too).
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
 (arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
@@ -38,7 +41,7 @@ from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
 
 log = logging.getLogger(__name__)
 
-ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only")
+ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,14 @@ def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, str, float]:
         return dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n)), train, 0.0
     if arm == "qk_only":
         return mix, "qk", 0.0
+    if arm == "lora":
+        return mix, "lora", 0.0
     return mix, train, 0.0
+
+
+def job_arm(cfg: InversionTinyConfig, arm: str) -> str:
+    """The arm whose job gives `arm`'s records: the first arm with the same setup."""
+    return next(a for a in cfg.arms if arm_setup(cfg, a) == arm_setup(cfg, arm))
 
 
 def pretrain_job(cfg: InversionTinyConfig, seed: int) -> dict:
@@ -215,7 +225,7 @@ def findings(summary: dict) -> dict:
     if mixed and c_only:
         out["inversion_shown"] = (mixed["rise"] >= 0.2 and mixed["fall"] >= 0.15
                                   and c_only["fall"] < 0.05)
-    for arm in ("filtered", "augmented", "qk_only"):
+    for arm in ("filtered", "augmented", "qk_only", "lora"):
         if mixed and summary.get(arm):
             out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
     return out
@@ -240,7 +250,7 @@ def _run_jobs(fn, jobs: list[tuple], workers: int, done=None) -> list:
 
 
 @register("inversion-tiny", InversionTinyConfig, plot_inversion_tiny,
-          "Context-parametric inversion in a small Llama trained from scratch (5 arms x seeds)",
+          "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                    "fall", "param_acc_final", "c_acc_final", "attn_ctx_at_peak",
                    "attn_ctx_final"))
@@ -248,9 +258,10 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel."""
     store = PartStore(out_dir)
     pre = _run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
-    keys = {(arm, seed): f"{arm}-seed{seed}" for arm in cfg.arms for seed in cfg.seeds}
+    keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms
+            for seed in cfg.seeds}
     todo = [(cfg, arm, seed, store.dir / f"{key}.pt") for (arm, seed), key in keys.items()
-            if store.load(key) is None]
+            if job_arm(cfg, arm) == arm and store.load(key) is None]
     log.info("%d jobs, %d to run", len(keys), len(todo))
 
     def save(job: tuple, result: tuple[list[dict], dict]) -> None:

@@ -1,8 +1,10 @@
 """Pretraining a small HF `LlamaForCausalLM` from scratch on a tiny world's text.
 
 The model reads fact documents (memorized facts) and lookup documents (random facts, one
-repeated) with the ordinary next-token loss, until recall of the memorized facts (`<bos> s r`
--> v, greedy) reaches `recall_threshold` or `max_steps` pass. The result (model, tokenizer and a
+repeated, or a quiz line that asks for memory) with the ordinary next-token loss, until recall
+of the memorized facts (`<bos> s r` -> v, greedy) reaches `recall_threshold` and lookup
+accuracy (the repeated value, on fresh lookups without quiz lines) reaches
+`lookup_threshold`, or `max_steps` pass. The result (model, tokenizer and a
 log) is cached by a hash of everything that determines it, under `$KNOWFLOW_CACHE` (default
 `~/.cache/knowflow`)/tiny-pretrained/<hash>, written to a temp folder and renamed into place, so
 a reader never sees half a checkpoint and concurrent runs of the same config are safe.
@@ -48,7 +50,7 @@ class TinyModelConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    max_steps: int = 3000
+    max_steps: int = 4000
     batch_size: int = 32
     lr: float = 1e-3
     warmup: int = 100
@@ -57,6 +59,7 @@ class PretrainConfig:
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
     lookup_memorized: float = 1.0  # share of lookup statements about memorized subjects
     lookup_reliability: float = 0.7  # P(the repeat states the value read earlier)
+    quiz_share: float = 0.3  # share of lookups about memorized subjects ending in a quiz line
     recall_threshold: float = 0.98  # stop once recall of memorized facts reaches this
     lookup_threshold: float = 0.95  # ... and lookup accuracy reaches this
     min_steps: int = 500  # ... and not before this
@@ -128,7 +131,8 @@ def pretrain_model(world: World, model_cfg: TinyModelConfig, cfg: PretrainConfig
         model.train()
         docs = pretraining_documents(world, cfg.batch_size, cfg.facts_per_doc,
                                      cfg.lookup_share, rng, cfg.lookup_facts,
-                                     cfg.lookup_memorized, cfg.lookup_reliability)
+                                     cfg.lookup_memorized, cfg.lookup_reliability,
+                                     cfg.quiz_share)
         ids = _ids(tokenizer, docs)  # (batch, seq)
         logits = model(input_ids=ids).logits  # (batch, seq, vocab)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),

@@ -16,7 +16,11 @@ Subjects (`s017`), relations (`r2`) and attribute values (`v41`) are single word
 Pretraining text (packed as documents of `facts_per_doc` statements `s r v .`):
 fact documents state memorized facts; lookup documents end with random statements (about
 scratch or memorized subjects) and then repeat one, so predicting its value means reading it
-back, even where it contradicts what the model memorized.
+back, even where it contradicts what the model memorized. Some lookups about a memorized
+subject end instead in a quiz line, `question s r v` with the *memorized* v: the word
+`question` then asks for memory, whatever the text said, so the pretrained model answers the
+finetuning layout from memory (counterfactual accuracy starts near 0) while it can read
+statements back in the pretraining layout.
 
 Finetuning prompts use a layout never seen in pretraining:
 `<bos> context s' r' v' . [distractors] question s r` -> `v`, or without context
@@ -107,8 +111,8 @@ def _statement(s: str, r: str, v: str) -> list[str]:
 
 def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_share: float,
                           rng: random.Random, lookup_facts: int = 2,
-                          lookup_memorized: float = 0.0, lookup_reliability: float = 1.0
-                          ) -> list[list[str]]:
+                          lookup_memorized: float = 0.0, lookup_reliability: float = 1.0,
+                          quiz_share: float = 0.0) -> list[list[str]]:
     """`n_docs` documents of `facts_per_doc` statements each: fact documents (memorized facts)
     and, a `lookup_share` of them, lookup documents, which end with `lookup_facts - 1` random
     statements and then one of those repeated (the rest of a lookup document is memorized
@@ -119,7 +123,9 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
     overrides a stored one. (With lookups about `mem_train` subjects only, a model learns that
     per subject and never overrides memory for `mem_eval` subjects.) The repeat keeps the
     stated value with probability `lookup_reliability` (else another value), which sets how
-    far the model trusts a text it reads, as delta_C does in the theory model."""
+    far the model trusts a text it reads, as delta_C does in the theory model. With
+    probability `quiz_share` a lookup whose repeated statement is about a memorized subject
+    ends in the quiz line `question s r m` (m: the memorized value, no stop) instead."""
     facts = world.memorized_facts()
     memorized = world.groups["mem_train"] + world.groups["mem_eval"]
     docs = []
@@ -139,6 +145,11 @@ def pretraining_documents(world: World, n_docs: int, facts_per_doc: int, lookup_
             for fact in stated:
                 doc += _statement(*fact)
             s, r, v = rng.choice(stated)
+            if quiz_share > 0 and (s, r) in world.facts and rng.random() < quiz_share:
+                # a quiz line asks the stored fact, whatever the text said
+                doc += [QUESTION, s, r, world.facts[s, r]]
+                docs.append(doc)
+                continue
             if rng.random() >= lookup_reliability:  # an unreliable text: the repeat differs
                 v = _other_value(world, v, rng)
             doc += _statement(s, r, v)
