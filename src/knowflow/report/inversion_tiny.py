@@ -40,9 +40,14 @@ def _mean(xs: list[float]) -> float:
 def _cf_figure(arms: dict, path: Path) -> Path:
     fig, ax = subplots(1, width=7.0, height=4.2)
     a = ax[0, 0]
+    drawn: list[list[float]] = []
     for name, seeds in arms.items():
         steps, values = _stack(seeds, "cf_acc")
-        line, = a.plot(steps, [_mean(v) for v in values], label=f"{name} ({len(seeds)} seeds)")
+        mean = [_mean(v) for v in values]
+        same = mean in drawn  # an arm that is another's job (qk_only when training QK only)
+        drawn.append(mean)
+        label = f"{name} ({len(seeds)} seeds){' = an arm above' if same else ''}"
+        line, = a.plot(steps, mean, linestyle=(0, (3, 3)) if same else "-", label=label)
         a.fill_between(steps, [min(v) for v in values], [max(v) for v in values],
                        color=line.get_color(), alpha=0.15)
     a.set_xlabel("finetuning step")
