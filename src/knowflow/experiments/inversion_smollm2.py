@@ -135,8 +135,7 @@ def _row(s: dict) -> dict:
 
 
 @register("inversion-smollm2", InversionSmolConfig, plot_arms,
-          "SmolLM2-135M LoRA finetuning on the built-in mixture with reliance tracking, and "
-          "the curated, QK-only and augmented mitigations",
+          "Reliance during SmolLM2-135M LoRA finetuning, and curated/QK-only/augmented runs",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                    "fall", "param_acc_final", "attn_context_final", "seconds"))
 def run(cfg: InversionSmolConfig, out_dir: Path) -> Summary:

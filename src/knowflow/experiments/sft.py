@@ -11,7 +11,7 @@ from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 
 
 @register("sft", SFTJobConfig, plot_sft,
-          "finetune an HF causal LM (full, LoRA or QK-only) with context-reliance tracking",
+          "Finetune an HF causal LM (full, LoRA or QK-only) with context-reliance tracking",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
                    "train_loss", "seconds"))
 def run(cfg: SFTJobConfig, out_dir: Path, progress=None) -> dict:

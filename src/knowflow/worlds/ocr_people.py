@@ -10,7 +10,8 @@ needs out-of-context reasoning: linking a person's fact to an implication seen o
 The families (`data/ocr_families.json`) are city -> language and country -> international
 calling code (causal), a counterfactual city -> language (a fixed wrong mapping: each city
 takes the language of the next selected city), profession -> color and sport -> music
-(arbitrary pairings). Each has several paraphrased templates for the fact and the implication sentence.
+(arbitrary pairings). Each has several paraphrased templates for the fact and the
+implication sentence.
 
 Names are built from syllables, distinct word by word, and checked against every word of the
 shipped facts tables and the families file, so no model has seen them with any fact. An
