@@ -38,3 +38,13 @@ def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LlamaForCausalLM:
                       max_position_embeddings=2048, initializer_range=0.2,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama and its tokenizer saved as a model folder (loadable by name)."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    tok = byte_tokenizer()
+    tiny_llama(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

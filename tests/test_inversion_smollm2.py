@@ -3,19 +3,14 @@ writes its records, the summary has the issue's keys, and bad configs fail befor
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
 from knowflow.errors import ConfigError
 from knowflow.experiments.runner import run_experiment
 from knowflow.io import read_json, read_jsonl
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tok = byte_tokenizer()
-    tiny_llama(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 def test_all_arms_write_records(tmp_path, model_dir):

@@ -6,7 +6,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import byte_tokenizer, tiny_llama
 from knowflow.cli import app
 from knowflow.io import read_json, read_jsonl
 from knowflow.train.sft_data import load_instructions
@@ -15,12 +14,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tok = byte_tokenizer()
-    tiny_llama(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
