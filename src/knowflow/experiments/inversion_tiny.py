@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
 from knowflow.report.inversion_tiny import plot_inversion_tiny
@@ -231,24 +230,6 @@ def findings(summary: dict) -> dict:
     return out
 
 
-def _run_jobs(fn, jobs: list[tuple], workers: int, done=None) -> list:
-    """`fn(*job)` for every job (in `workers` processes); `done(job, result)` as each ends."""
-    results = []
-    if workers > 1 and len(jobs) > 1:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
-            for job, fut in [(job, pool.submit(fn, *job)) for job in jobs]:
-                results.append(fut.result())
-                if done:
-                    done(job, results[-1])
-        return results
-    for job in jobs:
-        results.append(fn(*job))
-        if done:
-            done(job, results[-1])
-    return results
-
-
 @register("inversion-tiny", InversionTinyConfig, plot_inversion_tiny,
           "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
@@ -257,7 +238,7 @@ def _run_jobs(fn, jobs: list[tuple], workers: int, done=None) -> list:
 def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel."""
     store = PartStore(out_dir)
-    pre = _run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
+    pre = run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
     keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms
             for seed in cfg.seeds}
     todo = [(cfg, arm, seed, store.dir / f"{key}.pt") for (arm, seed), key in keys.items()
@@ -268,7 +249,7 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
         store.save(keys[job[1], job[2]], *result)
         job[3].unlink(missing_ok=True)  # the finished job's finetuning checkpoint
 
-    _run_jobs(finetune_job, todo, cfg.workers, save)
+    run_jobs(finetune_job, todo, cfg.workers, save)
     summary: dict = {}
     all_records: list[dict] = []
     for arm in cfg.arms:
