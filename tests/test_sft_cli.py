@@ -86,3 +86,28 @@ def test_curate_and_augment(tmp_path, model_dir, data_file):
     res = runner.invoke(app, ["augment", "--data", str(data_file), "--out", str(aug),
                               "--ratio", "-1"])
     assert res.exit_code == 2 and "ratio" in res.output
+
+
+def test_sft_resume_after_an_interruption(tmp_path, model_dir, data_file):
+    import shutil
+
+    args = ["sft", "--model", str(model_dir), "--data", str(data_file), "--steps", "4",
+            "--batch-size", "4", "--track", "cf-capitals", "--track-every", "1",
+            "--track-limit", "2", "--max-length", "512", "--set", "sft.save_every=2",
+            "--set", "sft.save_limit=null", "--runs-dir", str(tmp_path)]
+    assert runner.invoke(app, args).exit_code == 0
+    (run,) = (tmp_path / "sft").iterdir()
+    before = read_jsonl(run / "metrics.jsonl")
+    # what an interruption after step 3 leaves: no summary, no step-4 checkpoint, records to 3
+    (run / "summary.json").unlink()
+    shutil.rmtree(run / "checkpoints" / "checkpoint-4")
+    shutil.rmtree(run / "model")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in before[:4]))
+    res = runner.invoke(app, ["sft", "--resume", "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    after = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in after] == [0, 1, 2, 3, 4]
+    assert [r["cf_acc"] for r in after] == [r["cf_acc"] for r in before]
+    assert [r["attn_context"] for r in after] == pytest.approx([r["attn_context"]
+                                                                for r in before], abs=1e-6)
+    assert read_json(run / "summary.json")["steps"] == 4
