@@ -179,6 +179,8 @@ class RelianceTracker(TrainerCallback):
         out: dict = {"suites": {}}
         cf_all, par_all, masses = [], [], []
         for name, items in self.items.items():
+            if not items:
+                continue
             mine, real = _shard(items, rank, world)
             recs = evaluate_items(model, self.tokenizer, name, mine, ecfg, None)
             if mode == "loglik":
