@@ -148,12 +148,7 @@ def curate_cmd(
     """Score each example's context-criticality with the model; drop the least critical."""
     import torch
 
-    from knowflow.curate.criticality import (
-        CurateConfig,
-        dropped_indices,
-        filter_examples,
-        score_examples,
-    )
+    from knowflow.curate.criticality import CurateConfig, curate_examples
     from knowflow.io import atomic_write_jsonl
     from knowflow.models.hf import load_model
     from knowflow.report.curation import curation_figure
@@ -169,16 +164,14 @@ def curate_cmd(
                                 "their 'input'); chat 'messages' rows have no separate context")
         mdl, tok = load_model(model, device=device)
         with _Bar("scoring") as progress:
-            scores = score_examples(mdl, tok, rows, cfg, progress)
+            kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
     except KnowflowError as exc:
         raise _fail(exc) from None
-    drop_set = dropped_indices(scores, cfg)
-    for s in scores:
-        s["dropped"] = s["index"] in drop_set
+    n_dropped = len(rows) - len(kept)
     key = "loss_without_context" if by == "no_context_loss" else "criticality"
     kept_scores = [s[key] for s in scores if not s["dropped"]]
-    cutoff = min(kept_scores) if drop_set and kept_scores else None
-    save_instructions(out, filter_examples(rows, scores, cfg))
+    cutoff = min(kept_scores) if n_dropped and kept_scores else None
+    save_instructions(out, kept)
     scores_path = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), scores)
     figure = curation_figure(scores, by, cutoff, out.with_suffix(".png"))
     table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",
@@ -191,7 +184,7 @@ def curate_cmd(
                       str(sum(s["dropped"] for s in group)), f"{mean('loss_with_context'):.3f}",
                       f"{mean('loss_without_context'):.3f}", f"{mean('criticality'):.3f}")
     console.print(table)
-    console.print(f"kept {len(rows) - len(drop_set)} of {len(rows)} -> {out}; scores: "
+    console.print(f"kept {len(kept)} of {len(rows)} -> {out}; scores: "
                   f"{scores_path}; histogram: {figure}", highlight=False)
 
 

@@ -6,8 +6,7 @@ context (low no-context loss) teaches it nothing about reading contexts; Goyal e
 2025) show such non-context-critical points cause the inversion and drop the 25% with the
 lowest no-context loss. Criticality = loss without context - loss with it.
 
-    scores = score_examples(model, tokenizer, examples, CurateConfig())
-    kept = filter_examples(examples, scores, CurateConfig(drop=0.25))
+    kept, scores = curate_examples(model, tokenizer, examples, CurateConfig(drop=0.25))
 """
 
 from __future__ import annotations
@@ -93,7 +92,12 @@ def dropped_indices(scores: Sequence[dict], cfg: CurateConfig) -> set[int]:
     return set(order[:round(len(scores) * cfg.drop)])
 
 
-def filter_examples(examples: Sequence[Instruction], scores: Sequence[dict],
-                    cfg: CurateConfig) -> list[Instruction]:
+def curate_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> tuple[list[Instruction], list[dict]]:
+    """(the examples kept, every example's scores with a `dropped` flag)."""
+    scores = score_examples(model, tokenizer, examples, cfg, progress)
     drop = dropped_indices(scores, cfg)
-    return [ex for i, ex in enumerate(examples) if i not in drop]
+    for s in scores:
+        s["dropped"] = s["index"] in drop
+    return [ex for i, ex in enumerate(examples) if i not in drop], scores

@@ -86,21 +86,13 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
 
         rows = augment(rows, cfg.augment_ratio, cfg.mixture.seed)
     else:
-        from knowflow.curate.criticality import (
-            CurateConfig,
-            dropped_indices,
-            filter_examples,
-            score_examples,
-        )
+        from knowflow.curate.criticality import CurateConfig, curate_examples
         from knowflow.models.hf import load_model
 
         model, tok = load_model(cfg.model)
         ccfg = CurateConfig(drop=cfg.curate_drop, prompt_format=cfg.sft.prompt_format)
-        scores = score_examples(model, tok, rows, ccfg)
-        drop = dropped_indices(scores, ccfg)
-        atomic_write_jsonl(arm_dir / "scores.jsonl",
-                           [{**s, "dropped": s["index"] in drop} for s in scores])
-        rows = filter_examples(rows, scores, ccfg)
+        rows, scores = curate_examples(model, tok, rows, ccfg)
+        atomic_write_jsonl(arm_dir / "scores.jsonl", scores)
     save_instructions(path, rows)
     return str(path)
 
