@@ -47,11 +47,10 @@ class _Bar:
 
 
 def _rows(data: str, seed: int):
-    from knowflow.train.sft_data import load_instructions
-    from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
+    from knowflow.train.sft_job import load_rows
+    from knowflow.worlds.instructions import MixtureConfig
 
-    return builtin_mixture(MixtureConfig(seed=seed)) if data == "builtin" else \
-        load_instructions(data)
+    return load_rows(data, MixtureConfig(seed=seed))
 
 
 Opt = typer.Option

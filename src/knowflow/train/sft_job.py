@@ -59,8 +59,9 @@ class SFTJobConfig:
             load_instructions(self.data)  # a malformed file fails before anything is written
 
 
-def training_rows(cfg: SFTJobConfig) -> list[Instruction]:
-    return builtin_mixture(cfg.mixture) if cfg.data == BUILTIN else load_instructions(cfg.data)
+def load_rows(data: str, mixture: MixtureConfig = MixtureConfig()) -> list[Instruction]:
+    """The rows of an instruction file, or of the built-in mixture for "builtin"."""
+    return builtin_mixture(mixture) if data == BUILTIN else load_instructions(data)
 
 
 def tracked_items(cfg: SFTJobConfig):
@@ -80,7 +81,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
 
     cfg.validate()
     out_dir = Path(out_dir)
-    rows = training_rows(cfg)  # a bad file fails before the model loads
+    rows = load_rows(cfg.data, cfg.mixture)  # a bad file fails before the model loads
     if model is None:
         model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     if cfg.sft.train == "lora":
