@@ -59,7 +59,7 @@ class SFTJobConfig:
             load_instructions(self.data)  # a malformed file fails before anything is written
 
 
-def load_rows(data: str, mixture: MixtureConfig = MixtureConfig()) -> list[Instruction]:
+def load_rows(data: str, mixture: MixtureConfig) -> list[Instruction]:
     """The rows of an instruction file, or of the built-in mixture for "builtin"."""
     return builtin_mixture(mixture) if data == BUILTIN else load_instructions(data)
 
