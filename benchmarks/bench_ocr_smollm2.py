@@ -20,23 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 
 from knowflow.experiments.ocr_smollm2 import OcrSmolConfig, RankEvaluator, encode_texts
 from knowflow.models.hf import load_model
-from knowflow.train.sft import finetune
+from knowflow.train.sft import StepTimer, finetune
 from knowflow.worlds.ocr_people import generate
-
-
-class StepTimes(TrainerCallback):
-    def __init__(self):
-        self.times: list[float] = []
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self.start)
 
 
 def main() -> None:
@@ -71,7 +59,7 @@ def main() -> None:
 
     dataset = encode_texts(tok, data.train_texts, sft.max_length)
     mean_len = sum(len(x["input_ids"]) for x in dataset) / len(dataset)
-    timer = StepTimes()
+    timer = StepTimer()
     with tempfile.TemporaryDirectory() as tmp:
         finetune(model, tok, dataset, sft, Path(tmp), callbacks=[timer])
     rest = timer.times[1:] or timer.times

@@ -13,26 +13,12 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 
 from knowflow.models.hf import load_model
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, StepTimer, finetune
 from knowflow.train.sft_data import encode_all
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
-
-
-class StepClock(TrainerCallback):
-    """Wall time of each optimizer step (the first is warm-up and left out)."""
-
-    def __init__(self):
-        self.times: list[float] = []
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self._start)
 
 
 def main() -> None:
@@ -51,7 +37,7 @@ def main() -> None:
           f"{args.prompt_format} format, {args.steps} timed steps after 1 warm-up")
     for mode in ("lora", "qk_only", "full"):
         model, _ = load_model()
-        clock = StepClock()
+        clock = StepTimer()
         cfg = SFTConfig(train=mode, steps=args.steps + 1, batch_size=args.batch_size,
                         prompt_format=args.prompt_format, save_every=10_000)
         with tempfile.TemporaryDirectory() as tmp:

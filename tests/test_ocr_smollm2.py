@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from knowflow.cli import app
-from knowflow.config import config_to_dict
+from knowflow.config import config_to_dict, flatten
 from knowflow.errors import ConfigError
 from knowflow.experiments.ocr_smollm2 import _resume_records, encode_texts, run, smoke_config
 from knowflow.experiments.runner import build_config, run_experiment
@@ -23,7 +23,7 @@ from knowflow.worlds.ocr_people import FAMILY_NAMES, generate
 
 def test_three_step_run_writes_every_record(tmp_path):
     cfg = smoke_config()
-    overrides = {k: v for k, v in _flat(config_to_dict(cfg)).items()}
+    overrides = {k: v for k, v in flatten(config_to_dict(cfg)).items()}
     result = run_experiment("ocr-smollm2", overrides, runs_root=tmp_path)
     run_dir = result.run_dir
     records = read_jsonl(run_dir / METRICS)
@@ -58,16 +58,6 @@ def test_three_step_run_writes_every_record(tmp_path):
     md = table_markdown(family_table(records)).splitlines()
     assert len(md) == 2 + len(FAMILY_NAMES) + 1 and md[-1].startswith("| all |")
     assert not (run_dir / "checkpoints").exists()  # removed once the run is done
-
-
-def _flat(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path):

@@ -113,6 +113,20 @@ class StepProgress(TrainerCallback):
         self.progress(state.global_step, state.max_steps)
 
 
+class StepTimer(TrainerCallback):
+    """Wall time of every optimizer step, in `times` (benchmarks read it)."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._start)
+
+
 def training_args(cfg: SFTConfig, out_dir: Path, **overrides):
     from transformers import TrainingArguments
 
