@@ -59,7 +59,6 @@ class InversionSmolConfig:
         require(self.sft.train == "lora", "sft.train", "the base arm is LoRA; qk_only is an arm")
         self.job("lora").validate()
 
-
     def job(self, arm: str, data: str = "builtin"):
         from knowflow.train.sft_job import SFTJobConfig
 
