@@ -1,6 +1,6 @@
 """Answer normalization and presence matching (generation scoring)."""
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from knowflow.evaluate.normalize import (
@@ -86,6 +86,8 @@ def test_no_match_inside_a_longer_word(answer, suffix):
 @settings(max_examples=200, deadline=None)
 @given(_phrase, _word, st.booleans())
 def test_overlap_rule_property(short, extra, extra_first):
+    # the filler words around the answers must not be answers themselves
+    assume(not {"it", "is", "xx"} & set(short.split()))
     long = f"{extra} {short}" if extra_first else f"{short} {extra}"
     s, lg = alternatives(short), alternatives(long)
     # a mention of the longer answer alone never counts for the shorter one
