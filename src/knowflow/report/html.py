@@ -1,8 +1,10 @@
 """A self-contained HTML report of one or more run directories.
 
-Figures are embedded as base64 PNG, so the page can be mailed or archived alone. Each run gets
-its summary as tables (a dict of dicts becomes one table: rows are the outer keys, columns the
-inner metrics), its figures, and its full config.
+The page opens with each run's verdict, one sentence taken from `summary["findings"]["verdict"]`
+(the experiment's own claim, never derived here), before any table. Then, per run: its findings
+as a key/value list, its figures (sorted by filename, so `1_*.png` leads), its summary tables
+(rounded, transposed or scrolled to fit the page; see `report.tables`) and its config, folded.
+Figures are embedded as base64 PNG, so the page can be mailed or archived alone.
 """
 
 from __future__ import annotations
@@ -10,92 +12,116 @@ from __future__ import annotations
 import base64
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_text, read_json
+from knowflow.report.tables import key_values, summary_tables
 from knowflow.runs import CONFIG, SUMMARY
+
+NO_VERDICT = "no verdict recorded"
+UNFINISHED = "unfinished run: no summary.json yet"
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222}
+padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
-td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
+h1,h2,h3,h4,p,li{overflow-wrap:anywhere}
+.verdicts{background:#f3f7fb;border-left:4px solid #3a7bd5;padding:.6em 1em;margin:1em 0}
+.verdicts p{margin:.35em 0}.verdict-none{color:#777;font-style:italic}
+.scroll{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:.6em 0;font-size:.85em}
+td,th{border:1px solid #ddd;padding:.2em .55em;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr:first-child th{background:#f4f4f4}th{font-weight:600}td{overflow-wrap:anywhere}
+table.kv th{background:#fafafa;font-weight:normal;color:#444}
+figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555}
-pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em}
+details{margin:1em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em}
 """
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list) and len(value) > 8:
-        return html.escape(f"[{len(value)} values]")
-    if isinstance(value, (list, dict)):
-        return html.escape(json.dumps(value))
-    return html.escape(str(value))
+@dataclass(frozen=True)
+class RunView:
+    """What the page shows of one run directory."""
+
+    run_dir: Path
+    experiment: str
+    config: dict
+    summary: dict | None
+
+    @property
+    def verdict(self) -> str:
+        if self.summary is None:
+            return UNFINISHED
+        findings = self.summary.get("findings")
+        verdict = findings.get("verdict") if isinstance(findings, dict) else None
+        return verdict if isinstance(verdict, str) and verdict.strip() else NO_VERDICT
 
 
-def _table(rows: dict[str, dict]) -> str:
-    columns: list[str] = []
-    for row in rows.values():
-        for key, value in row.items():
-            if key not in columns and not isinstance(value, dict):
-                columns.append(key)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["", *columns])
-    body = "".join(
-        "<tr><td>" + html.escape(name) + "</td>"
-        + "".join(f"<td>{_fmt(row.get(c, ''))}</td>" for c in columns) + "</tr>"
-        for name, row in rows.items()
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def summary_tables(summary: dict, title: str = "summary") -> str:
-    """Render a summary dict as HTML tables, recursing into nested sections."""
-    scalars = {k: v for k, v in summary.items() if not isinstance(v, dict)}
-    sections = {k: v for k, v in summary.items() if isinstance(v, dict)}
-    parts = []
-    if scalars:
-        parts.append(_table({title: scalars}))
-    flat_rows = {k: v for k, v in sections.items()
-                 if not any(isinstance(x, dict) for x in v.values())}
-    if flat_rows:
-        parts.append(_table(flat_rows))
-    for key, value in sections.items():
-        if key not in flat_rows:
-            parts.append(f"<h4>{html.escape(key)}</h4>" + summary_tables(value, key))
-    return "".join(parts)
-
-
-def _run_section(run_dir: Path) -> str:
+def load_run(run_dir: str | Path) -> RunView:
+    """Read a run directory; the experiment's name is its parent folder (runs/<name>/<time>)."""
+    run_dir = Path(run_dir)
     if not (run_dir / CONFIG).exists():
         raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG})")
-    config = read_json(run_dir / CONFIG)
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else None
-    parts = [f"<h2>{html.escape(str(run_dir))}</h2>"]
-    if summary is None:
-        parts.append("<p><b>Unfinished run</b>: no summary.json yet.</p>")
-    else:
-        parts.append("<h3>Summary</h3>" + summary_tables(summary))
+    name = run_dir.resolve().parent.name or run_dir.name
+    return RunView(run_dir, name, read_json(run_dir / CONFIG), summary)
+
+
+def _verdicts(runs: list[RunView]) -> str:
+    lines = []
+    for i, run in enumerate(runs):
+        cls = ' class="verdict-none"' if run.verdict in (NO_VERDICT, UNFINISHED) else ""
+        lines.append(f'<p><a href="#run-{i}"><b>{html.escape(run.experiment)}</b></a>: '
+                     f"<span{cls}>{html.escape(run.verdict)}</span></p>")
+    return '<div class="verdicts">' + "".join(lines) + "</div>"
+
+
+def _figures(run_dir: Path) -> list[str]:
+    out = []
     for png in sorted((run_dir / "figures").glob("*.png")):
         data = base64.b64encode(png.read_bytes()).decode("ascii")
-        parts.append(f'<figure><img alt="{html.escape(png.stem)}" '
-                     f'src="data:image/png;base64,{data}"><figcaption>{html.escape(png.name)}'
-                     "</figcaption></figure>")
-    parts.append("<h3>Config</h3><pre>" + html.escape(json.dumps(config, indent=2)) + "</pre>")
+        out.append(f'<figure><img alt="{html.escape(png.stem)}" '
+                   f'src="data:image/png;base64,{data}"><figcaption>{html.escape(png.name)}'
+                   "</figcaption></figure>")
+    return out
+
+
+def _run_section(run: RunView, index: int) -> str:
+    parts = [f'<h2 id="run-{index}">{html.escape(run.experiment)} '
+             f"<small>{html.escape(str(run.run_dir))}</small></h2>"]
+    if run.summary is None:
+        parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
+    findings = (run.summary or {}).get("findings")
+    if isinstance(findings, dict):
+        rest = {k: v for k, v in findings.items() if k != "verdict"}
+        if rest:
+            parts.append("<h3>Findings</h3>" + key_values(rest, "kv findings"))
+    figures = _figures(run.run_dir)
+    if figures:
+        parts.append("<h3>Figures</h3>" + "\n".join(figures))
+    if run.summary is not None:
+        rest = {k: v for k, v in run.summary.items() if k != "findings"}
+        parts.append("<h3>Summary</h3>" + summary_tables(rest))
+    parts.append("<details><summary>Config</summary><pre>"
+                 + html.escape(json.dumps(run.config, indent=2)) + "</pre></details>")
     return "\n".join(parts)
+
+
+def render_report(run_dirs: list[str | Path], title: str = "knowflow report") -> str:
+    """The report page for `run_dirs` as an HTML string."""
+    runs = [load_run(d) for d in run_dirs]
+    sections = [_run_section(run, i) for i, run in enumerate(runs)]
+    return (f"<!doctype html><html><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>{_verdicts(runs)}" + "\n".join(sections)
+            + "</body></html>\n")
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path, title: str = "knowflow report"
                  ) -> Path:
     """Write one self-contained HTML page covering `run_dirs`; returns its path."""
-    sections = [_run_section(Path(d)) for d in run_dirs]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            + "\n".join(sections) + "</body></html>\n")
-    return atomic_write_text(out, page)
+    return atomic_write_text(out, render_report(run_dirs, title))
