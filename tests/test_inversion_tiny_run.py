@@ -8,13 +8,15 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
+from knowflow.train.callback import EvalCallback
 from knowflow.train.pretrain import (
     PretrainConfig,
     TinyModelConfig,
     load_pretrained,
     pretrained_path,
 )
-from knowflow.train.tiny_sft import TinySFTConfig, finetune
+from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.tiny_track import TinyEvaluator, training_rows
 from knowflow.worlds.tiny_world import (
     Mixture,
     TinyWorldConfig,
@@ -26,12 +28,12 @@ from knowflow.worlds.tiny_world import (
 WORLD = TinyWorldConfig(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_train=8,
                         unk_eval=4, scratch=6, context_facts=2)
 MODEL = TinyModelConfig(layers=2, heads=2, d_model=16, d_ff=32)
-PRE = PretrainConfig(max_steps=5, min_steps=1, eval_every=5, batch_size=4)
+PRE = PretrainConfig(steps=5, eval_every=5, batch_size=4)
 TINY = {"world.mem_train": 8, "world.mem_eval": 4, "world.unk_train": 8, "world.unk_eval": 4,
         "world.scratch": 6, "world.n_values": 6, "model.layers": 2, "model.heads": 2,
-        "model.d_model": 16, "model.d_ff": 32, "pretrain.max_steps": 5, "pretrain.min_steps": 1,
+        "model.d_model": 16, "model.d_ff": 32, "pretrain.steps": 5,
         "pretrain.eval_every": 5, "pretrain.batch_size": 4, "mixture.n": 20,
-        "sft.steps": 5, "sft.eval_every": 1, "sft.batch_size": 4, "sft.checkpoint_every": 1,
+        "sft.steps": 5, "track.every": 1, "sft.batch_size": 4, "sft.save_every": 2,
         "seeds": "0,1", "workers": 1}
 RECORD_KEYS = {"step", "cf_acc", "param_acc", "cs_acc", "c_acc", "recall_acc", "attn_context",
                "attn_subject", "loss", "arm", "seed"}
@@ -56,42 +58,89 @@ def test_pretrained_checkpoint_is_cached_atomically(tmp_path):
 
 
 def _setup(seed=0):
-    torch.manual_seed(seed)  # LoRA adapters start random (the experiment seeds each job)
     world = make_world(WORLD, seed)
     model, tok, _ = load_pretrained(pretrained_path(WORLD, MODEL, PRE, seed))
     return world, model, tok, finetuning_set(world, Mixture(20, 0.3, 0.5, 0.2, 4), seed), \
         evaluation_sets(world, seed)
 
 
-def test_qk_only_changes_only_queries_and_keys():
+class _Crash(Exception):
+    pass
+
+
+class _CrashAt(EvalCallback):
+    """Simulates a killed process: raises once step `at` has been recorded."""
+
+    def __init__(self, at):
+        super().__init__(lambda model: {}, every=1)
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise _Crash
+
+
+def _finetune(out_dir, cfg, seed=0, extra=()):
+    """Tiny-world finetuning through the one HF Trainer path, as inversion-tiny runs it."""
+    world, model, tok, train, evals = _setup(seed)
+    tracker = EvalCallback(TinyEvaluator(tok, train, evals, 8), every=1, out_dir=out_dir)
+    result = finetune(model, tok, training_rows(tok, train), cfg, out_dir, [tracker, *extra],
+                      resume=True)
+    # the Trainer's logged loss is a running mean since its last log, which a resume restarts;
+    # every measured quantity must match
+    return result, [{k: v for k, v in r.items() if k not in ("eval_seconds", "train_loss")}
+                    for r in tracker.records]
+
+
+def test_training_rows_put_the_loss_on_the_answer_token_only():
+    world, model, tok, train, evals = _setup()
+    rows = training_rows(tok, train)
+    for ex, row in zip(train, rows, strict=True):
+        assert row["input_ids"][:-1] == tok.convert_tokens_to_ids(list(ex.tokens))
+        assert row["labels"][:-1] == [-100] * len(ex.tokens)
+        assert row["labels"][-1] == row["input_ids"][-1] == tok.convert_tokens_to_ids(ex.answer)
+
+
+def test_trainer_loss_is_the_answer_token_cross_entropy():
+    from knowflow.train.tiny_track import encode, per_example_loss
+
+    world, model, tok, train, evals = _setup()
+    rows = training_rows(tok, train[:4])
+    width = max(len(r["input_ids"]) for r in rows)
+    ids = torch.tensor([r["input_ids"] + [0] * (width - len(r["input_ids"])) for r in rows])
+    labels = torch.tensor([r["labels"] + [-100] * (width - len(r["labels"])) for r in rows])
+    mask = (torch.arange(width)[None] < torch.tensor([len(r["input_ids"]) for r in rows])[:, None])
+    with torch.no_grad():
+        hf = model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+    assert float(hf) == pytest.approx(float(per_example_loss(model, encode(tok, train[:4])).mean()),
+                                      rel=1e-5)
+
+
+def test_qk_only_changes_only_queries_and_keys(tmp_path):
     world, model, tok, train, evals = _setup()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    finetune(model, tok, train, evals, TinySFTConfig(steps=3, eval_every=3, train="qk",
-                                                     lr=1e-2, batch_size=4), seed=0)
+    finetune(model, tok, training_rows(tok, train),
+             SFTConfig(train="qk_only", steps=3, lr=1e-2, batch_size=4), tmp_path)
     changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed and all(k.endswith(("q_proj.weight", "k_proj.weight")) for k in changed)
 
 
-def test_lora_trains_adapters_only():
-    world, model, tok, train, evals = _setup()
-    records = finetune(model, tok, train, evals, TinySFTConfig(steps=2, eval_every=1,
-                                                               train="lora", batch_size=4),
-                       seed=0)
+def test_tracker_records_every_evaluation_step(tmp_path):
+    cfg = SFTConfig(train="lora", steps=2, batch_size=4, save_every=10)
+    result, records = _finetune(tmp_path, cfg)
     assert [r["step"] for r in records] == [0, 1, 2]
+    assert result.trainable_params < result.total_params
+    assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["cf_acc"] == records[-1]["cf_acc"]
 
 
 def test_resume_after_interruption_continues_the_same_curve(tmp_path):
-    cfg = TinySFTConfig(steps=6, eval_every=1, checkpoint_every=2, batch_size=4, lr=1e-2,
-                        train="lora")
-    world, model, tok, train, evals = _setup()
-    full = finetune(model, tok, train, evals, cfg, seed=0)
-    ckpt = tmp_path / "ft.pt"
-    world, model, tok, train, evals = _setup()
-    cut = finetune(model, tok, train, evals, cfg, seed=0, checkpoint=ckpt,
-                   stop=lambda step: step == 5)  # interrupted; last checkpoint at step 4
-    assert len(cut) == 6 and ckpt.exists()
-    world, model, tok, train, evals = _setup()  # a fresh process would start from here
-    resumed = finetune(model, tok, train, evals, cfg, seed=0, checkpoint=ckpt)
+    cfg = SFTConfig(train="qk_only", steps=6, save_every=2, batch_size=4, lr=1e-2)
+    _, full = _finetune(tmp_path / "full", cfg)
+    with pytest.raises(_Crash):  # killed after step 5; the last checkpoint is step 4
+        _finetune(tmp_path / "cut", cfg, extra=[_CrashAt(5)])
+    assert [r["step"] for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl")] == \
+        list(range(6))
+    _, resumed = _finetune(tmp_path / "cut", cfg)  # a fresh process would start from here
     assert [r["step"] for r in resumed] == list(range(7))
     assert resumed == full
 
@@ -124,14 +173,15 @@ def test_tiny_run_writes_every_record(tmp_path):
             assert cf[row["cf_acc_peak_step_seeds"][i]] == max(cf)
             assert row["cf_acc_final_seeds"][i] == cf[-1]
     assert summary["filtered"]["n_train_seeds"] == [15, 15]  # 25% of 20 dropped
-    # sft.train defaults to qk, so qk_only is mixed's job, read back rather than rerun
+    # sft.train defaults to qk_only, so qk_only is mixed's job, read back rather than rerun
     assert summary["qk_only"] == summary["mixed"]
     assert not (run_dir / "checkpoints" / "qk_only-seed0.json").exists()
     assert summary["augmented"]["n_train_seeds"] == [25, 25]  # + 25% counterfactual
     assert "inversion_shown" in summary["findings"]
     figures = sorted(p.name for p in (run_dir / "figures").glob("*.png"))
     assert figures == ["1_counterfactual_accuracy.png", "2_attention.png", "3_accuracies.png"]
-    assert not list((run_dir / "checkpoints").glob("*.pt"))  # finished jobs leave none
+    # finished jobs leave no Trainer checkpoints, only their saved parts
+    assert all(p.suffix == ".json" for p in (run_dir / "checkpoints").iterdir())
 
 
 def test_resumed_run_gives_the_same_metrics(tmp_path):

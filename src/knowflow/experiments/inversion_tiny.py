@@ -12,7 +12,7 @@ instruction-finetuned on `context + question -> answer` in six arms, each for ev
 - `augmented`: the mixture plus counterfactual examples (memorized subject, conflicting
   context, answer from the context);
 - `qk_only`: the mixture with only q_proj/k_proj trainable (the same job as `mixed` when
-  `sft.train` is `qk`: its records are then `mixed`'s, not a second run);
+  `sft.train` is `qk_only`: its records are then `mixed`'s, not a second run);
 - `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too).
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
@@ -25,22 +25,38 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.errors import ConfigError
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
+from knowflow.models.adapt import ALL_PROJECTIONS
 from knowflow.report.inversion_tiny import plot_inversion_tiny
 from knowflow.runs import METRICS, PartStore
 from knowflow.train.pretrain import PretrainConfig, TinyModelConfig
-from knowflow.train.tiny_sft import TinySFTConfig
+from knowflow.train.sft import SFTConfig
 from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
 
 log = logging.getLogger(__name__)
 
 ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
+
+
+@dataclass(frozen=True)
+class TinyTrackConfig:
+    every: int = 20  # evaluate every N finetuning steps (and at 0 and the end)
+    train_examples: int = 480  # training examples (evenly spaced) whose loss each record has
+
+
+def tiny_sft_defaults() -> SFTConfig:
+    """Finetuning of the tiny model: QK-only (the theory's setting), constant lr, answer-token
+    loss, resumable Trainer checkpoints every 100 steps."""
+    return SFTConfig(train="qk_only", lr=3e-3, steps=1000, batch_size=16, save_every=100,
+                     save_limit=1, log_every=20, max_length=64, prompt_format="plain")
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,8 @@ class InversionTinyConfig:
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     mixture: Mixture = field(default_factory=Mixture)
-    sft: TinySFTConfig = field(default_factory=TinySFTConfig)
+    sft: SFTConfig = field(default_factory=tiny_sft_defaults)
+    track: TinyTrackConfig = field(default_factory=TinyTrackConfig)
 
     def validate(self) -> None:
         w, m, p, mix, s = self.world, self.model, self.pretrain, self.mixture, self.sft
@@ -75,7 +92,7 @@ class InversionTinyConfig:
         require(m.d_model % m.heads == 0, "model.d_model", "must be a multiple of model.heads")
         for name in ("layers", "heads", "d_model", "d_ff"):
             require(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
-        require(p.max_steps >= 1, "pretrain.max_steps", "must be at least 1")
+        require(p.steps >= 1, "pretrain.steps", "must be at least 1")
         require(p.facts_per_doc >= 2, "pretrain.facts_per_doc", "must be at least 2")
         require(2 <= p.lookup_facts <= p.facts_per_doc, "pretrain.lookup_facts",
                 "must lie between 2 and pretrain.facts_per_doc")
@@ -85,35 +102,35 @@ class InversionTinyConfig:
         require(p.eval_every >= 1, "pretrain.eval_every", "must be at least 1")
         for name in ("lookup_memorized", "lookup_reliability"):
             require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
-        for name in ("recall_threshold", "lookup_threshold"):
+        for name in ("recall_target", "lookup_target"):
             require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
         for name in ("share_c", "share_cs", "share_s"):
             require(getattr(mix, name) >= 0, f"mixture.{name}", "must not be negative")
         require(abs(mix.share_c + mix.share_cs + mix.share_s - 1) < 1e-6, "mixture",
                 "share_c + share_cs + share_s must be 1")
         require(mix.n >= 1, "mixture.n", "must be at least 1")
-        require(s.steps >= 1, "sft.steps", "must be at least 1")
-        require(s.lr > 0, "sft.lr", "must be positive")
-        require(s.batch_size >= 1, "sft.batch_size", "must be at least 1")
-        require(s.eval_every >= 1, "sft.eval_every", "must be at least 1")
-        require(s.checkpoint_every >= 1, "sft.checkpoint_every", "must be at least 1")
-        require(s.track_train >= 1, "sft.track_train", "must be at least 1")
+        try:
+            s.validate()
+        except ConfigError as exc:
+            raise exc.under("sft.") from None
+        require(self.track.every >= 1, "track.every", "must be at least 1")
+        require(self.track.train_examples >= 1, "track.train_examples", "must be at least 1")
 
 
-def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, str, float]:
-    """(mixture, which weights train, filter fraction) of an arm."""
-    mix, train = cfg.mixture, cfg.sft.train
+def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, float]:
+    """(mixture, finetuning config, filter fraction) of an arm."""
+    mix, sft = cfg.mixture, cfg.sft
     if arm == "c_only":
-        return Mixture(mix.n, 1.0, 0.0, 0.0, 0), train, 0.0
+        return Mixture(mix.n, 1.0, 0.0, 0.0, 0), sft, 0.0
     if arm == "filtered":
-        return mix, train, cfg.filter_fraction
+        return mix, sft, cfg.filter_fraction
     if arm == "augmented":
-        return dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n)), train, 0.0
+        return dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n)), sft, 0.0
     if arm == "qk_only":
-        return mix, "qk", 0.0
+        return mix, dataclasses.replace(sft, train="qk_only"), 0.0
     if arm == "lora":
-        return mix, "lora", 0.0
-    return mix, train, 0.0
+        return mix, dataclasses.replace(sft, train="lora", lora_targets=ALL_PROJECTIONS), 0.0
+    return mix, sft, 0.0
 
 
 def job_arm(cfg: InversionTinyConfig, arm: str) -> str:
@@ -132,19 +149,21 @@ def pretrain_job(cfg: InversionTinyConfig, seed: int) -> dict:
     return {"path": str(path), **{k: v for k, v in info.items() if k != "history"}}
 
 
-def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, checkpoint: Path
+def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
                  ) -> tuple[list[dict], dict]:
-    """Load the seed's pretrained model, build the arm's data, finetune; (records, extra)."""
+    """Load the seed's pretrained model, build the arm's data, finetune through the HF Trainer
+    path of `knowflow sft` (checkpoints in `job_dir`, resumed if there); (records, extra)."""
     import torch
 
     from knowflow.curate.tiny import drop_lowest_no_context_loss
+    from knowflow.train.callback import EvalCallback
     from knowflow.train.pretrain import load_pretrained, pretrained_path
-    from knowflow.train.tiny_sft import finetune
+    from knowflow.train.sft import finetune
+    from knowflow.train.tiny_track import TinyEvaluator, training_rows
     from knowflow.worlds.tiny_world import evaluation_sets, finetuning_set, make_world
 
     torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    mix, train_mode, fraction = arm_setup(cfg, arm)
+    mix, sft, fraction = arm_setup(cfg, arm)
     world = make_world(cfg.world, seed)
     model, tokenizer, _ = load_pretrained(pretrained_path(cfg.world, cfg.model, cfg.pretrain,
                                                           seed))
@@ -157,10 +176,17 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, checkpoint: Path
                                           - sum(ex.kind == kind for ex in kept))
         train = kept
         extra["n_train"] = len(train)
-    sft = dataclasses.replace(cfg.sft, train=train_mode)
-    records = finetune(model, tokenizer, train, evaluation_sets(world, seed), sft, seed,
-                       checkpoint=checkpoint)
-    return records, extra
+    tracker = EvalCallback(TinyEvaluator(tokenizer, train, evaluation_sets(world, seed),
+                                         cfg.track.train_examples), cfg.track.every, job_dir)
+    finetune(model, tokenizer, training_rows(tokenizer, train),
+             dataclasses.replace(sft, seed=seed), job_dir, [tracker], resume=True)
+    return [_strip(r) for r in tracker.records], extra
+
+
+def _strip(record: dict) -> dict:
+    """A tiny-world record without the callback's bookkeeping (kept out of metrics.jsonl so
+    that two runs of one config give identical files)."""
+    return {k: v for k, v in record.items() if k not in ("epoch", "train_loss", "eval_seconds")}
 
 
 def curve_summary(records: list[dict]) -> dict:
@@ -241,13 +267,13 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     pre = run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
     keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms
             for seed in cfg.seeds}
-    todo = [(cfg, arm, seed, store.dir / f"{key}.pt") for (arm, seed), key in keys.items()
+    todo = [(cfg, arm, seed, store.dir / key) for (arm, seed), key in keys.items()
             if job_arm(cfg, arm) == arm and store.load(key) is None]
     log.info("%d jobs, %d to run", len(keys), len(todo))
 
     def save(job: tuple, result: tuple[list[dict], dict]) -> None:
         store.save(keys[job[1], job[2]], *result)
-        job[3].unlink(missing_ok=True)  # the finished job's finetuning checkpoint
+        shutil.rmtree(job[3], ignore_errors=True)  # the finished job's Trainer checkpoints
 
     run_jobs(finetune_job, todo, cfg.workers, save)
     summary: dict = {}

@@ -22,6 +22,8 @@ TRAIN_MODES = ("full", "lora", "qk_only")
 # Query/key projection names across HF causal LMs (Llama/Mistral/Qwen, GPT-NeoX, Falcon).
 _QUERY_KEY = ("q_proj", "k_proj", "query", "key", "wq", "wk")
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# every projection of a Llama-style block (attention and MLP)
+ALL_PROJECTIONS = (*DEFAULT_LORA_TARGETS, "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)

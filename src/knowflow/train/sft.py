@@ -50,6 +50,7 @@ class SFTConfig:
     grad_accum: int = 1
     warmup_steps: int = 0
     weight_decay: float = 0.0
+    max_grad_norm: float = 1.0       # gradient clipping (0: none)
     scheduler: str = "constant"      # any transformers lr_scheduler_type
     max_length: int = 256            # longer examples are dropped (and counted)
     prompt_format: str = "chat"
@@ -135,7 +136,8 @@ def training_args(cfg: SFTConfig, out_dir: Path, **overrides):
         output_dir=str(out_dir / CHECKPOINTS), max_steps=cfg.steps,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         learning_rate=cfg.lr, lr_scheduler_type=cfg.scheduler, warmup_steps=cfg.warmup_steps,
-        weight_decay=cfg.weight_decay, logging_steps=cfg.log_every, logging_first_step=True,
+        weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
+        logging_steps=cfg.log_every, logging_first_step=True,
         save_strategy="steps", save_steps=cfg.save_every, save_total_limit=cfg.save_limit,
         seed=cfg.seed, data_seed=cfg.seed, report_to=[], disable_tqdm=True,
         remove_unused_columns=False, use_cpu=use_cpu, dataloader_pin_memory=not use_cpu,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
+from knowflow.train.sft_data import IGNORE
 from knowflow.worlds.tiny_tokenizer import encode_words
 from knowflow.worlds.tiny_world import Example
 
@@ -44,12 +45,6 @@ def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool
     rows = torch.arange(hidden.shape[0])
     logits = base.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
     return logits, out.attentions
-
-
-def answer_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean cross-entropy of the answer token only. ()"""
-    logits, _ = answer_logits(model, batch)
-    return F.cross_entropy(logits, batch["answer"])
 
 
 def _select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -91,12 +86,10 @@ def evaluate_set(model, batch: dict[str, torch.Tensor], examples: Sequence[Examp
     return out
 
 
-def tracking_record(model, step: int, eval_batches: dict[str, tuple[dict, list[Example]]],
+def tracking_record(model, eval_batches: dict[str, tuple[dict, list[Example]]],
                     train_batch: dict[str, torch.Tensor], train_kinds: list[str]) -> dict:
     """One metrics record: the quantities above plus the training loss per example kind."""
-    was_training = model.training
-    model.eval()
-    rec: dict = {"step": step}
+    rec: dict = {}
     cf = evaluate_set(model, *eval_batches["cf"], attention=True)
     rec.update(cf_acc=cf["acc"], param_acc=cf["param"], attn_context=cf["attn_context"],
                attn_subject=cf["attn_subject"])
@@ -107,5 +100,31 @@ def tracking_record(model, step: int, eval_batches: dict[str, tuple[dict, list[E
     for kind in sorted(set(train_kinds)):
         sel = torch.tensor([k == kind for k in train_kinds])
         rec[f"loss_{kind}"] = float(losses[sel].mean())
-    model.train(was_training)
     return rec
+
+
+def training_rows(tokenizer, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
+    """Examples as instruction rows for the HF Trainer path (`train.sft.finetune`): the prompt
+    ids then the answer id, with the loss on the answer token only."""
+    rows = []
+    for ex in examples:
+        prompt = encode_words(tokenizer, ex.tokens)
+        answer = encode_words(tokenizer, [ex.answer])
+        rows.append({"input_ids": prompt + answer, "labels": [IGNORE] * len(prompt) + answer})
+    return rows
+
+
+class TinyEvaluator:
+    """The evaluator a tiny-world finetuning run's `EvalCallback` calls: `tracking_record` on
+    fixed held-out sets and on an evenly spaced subset of the training examples (scoring all
+    of a large training set at every evaluation would cost more than the training itself)."""
+
+    def __init__(self, tokenizer, train: Sequence[Example], evals: dict[str, list[Example]],
+                 track_train: int):
+        tracked = torch.linspace(0, len(train) - 1, min(len(train), track_train)).long()
+        self.train_batch = encode(tokenizer, [train[i] for i in tracked.tolist()])
+        self.kinds = [train[i].kind for i in tracked.tolist()]
+        self.eval_batches = {name: (encode(tokenizer, exs), exs) for name, exs in evals.items()}
+
+    def __call__(self, model) -> dict:
+        return tracking_record(model, self.eval_batches, self.train_batch, self.kinds)

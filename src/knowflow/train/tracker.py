@@ -23,20 +23,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 
 from knowflow.errors import ConfigError
 from knowflow.evaluate.api import EvalConfig, evaluate_items, load_suites
-from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
-from knowflow.runs import METRICS
+from knowflow.train.callback import EvalCallback
 from knowflow.worlds.facts import ConflictItem
 
 log = logging.getLogger(__name__)
@@ -101,30 +98,21 @@ def _replace_folder(target: Path, tmp: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-class RelianceTracker(TrainerCallback):
+class RelianceTracker(EvalCallback):
     """Scores context reliance every `cfg.every` steps; see the module docstring."""
+
+    log_prefix = "reliance"
 
     def __init__(self, tokenizer, cfg: TrackerConfig = TrackerConfig(),
                  out_dir: str | Path | None = None,
                  items: Mapping[str, list[ConflictItem]] | None = None):
         cfg.validate()
+        super().__init__(self.measure, cfg.every, out_dir)
         self.tokenizer, self.cfg = tokenizer, cfg
-        self.out_dir = Path(out_dir) if out_dir is not None else None
         self.items = dict(items) if items is not None else \
             load_suites(list(cfg.suites), limit=cfg.limit, seed=cfg.seed)
         if not any(self.items.values()):
             raise ConfigError("no evaluation items", "track.suites")
-        self.records: list[dict] = []
-        self.trainer = None
-        self._last_loss: float | None = None
-
-    # -- wiring ---------------------------------------------------------------------------
-    def attach(self, trainer) -> RelianceTracker:
-        """Add this callback to `trainer` and log through it (so W&B, TensorBoard, ... see the
-        reliance metrics)."""
-        trainer.add_callback(self)
-        self.trainer = trainer
-        return self
 
     @property
     def peak(self) -> dict | None:
@@ -141,33 +129,6 @@ class RelianceTracker(TrainerCallback):
                 "attn_context_start": first.get("attn_context"),
                 "attn_context_final": last.get("attn_context"),
                 "final_step": last["step"], "n_evaluations": len(self.records)}
-
-    # -- callback events ------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._reload(state.global_step)
-        if not self.records or self.records[-1]["step"] < state.global_step:
-            self._evaluate(model, state, control)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self._last_loss = float(logs["loss"])
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.cfg.every == 0:
-            self._evaluate(model, state, control)
-
-    def on_train_end(self, args, state, control, model=None, **kwargs):
-        if not self.records or self.records[-1]["step"] < state.global_step:
-            self._evaluate(model, state, control)
-
-    # -- work -----------------------------------------------------------------------------
-    def _reload(self, step: int) -> None:
-        """On resume: keep the records up to the resumed step (later ones were lost work)."""
-        path = self.out_dir / METRICS if self.out_dir else None
-        if step > 0 and path is not None and path.exists():
-            self.records = [r for r in read_jsonl(path) if r["step"] <= step]
-        elif step == 0:
-            self.records = []
 
     def measure(self, model) -> dict:
         """Counterfactual/parametric accuracy per suite and attention mass, on this process's
@@ -219,22 +180,9 @@ class RelianceTracker(TrainerCallback):
             out["attn_context_layers"] = [round(float(v), 6) for v in per_layer]
         return out
 
-    def _evaluate(self, model, state, control) -> None:
-        start = time.time()
-        was_training = model.training
-        model.eval()
-        try:
-            measured = self.measure(model)
-        finally:
-            model.train(was_training)
-        rank, _ = _dist()
-        record = {"step": state.global_step, "epoch": state.epoch, **measured,
-                  "train_loss": self._last_loss, "eval_seconds": round(time.time() - start, 3)}
-        self.records.append(record)
+    def on_record(self, record: dict, model, state, control) -> None:
+        """Mark the peak, keep its model if asked, stop after `stop_drop` below it."""
         record["is_peak"] = self.peak is record
-        if rank == 0 and self.out_dir is not None:
-            atomic_write_jsonl(self.out_dir / METRICS, self.records)
-        self._log(record, state)
         if record["is_peak"] and self.cfg.keep_peak and self.out_dir is not None:
             self._save_peak(model)
         peak = self.peak
@@ -244,19 +192,6 @@ class RelianceTracker(TrainerCallback):
                      "(step %d)", state.global_step, record["cf_acc"],
                      peak["cf_acc"] - record["cf_acc"], peak["cf_acc"], peak["step"])
             control.should_training_stop = True
-
-    def _log(self, record: dict, state) -> None:
-        flat = {f"reliance/{k}": record[k] for k in ("cf_acc", "param_acc", "attn_context")
-                if record.get(k) is not None}
-        for name, block in record["suites"].items():
-            flat.update({f"reliance/{name}/{k}": v for k, v in block.items() if k != "n"})
-        if self.trainer is not None:
-            control = self.trainer.control
-            should_log = control.should_log  # Trainer.log clears it: keep the loss log due now
-            self.trainer.log(flat)
-            control.should_log = should_log
-        else:
-            state.log_history.append({**flat, "step": state.global_step})
 
     def _save_peak(self, model) -> None:
         target = self.out_dir / "peak"

@@ -1,0 +1,126 @@
+"""`EvalCallback`: evaluate the model being trained, during any HF Trainer run.
+
+One callback serves every tracker in knowflow: it calls an *evaluator* (`model -> record`) at
+step 0, every `every` optimizer steps and at the last step, appends the record (with `step`,
+`epoch`, the latest logged `train_loss` and `eval_seconds`) to `records`, rewrites
+`<out_dir>/metrics.jsonl` atomically (main process only), and forwards the record's numbers to
+the Trainer's loggers (W&B, TensorBoard, ...). On `--resume` it keeps the saved records up to
+the resumed step and continues from there, so an interrupted run ends with the same records
+as an uninterrupted one. Subclasses add behaviour after each record (`on_record`).
+
+    tracker = EvalCallback(lambda model: {"acc": accuracy(model)}, every=50, out_dir=run_dir)
+    tracker.attach(trainer)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.runs import METRICS
+
+Evaluator = Callable[[object], dict]
+
+
+class EvalCallback(TrainerCallback):
+    """Records `evaluator(model)` every `every` steps; see the module docstring."""
+
+    log_prefix = "eval"
+
+    def __init__(self, evaluator: Evaluator, every: int, out_dir: str | Path | None = None):
+        if every < 1:
+            raise ValueError("every must be at least 1")
+        self.evaluator, self.every = evaluator, every
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.records: list[dict] = []
+        self.trainer = None
+        self._last_loss: float | None = None
+
+    def attach(self, trainer) -> EvalCallback:
+        """Add this callback to `trainer` and log through it."""
+        trainer.add_callback(self)
+        self.trainer = trainer
+        return self
+
+    @property
+    def eval_seconds(self) -> float:
+        return sum(r["eval_seconds"] for r in self.records)
+
+    # -- callback events ------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._reload(state.global_step)
+        self._due(model, state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self._last_loss = float(logs["loss"])
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step >= state.max_steps:
+            self._due(model, state, control)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self._due(model, state, control)  # e.g. stopped early between evaluations
+
+    # -- work -----------------------------------------------------------------------------
+    def _reload(self, step: int) -> None:
+        """On resume: keep the saved records up to the resumed step (later ones were lost)."""
+        path = self.out_dir / METRICS if self.out_dir is not None else None
+        if step > 0 and path is not None and path.exists():
+            self.records = [r for r in read_jsonl(path) if r["step"] <= step]
+            if self.records:  # the loss logged last before the checkpoint
+                self._last_loss = self.records[-1].get("train_loss")
+        elif step == 0:
+            self.records = []
+
+    def _due(self, model, state, control) -> None:
+        if not self.records or self.records[-1]["step"] < state.global_step:
+            self.evaluate(model, state, control)
+
+    def evaluate(self, model, state, control) -> dict:
+        """Score `model` now and record it."""
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            measured = self.evaluator(model)
+        finally:
+            model.train(was_training)
+        record = {"step": state.global_step, "epoch": state.epoch, **measured,
+                  "train_loss": self._last_loss,
+                  "eval_seconds": round(time.perf_counter() - start, 3)}
+        self.records.append(record)
+        self.on_record(record, model, state, control)
+        if self.out_dir is not None and state.is_world_process_zero:
+            atomic_write_jsonl(self.out_dir / METRICS, self.records)
+        self._log(record, state)
+        return record
+
+    def on_record(self, record: dict, model, state, control) -> None:
+        """Hook for subclasses: runs after each new record, before it is written."""
+
+    def _log(self, record: dict, state) -> None:
+        flat = {f"{self.log_prefix}/{k}": v for k, v in scalars(record).items()
+                if k not in ("step", "epoch", "train_loss", "eval_seconds")}
+        if self.trainer is not None:
+            control = self.trainer.control
+            should_log = control.should_log  # Trainer.log clears it: keep the loss log due now
+            self.trainer.log(flat)
+            control.should_log = should_log
+        else:
+            state.log_history.append({**flat, "step": state.global_step})
+
+
+def scalars(record: dict, prefix: str = "") -> dict[str, float]:
+    """The record's numbers, nested dicts flattened with '/' (lists and strings left out)."""
+    out: dict[str, float] = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(scalars(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[f"{prefix}{key}"] = value
+    return out
