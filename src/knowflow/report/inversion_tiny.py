@@ -1,13 +1,20 @@
 """Figures for `inversion-tiny`, drawn from the run's metrics.jsonl.
 
-1. Counterfactual accuracy per arm over finetuning steps: the seed mean and its spread (min to
-   max over seeds). 2. Attention mass from the answer position to the context and to the
-   subject on the counterfactual set, per layer (seed mean), for each arm. 3. The other
-   accuracies (parametric, held-out C and C+S, recall without context) per arm.
+1. Counterfactual accuracy per arm over finetuning steps: each seed as a thin line under the
+   bold seed mean (same colour), the mean's peak marked with a dot and its step and value.
+   An arm whose curves equal an arm drawn before (qk_only under QK-only training is `mixed`'s
+   job, read back) is drawn as one dashed mean line, so it neither hides nor doubles the other.
+2. Attention mass from the answer position to the context and to the subject on the
+   counterfactual set, per layer (seed mean), one panel per arm.
+3. The other accuracies (parametric, held-out C and C+S, recall without context) per arm.
+
+Records are read by key: unknown keys are ignored, and a record missing a key is left out of
+that key's curves (never a crash), so new metrics can be added to the run without touching this.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,87 +22,168 @@ from knowflow.io import read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.runs import METRICS
 
-
-def _curves(run_dir: Path) -> dict[str, dict[int, list[dict]]]:
-    arms: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for rec in read_jsonl(Path(run_dir) / METRICS):
-        arms[rec["arm"]][rec["seed"]].append(rec)
-    return arms
+Curves = dict[str, dict[int, list[dict]]]  # arm -> seed -> records in step order
 
 
-def _stack(seeds: dict[int, list[dict]], key: str, layer: int | None = None
-           ) -> tuple[list[int], list[list[float]]]:
-    """Steps and, per step, the values over seeds."""
-    runs = list(seeds.values())
-    steps = [r["step"] for r in runs[0]]
-    values = [[(run[i][key][layer] if layer is not None else run[i][key]) for run in runs]
-              for i in range(len(steps))]
-    return steps, values
+def load_curves(run_dir: Path) -> Curves:
+    """The run's records grouped by arm and seed (records without arm/seed/step skipped)."""
+    arms: Curves = defaultdict(lambda: defaultdict(list))
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return {}
+    for rec in read_jsonl(path):
+        if all(k in rec for k in ("arm", "seed", "step")):
+            arms[rec["arm"]][rec["seed"]].append(rec)
+    for seeds in arms.values():
+        for recs in seeds.values():
+            recs.sort(key=lambda r: r["step"])
+    return {arm: dict(seeds) for arm, seeds in arms.items()}
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+def _value(rec: dict, key: str, layer: int | None) -> float | None:
+    value = rec.get(key)
+    if layer is not None:
+        value = value[layer] if isinstance(value, list) and layer < len(value) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return None if math.isnan(value) else float(value)
 
 
-def _cf_figure(arms: dict, path: Path) -> Path:
-    fig, ax = subplots(1, width=7.0, height=4.2)
+def seed_series(recs: list[dict], key: str, layer: int | None = None
+                ) -> tuple[list[int], list[float]]:
+    """One seed's curve of `key` (or of its `layer` entry): the steps that have it."""
+    points = [(r["step"], _value(r, key, layer)) for r in recs]
+    points = [(s, v) for s, v in points if v is not None]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def mean_series(seeds: dict[int, list[dict]], key: str, layer: int | None = None
+                ) -> tuple[list[int], list[float]]:
+    """The seed mean of `key` at each step, over the seeds that recorded it there."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for recs in seeds.values():
+        for step, value in zip(*seed_series(recs, key, layer), strict=True):
+            by_step[step].append(value)
+    steps = sorted(by_step)
+    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+
+
+def _peak_label_offsets(peaks: list[tuple[float, float]], x_span: float) -> list[float]:
+    """Vertical offsets (points) that keep peak labels of nearby peaks from overlapping."""
+    offsets: list[float] = []
+    for i, (x, y) in enumerate(peaks):
+        near = [offsets[j] for j, (x2, y2) in enumerate(peaks[:i])
+                if abs(x2 - x) < 0.18 * x_span and abs(y2 - y) < 0.08]
+        offset = 6.0
+        while any(abs(offset - o) < 11 for o in near):
+            offset += 11
+        offsets.append(offset)
+    return offsets
+
+
+def cf_figure(arms: Curves):
+    """Counterfactual accuracy: per-seed lines, the bold seed mean and its peak, per arm.
+    Returns the matplotlib figure (lines carry gids `arm/seed<s>`, `arm/mean`, `arm/peak`)."""
+    fig, ax = subplots(1, width=8.6, height=5.0)
     a = ax[0, 0]
-    drawn: list[list[float]] = []
-    for name, seeds in arms.items():
-        steps, values = _stack(seeds, "cf_acc")
-        mean = [_mean(v) for v in values]
-        same = mean in drawn  # an arm that is another's job (qk_only when training QK only)
-        drawn.append(mean)
-        label = f"{name} ({len(seeds)} seeds){' = an arm above' if same else ''}"
-        line, = a.plot(steps, mean, linestyle=(0, (3, 3)) if same else "-", label=label)
-        a.fill_between(steps, [min(v) for v in values], [max(v) for v in values],
-                       color=line.get_color(), alpha=0.15)
+    drawn: dict[str, list[float]] = {}
+    peaks: list[tuple[str, int, float, str]] = []
+    for i, (name, seeds) in enumerate(arms.items()):
+        steps, mean = mean_series(seeds, "cf_acc")
+        if not steps:
+            continue
+        color = f"C{i % 10}"
+        twin = next((other for other, curve in drawn.items() if curve == mean), None)
+        drawn[name] = mean
+        if twin is not None:
+            line, = a.plot(steps, mean, color=color, linewidth=2.0, linestyle=(0, (4, 3)),
+                           label=f"{name} = {twin} (same job)")
+            line.set_gid(f"{name}/mean")
+            continue
+        for seed, recs in seeds.items():
+            line, = a.plot(*seed_series(recs, "cf_acc"), color=color, linewidth=0.8,
+                           alpha=0.35, zorder=2)
+            line.set_gid(f"{name}/seed{seed}")
+        top = max(range(len(mean)), key=mean.__getitem__)
+        fall = mean[top] - mean[-1]
+        line, = a.plot(steps, mean, color=color, linewidth=2.6, zorder=3,
+                       label=f"{name} ({len(seeds)} seeds): fall {fall:.2f}")
+        line.set_gid(f"{name}/mean")
+        dot, = a.plot([steps[top]], [mean[top]], "o", color=color, markersize=7,
+                      markeredgecolor="white", markeredgewidth=1.2, zorder=5)
+        dot.set_gid(f"{name}/peak")
+        peaks.append((name, steps[top], mean[top], color))
+    span = max(1, max(a.get_xlim()) - min(a.get_xlim()))
+    offsets = _peak_label_offsets([(x, y) for _, x, y, _ in peaks], span)
+    for (_, x, y, color), dy in zip(peaks, offsets, strict=True):
+        a.annotate(f"peak {y:.2f} @ {x}", (x, y), xytext=(6, dy), textcoords="offset points",
+                   fontsize=8, color=color, fontweight="bold", zorder=6,
+                   bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                         "alpha": 0.8})
     a.set_xlabel("finetuning step")
     a.set_ylabel("counterfactual accuracy (answer = context)")
-    a.set_ylim(-0.02, 1.02)
-    a.set_title("held-out memorized subjects, context contradicts memory")
-    a.legend(fontsize=8)
-    return save(fig, path)
+    a.set_ylim(-0.02, 1.15)
+    a.set_title("held-out memorized subjects, context contradicts memory\n"
+                "thin: each seed; bold: seed mean; dot: peak of the mean", fontsize=10)
+    if peaks or drawn:
+        a.legend(fontsize=8, loc="lower right")
+    return fig
 
 
-def _attention_figure(arms: dict, path: Path) -> Path:
+def _grid(n: int, max_cols: int = 3, width: float = 3.6, height: float = 3.0):
+    ncols = max(1, min(n, max_cols))
+    fig, ax = subplots(ncols, nrows=math.ceil(max(n, 1) / ncols), width=width, height=height)
+    panels = list(ax.flat)
+    for extra in panels[n:]:
+        extra.set_visible(False)
+    return fig, panels
+
+
+def _n_layers(seeds: dict[int, list[dict]], key: str) -> int:
+    return max((len(r[key]) for recs in seeds.values() for r in recs
+                if isinstance(r.get(key), list)), default=0)
+
+
+def _attention_figure(arms: Curves, path: Path) -> Path:
     names = list(arms)
-    fig, ax = subplots(len(names), width=3.6, height=3.2)
-    for i, name in enumerate(names):
+    fig, panels = _grid(len(names))
+    for name, a in zip(names, panels, strict=False):
         seeds = arms[name]
-        n_layers = len(next(iter(seeds.values()))[0]["attn_context"])
-        for layer in range(n_layers):
+        for layer in range(_n_layers(seeds, "attn_context")):
             for key, style in (("attn_context", "-"), ("attn_subject", "--")):
-                steps, values = _stack(seeds, key, layer)
-                ax[0, i].plot(steps, [_mean(v) for v in values], style,
-                              color=f"C{layer}", label=f"L{layer} {key[5:]}")
-        ax[0, i].set_title(f"{name}: attention of answer pos.")
-        ax[0, i].set_xlabel("finetuning step")
-        ax[0, i].set_ylim(-0.02, 1.02)
-        ax[0, i].legend(fontsize=7)
+                steps, mean = mean_series(seeds, key, layer)
+                if steps:
+                    a.plot(steps, mean, style, color=f"C{layer}", label=f"L{layer} {key[5:]}")
+        a.set_title(f"{name}: attention of answer pos.", fontsize=10)
+        a.set_xlabel("finetuning step")
+        a.set_ylim(-0.02, 1.02)
+        if a.lines:
+            a.legend(fontsize=7)
     return save(fig, path)
 
 
-def _accuracy_figure(arms: dict, path: Path) -> Path:
+def _accuracy_figure(arms: Curves, path: Path) -> Path:
     keys = [("param_acc", "parametric answer on CF set"), ("c_acc", "held-out C"),
             ("cs_acc", "held-out C+S"), ("recall_acc", "recall, no context")]
-    fig, ax = subplots(len(keys), width=3.6, height=3.2)
-    for i, (key, title) in enumerate(keys):
-        for name, seeds in arms.items():
-            steps, values = _stack(seeds, key)
-            ax[0, i].plot(steps, [_mean(v) for v in values], label=name)
-        ax[0, i].set_title(title)
-        ax[0, i].set_xlabel("finetuning step")
-        ax[0, i].set_ylim(-0.02, 1.02)
-        ax[0, i].legend(fontsize=7)
+    fig, panels = _grid(len(keys), max_cols=4)
+    for (key, title), a in zip(keys, panels, strict=True):
+        for i, (name, seeds) in enumerate(arms.items()):
+            steps, mean = mean_series(seeds, key)
+            if steps:
+                a.plot(steps, mean, color=f"C{i % 10}", label=name)
+        a.set_title(title, fontsize=10)
+        a.set_xlabel("finetuning step")
+        a.set_ylim(-0.02, 1.02)
+        if a.lines:
+            a.legend(fontsize=7)
     return save(fig, path)
 
 
 def plot_inversion_tiny(run_dir: Path) -> list[Path]:
-    arms = _curves(Path(run_dir))
+    arms = load_curves(Path(run_dir))
     out = Path(run_dir) / "figures"
     if not arms:
         return []
-    return [_cf_figure(arms, out / "1_counterfactual_accuracy.png"),
+    return [save(cf_figure(arms), out / "1_counterfactual_accuracy.png"),
             _attention_figure(arms, out / "2_attention.png"),
             _accuracy_figure(arms, out / "3_accuracies.png")]

@@ -1,0 +1,35 @@
+"""Fixtures for the report tests: small fake run folders (no experiment is run).
+
+The builders live in `benchmarks/check_report_browser.py`, which renders the same fake runs in
+headless Chromium; loading it here keeps one definition of a fake run.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "check_report_browser.py"
+
+
+def _load_browser_check():
+    spec = importlib.util.spec_from_file_location("check_report_browser", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def browser_check():
+    """The benchmark script as a module: fake-run builders, `render`, `problems`."""
+    return _load_browser_check()
+
+
+@pytest.fixture
+def inversion_run(tmp_path, browser_check) -> Path:
+    return browser_check.fake_inversion_tiny_run(tmp_path)
+
+
+@pytest.fixture
+def cpi_run(tmp_path, browser_check) -> Path:
+    return browser_check.fake_cpi_toy_run(tmp_path)
