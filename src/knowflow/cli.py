@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from knowflow.errors import KnowflowError
+from knowflow.cli_errors import guard
+from knowflow.errors import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="knowflow: where does a model's answer come from — context or weights?")
@@ -22,19 +23,30 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+def check_threads(threads: int) -> None:
+    """--threads: at least one torch thread."""
+    if threads < 1:
+        raise ConfigError(f"must be at least 1, got {threads}", "--threads",
+                          "give --threads 1 (fastest for small models) or more")
+
+
+def check_run_dir(run_dir: Path | None, resume: bool) -> None:
+    """--run-dir names the run that --resume continues; alone it would be ignored."""
+    if run_dir is not None and not resume:
+        raise ConfigError("only works with --resume", "--run-dir",
+                          "add --resume to continue that run, or drop --run-dir")
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False
+def main(verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Log progress; on an error, show the full traceback.")] = False
          ) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=err_console, show_path=False)])
 
 
 @app.command("list")
+@guard
 def list_cmd() -> None:
     """List the registered experiments."""
     from knowflow.experiments.registry import list_experiments
@@ -46,15 +58,13 @@ def list_cmd() -> None:
 
 
 @app.command("config")
+@guard
 def config_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
     """Print an experiment's default config: every key `--set` accepts."""
     from knowflow.config import flatten
     from knowflow.experiments.runner import default_config_dict
 
-    try:
-        cfg = default_config_dict(name)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    cfg = default_config_dict(name)
     for key, value in flatten(cfg).items():
         console.print(f"{key}={json.dumps(value)}", highlight=False)
 
@@ -83,6 +93,7 @@ def _print_summary(summary: dict, columns: tuple[str, ...]) -> None:
 
 
 @app.command("run")
+@guard
 def run_cmd(
     name: Annotated[str, typer.Argument(help="Registered experiment (see `knowflow list`).")],
     set_: Annotated[list[str] | None, typer.Option(
@@ -100,18 +111,18 @@ def run_cmd(
 
     from knowflow.experiments.runner import run_experiment
 
-    torch.set_num_threads(max(1, threads))
-    try:
-        result = run_experiment(name, set_ or [], runs_root=runs_dir,
-                                resume=(run_dir or True) if resume else False)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    check_threads(threads)
+    check_run_dir(run_dir, resume)
+    torch.set_num_threads(threads)
+    result = run_experiment(name, set_ or [], runs_root=runs_dir,
+                            resume=(run_dir or True) if resume else False)
     _print_summary(result.summary, result.columns)
     console.print(f"run directory: {result.run_dir}  ({result.seconds:.1f} s)", highlight=False)
     console.print(f"report: {result.report}", highlight=False)
 
 
 @app.command("report")
+@guard
 def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to include.")],
     out: Annotated[Path | None, typer.Option(
@@ -119,13 +130,22 @@ def report_cmd(
     )] = None,
 ) -> None:
     """Write a self-contained report.html (figures embedded, config, summary tables)."""
+    from knowflow.errors import DataError
+    from knowflow.io import check_output_file
     from knowflow.report.html import write_report
+    from knowflow.runs import CONFIG, check_run_files
 
     target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    try:
-        path = write_report(run_dirs, target)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            raise DataError(run_dir, "no such run folder" if not run_dir.exists() else
+                            "a file, not a run folder", hint="give runs/<experiment>/<timestamp>")
+        if not (run_dir / CONFIG).exists():
+            raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG})",
+                            hint="give runs/<experiment>/<timestamp>")
+        check_run_files(run_dir, resume=False)
+    check_output_file(target, "report file")
+    path = write_report(run_dirs, target)
     console.print(f"report: {path}", highlight=False)
 
 def _fmt(value, ci=None) -> str:
@@ -155,6 +175,7 @@ def _print_eval(summary: dict) -> None:
 
 
 @app.command("eval")
+@guard
 def eval_cmd(
     model: Annotated[str, typer.Option(
         help="HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
@@ -188,9 +209,27 @@ def eval_cmd(
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from knowflow.evaluate.api import evaluate
+    from knowflow.evaluate.api import EvalConfig, evaluate
+    from knowflow.io import check_output_dir
+    from knowflow.models.hf import check_device, check_model
 
-    torch.set_num_threads(max(1, threads))
+    check_threads(threads)
+    EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+               context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+               max_new_tokens=max_new_tokens).validate()
+    if suite is not None:
+        from knowflow.worlds.suites import list_suites
+
+        names = [n.strip() for n in suite.split(",") if n.strip()]
+        known = list_suites()
+        if not names or any(n not in known for n in names):
+            bad = next((n for n in names if n not in known), suite)
+            raise ConfigError(f"unknown suite {bad!r}", "--suite",
+                              f"give one or more of {', '.join(known)}, comma-separated")
+    check_device(device)
+    check_output_dir(out or Path("runs") / "eval", "output folder")
+    check_model(model)
+    torch.set_num_threads(threads)
     bars = Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err_console, transient=False)
     tasks: dict[str, int] = {}
@@ -200,16 +239,13 @@ def eval_cmd(
             tasks[stage] = bars.add_task(stage, total=total)
         bars.update(tasks[stage], completed=done)
 
-    try:
-        with bars:
-            result = evaluate(
-                model, suite if suite or data else None, data=data, device=device, dtype=dtype,
-                out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
-                scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
-                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-                max_new_tokens=max_new_tokens, known_filter=not no_known_filter)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    with bars:
+        result = evaluate(
+            model, suite, data=data, device=device, dtype=dtype,
+            out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
+            scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+            context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+            max_new_tokens=max_new_tokens, known_filter=not no_known_filter)
     _print_eval(result.summary)
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
 
@@ -218,9 +254,9 @@ from knowflow.cli_probe import probe_app  # noqa: E402, I001
 from knowflow.cli_sft import augment_cmd, curate_cmd, sft_cmd  # noqa: E402
 
 app.add_typer(probe_app, name="probe")
-app.command("sft")(sft_cmd)
-app.command("curate")(curate_cmd)
-app.command("augment")(augment_cmd)
+app.command("sft")(guard(sft_cmd))
+app.command("curate")(guard(curate_cmd))
+app.command("augment")(guard(augment_cmd))
 
 
 def entry() -> None:  # pragma: no cover - for `python -m knowflow`

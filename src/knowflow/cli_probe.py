@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from knowflow.cli_errors import guard
 from knowflow.errors import KnowflowError
 
 probe_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -47,11 +48,6 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16,
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
 @dataclasses.dataclass
 class _Common:
     model: str
@@ -66,10 +62,12 @@ class _Common:
 
 
 def _config(cls, fields: dict, overrides: list[str] | None):
-    from knowflow.config import apply_overrides
+    from knowflow.config import apply_overrides, validate_config
 
-    return apply_overrides(cls(**{k: v for k, v in fields.items() if v is not None}),
-                           overrides or [])
+    cfg = apply_overrides(cls(**{k: v for k, v in fields.items() if v is not None}),
+                          overrides or [])
+    validate_config(cfg)
+    return cfg
 
 
 def _load_model(common: _Common):
@@ -78,7 +76,7 @@ def _load_model(common: _Common):
 
     from knowflow.models.hf import load_model
 
-    torch.set_num_threads(max(1, common.threads))
+    torch.set_num_threads(common.threads)
     hf_logging.disable_progress_bar()  # the CLI draws its own progress
     try:
         return load_model(common.model, device=common.device, dtype=common.dtype)
@@ -103,11 +101,26 @@ def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str
 
 
 def _validate_data(common: _Common) -> None:
-    """Read a prompts file before the model loads, so bad input fails fast."""
+    """Check the options and read a prompts file before the model loads, so bad input fails
+    fast and leaves nothing behind."""
+    from knowflow.cli import check_threads
+    from knowflow.io import check_output_dir
+    from knowflow.models.hf import check_device, check_model
+
+    check_threads(common.threads)
+    if common.data and common.suite:
+        raise KnowflowError("give --data or --suite, not both")
+    if common.limit is not None and common.limit < 1:
+        raise KnowflowError(f"--limit: must be at least 1, got {common.limit}")
+    check_device(common.device)
     if common.data is not None:
         from knowflow.probes.examples import load_examples
+        from knowflow.worlds.quality import warn_duplicate_keys
 
         load_examples(common.data)
+        warn_duplicate_keys(common.data)
+    check_output_dir(common.out or common.runs_dir, "output folder")
+    check_model(common.model)
 
 
 def _run(kind: str, common: _Common, cfg, with_context: bool = False,
@@ -207,6 +220,7 @@ def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads) ->
 
 
 @probe_app.command("knockout")
+@guard
 def knockout_cmd(
     model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
@@ -226,18 +240,16 @@ def knockout_cmd(
     from knowflow.probes import KnockoutConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
-    try:
-        cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_,
-                                       "sources": tuple(source) if source else None},
-                      (set_ or []) + ([f"heads={heads}"] if heads else []))
-        run_dir, _, summary = _run("knockout", common, cfg)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_,
+                                   "sources": tuple(source) if source else None},
+                  (set_ or []) + ([f"heads={heads}"] if heads else []))
+    run_dir, _, summary = _run("knockout", common, cfg)
     _curve_table(summary, "attention knockout: where blocking hurts most")
     _done(run_dir)
 
 
 @probe_app.command("sublayer")
+@guard
 def sublayer_cmd(
     model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
@@ -258,19 +270,17 @@ def sublayer_cmd(
     from knowflow.probes import SublayerConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
-    try:
-        cfg = _config(SublayerConfig, {
-            "window": window, "known_only": not all_,
-            "sublayers": tuple(sublayer) if sublayer else None,
-            "positions": tuple(positions) if positions else None}, set_)
-        run_dir, _, summary = _run("sublayer", common, cfg)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    cfg = _config(SublayerConfig, {
+        "window": window, "known_only": not all_,
+        "sublayers": tuple(sublayer) if sublayer else None,
+        "positions": tuple(positions) if positions else None}, set_)
+    run_dir, _, summary = _run("sublayer", common, cfg)
     _curve_table(summary, "sublayer knockout: where zeroing hurts most")
     _done(run_dir)
 
 
 @probe_app.command("project")
+@guard
 def project_cmd(
     model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
@@ -290,12 +300,9 @@ def project_cmd(
     from knowflow.probes import ProjectionConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
-    try:
-        cfg = _config(ProjectionConfig, {"final_norm": final_norm, "top_k": top_k,
-                                         "known_only": not all_}, set_)
-        run_dir, _, summary = _run("project", common, cfg)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    cfg = _config(ProjectionConfig, {"final_norm": final_norm, "top_k": top_k,
+                                     "known_only": not all_}, set_)
+    run_dir, _, summary = _run("project", common, cfg)
     table = Table(title=f"vocabulary projection ({summary['n_examples']} examples): share "
                         "of examples whose top token is the prediction")
     for name in ("layer", "attn out", "mlp out", "residual", "attr rate (last subj)",
@@ -315,6 +322,7 @@ def project_cmd(
 
 
 @probe_app.command("attention")
+@guard
 def attention_cmd(
     model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, set_: SetOpt = None,
@@ -331,15 +339,12 @@ def attention_cmd(
     from knowflow.probes import AttentionMassConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
-    try:
-        if data is None and suite is None:
-            raise KnowflowError("the attention probe needs examples with a context: give "
-                                "--data (with a `context` field) or --suite")
-        cfg = _config(AttentionMassConfig, {}, set_)
-        run_dir, _, summary = _run("attention", common, cfg, with_context=True,
-                                   prompt_format=prompt_format)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    if data is None and suite is None:
+        raise KnowflowError("the attention probe needs examples with a context: give "
+                            "--data (with a `context` field) or --suite")
+    cfg = _config(AttentionMassConfig, {}, set_)
+    run_dir, _, summary = _run("attention", common, cfg, with_context=True,
+                               prompt_format=prompt_format)
     table = Table(title=f"attention mass on the context ({summary['n_examples']} examples)")
     table.add_column("layer", justify="right")
     table.add_column("mean over heads", justify="right")

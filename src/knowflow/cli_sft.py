@@ -12,15 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from knowflow.errors import KnowflowError
+from knowflow.errors import ConfigError, KnowflowError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 class _Bar:
@@ -47,10 +42,28 @@ class _Bar:
 
 
 def _rows(data: str, seed: int):
-    from knowflow.train.sft_job import load_rows
+    from knowflow.train.sft_job import BUILTIN, load_rows
     from knowflow.worlds.instructions import MixtureConfig
+    from knowflow.worlds.quality import warn_duplicate_keys
 
+    if data != BUILTIN:
+        warn_duplicate_keys(Path(data))
     return load_rows(data, MixtureConfig(seed=seed))
+
+
+def _check_out(data: str, out: Path) -> None:
+    """--out is a new or replaceable file that is not the input (checked before any work)."""
+    from knowflow.errors import DataError
+    from knowflow.io import check_output_file
+    from knowflow.train.sft_job import BUILTIN
+
+    if data != BUILTIN and not Path(data).is_file():
+        raise DataError(data, "no such file" if not Path(data).exists() else "not a file",
+                        hint="give a JSONL instruction file or 'builtin'")
+    if data != BUILTIN and out.resolve() == Path(data).resolve():
+        raise ConfigError(f"{out} is the input file", "--out",
+                          "write to a new file; the input is read while the output is written")
+    check_output_file(out, "output file")
 
 
 Opt = typer.Option
@@ -107,14 +120,15 @@ def sft_cmd(
     overrides += [f"{k}=true" for k, on in (("track.keep_peak", keep_peak),) if on]
     overrides += ["tracking=false"] if no_track else []
     overrides += list(set_ or [])
-    torch.set_num_threads(max(1, threads))
-    try:
-        with _Bar("finetuning") as progress:
-            result = run_experiment("sft", [] if resume else overrides, runs_root=runs_dir,
-                                    resume=(run_dir or True) if resume else False,
-                                    progress=progress)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    from knowflow.cli import check_run_dir, check_threads
+
+    check_threads(threads)
+    check_run_dir(run_dir, resume)
+    torch.set_num_threads(threads)
+    with _Bar("finetuning") as progress:
+        result = run_experiment("sft", overrides, runs_root=runs_dir,
+                                resume=(run_dir or True) if resume else False,
+                                progress=progress)
     s = result.summary
     table = Table("steps", "train loss", "cf acc start", "cf acc peak (step)", "cf acc final",
                   "param acc final", "attn ctx start", "attn ctx final", "seconds")
@@ -147,25 +161,31 @@ def curate_cmd(
     """Score each example's context-criticality with the model; drop the least critical."""
     import torch
 
+    from knowflow.cli import check_threads
+    from knowflow.config import validate_config
     from knowflow.curate.criticality import CurateConfig, curate_examples
     from knowflow.io import atomic_write_jsonl
-    from knowflow.models.hf import load_model
+    from knowflow.models.hf import check_device, check_model, load_model
     from knowflow.report.curation import curation_figure
     from knowflow.train.sft_data import save_instructions
 
-    torch.set_num_threads(max(1, threads))
+    check_threads(threads)
     cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
-    try:
-        cfg.validate()
-        rows = _rows(data, seed)
-        if any(r.messages for r in rows):
-            raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
-                                "their 'input'); chat 'messages' rows have no separate context")
-        mdl, tok = load_model(model, device=device)
-        with _Bar("scoring") as progress:
-            kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    validate_config(cfg)
+    if seed < 0:
+        raise ConfigError(f"must not be negative, got {seed}", "--seed")
+    _check_out(data, out)
+    check_device(device)
+    check_model(model)
+    torch.set_num_threads(threads)
+    rows = _rows(data, seed)
+    if any(r.messages for r in rows):
+        raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
+                            "their 'input'); chat 'messages' rows have no separate context",
+                            "convert them to instruction/input/output rows")
+    mdl, tok = load_model(model, device=device)
+    with _Bar("scoring") as progress:
+        kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
     n_dropped = len(rows) - len(kept)
     key = "loss_without_context" if by == "no_context_loss" else "criticality"
     kept_scores = [s[key] for s in scores if not s["dropped"]]
@@ -198,11 +218,11 @@ def augment_cmd(
     from knowflow.curate.augment import augment
     from knowflow.train.sft_data import save_instructions
 
-    try:
-        rows = _rows(data, seed)
-        result = augment(rows, ratio, seed)
-    except KnowflowError as exc:
-        raise _fail(exc) from None
+    if seed < 0:
+        raise ConfigError(f"must not be negative, got {seed}", "--seed")
+    _check_out(data, out)
+    rows = _rows(data, seed)
+    result = augment(rows, ratio, seed)
     save_instructions(out, result)
     added = [r for r in result if r.extra.get("augmented")]
     console.print(f"{len(rows)} examples + {len(added)} counterfactual = {len(result)} -> {out}",

@@ -2,13 +2,18 @@
 
 Every experiment has one frozen dataclass config (nested dataclasses allowed). Overrides name a
 field by its dotted path (`finetune.lr=0.5`); the value is parsed to the field's annotated type.
-An unknown key or an unparsable value is a `ConfigError` naming the key.
+An unknown key or an unparsable value is a `ConfigError` naming the key. `validate_config`
+checks a whole config: the generic rules every config obeys (finite numbers, `eval_every` no
+larger than `steps`, at least one worker or thread, seeds not negative), then each nested
+section's own `validate()`, with every error naming the field's full dotted path (`sft.lr`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -73,7 +78,11 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
             return int(float(value)) if isinstance(value, str) and "e" in value.lower() \
                 else int(value)
         if tp is float:
-            return float(value)
+            number = float(value)
+            if isinstance(value, bool) or not math.isfinite(number):
+                raise ConfigError(f"{value!r} is not a finite number", key,
+                                  "give an ordinary number such as 0.001")
+            return number
         if tp is str:
             return str(value)
     except (TypeError, ValueError):
@@ -86,6 +95,9 @@ def config_from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
     """Build `cls` from a (possibly partial) dict, e.g. a saved config.json."""
     hints = _field_types(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a section (a JSON object), got {type(data).__name__}",
+                          prefix.rstrip(".") or None)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown key (known: {', '.join(sorted(names))})",
@@ -130,8 +142,11 @@ def _set(cfg: Any, path: list[str], value: Any, full_key: str) -> Any:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                raise ConfigError("is a section; set its fields with dotted keys",
-                                  full_key) from None
+                value = None
+            if not isinstance(value, dict):
+                raise ConfigError("is a section, not a value", full_key,
+                                  f"set its fields with dotted keys ({full_key}.NAME=VALUE; "
+                                  "see `knowflow config`)")
         return dataclasses.replace(cfg, **{head: config_from_dict(tp, value, full_key + ".")})
     return dataclasses.replace(cfg, **{head: _parse(value, tp, full_key)})
 
@@ -151,3 +166,51 @@ def require(condition: bool, field: str, message: str) -> None:
     """Raise a ConfigError for `field` unless `condition` holds (used by validate())."""
     if not condition:
         raise ConfigError(message, field)
+
+
+# Generic rules every config obeys, by field name: (test, what is wrong).
+_MIN_ONE = (lambda v: v >= 1, "must be at least 1")
+_NAMED_RULES: dict[str, tuple[Any, str]] = {
+    "threads": _MIN_ONE, "workers": _MIN_ONE,
+    "seed": (lambda v: v >= 0, "must not be negative"),
+}
+
+
+def _generic_checks(cfg: Any, prefix: str) -> None:
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    for name, value in values.items():
+        numbers = value if isinstance(value, tuple) else (value,)
+        for v in numbers:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{v!r} is not a finite number", prefix + name,
+                                  "give an ordinary number such as 0.001")
+            rule = _NAMED_RULES.get(name)
+            if rule and isinstance(v, int) and not isinstance(v, bool) and not rule[0](v):
+                raise ConfigError(f"{rule[1]}, got {v}", prefix + name)
+    every, steps = values.get("eval_every"), values.get("steps")
+    if isinstance(every, int) and isinstance(steps, int) and every > steps >= 1:
+        raise ConfigError(f"{every} is larger than {prefix}steps={steps}", prefix + "eval_every",
+                          f"evaluate at most every {steps} steps (or raise {prefix}steps)")
+
+
+def validate_config(cfg: Any, prefix: str = "") -> None:
+    """Check `cfg` and its nested sections; errors name the full dotted path of the field.
+
+    Sections are checked first (so `sft.lr` is reported as `sft.lr`, not as the `lr` that the
+    section's own validate() names), then the generic rules, then `cfg.validate()`.
+    """
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            validate_config(value, f"{prefix}{f.name}.")
+    _generic_checks(cfg, prefix)
+    validate = getattr(cfg, "validate", None)
+    if validate is None:
+        return
+    try:
+        if prefix and "prefix" in inspect.signature(validate).parameters:
+            validate(prefix=prefix)
+        else:
+            validate()
+    except ConfigError as exc:
+        raise exc.under(prefix) from None

@@ -1,4 +1,8 @@
-"""Errors the user can fix. The CLI renders each as one line and exits with code 2."""
+"""Errors the user can fix. The CLI renders each as one line and exits with code 2.
+
+Every message has the shape `<path or field>: <what is wrong>; <what to do>`: the first part
+says where, the second what, and the hint (optional) how to fix it.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +10,41 @@ from __future__ import annotations
 class KnowflowError(Exception):
     """Base class: bad input, an impossible config, a missing model."""
 
+    def __init__(self, message: str, hint: str | None = None):
+        self.message, self.hint = message, hint
+        super().__init__(f"{message}; {hint}" if hint else message)
+
 
 class ConfigError(KnowflowError):
-    """An impossible or unknown configuration value."""
+    """An impossible or unknown configuration value; `field` is its full dotted path."""
 
-    def __init__(self, message: str, field: str | None = None):
+    def __init__(self, message: str, field: str | None = None, hint: str | None = None):
         self.field = field
-        super().__init__(f"config field '{field}': {message}" if field else message)
+        super().__init__(f"config field '{field}': {message}" if field else message, hint)
+        self.message = message
+
+    def under(self, prefix: str) -> ConfigError:
+        """The same error with its field named from an outer config (`lr` -> `sft.lr`)."""
+        if not prefix or (self.field or "").startswith(prefix):
+            return self
+        return ConfigError(self.message, prefix + self.field if self.field else
+                           prefix.rstrip("."), self.hint)
 
 
 class DataError(KnowflowError):
     """A malformed data file; names the file, the line and the field."""
 
     def __init__(self, path: object, message: str, line: int | None = None,
-                 field: str | None = None):
+                 field: str | None = None, hint: str | None = None):
         self.path, self.line, self.field = str(path), line, field
         where = self.path + (f", line {line}" if line is not None else "")
         what = f"field '{field}': " if field else ""
-        super().__init__(f"{where}: {what}{message}")
+        super().__init__(f"{where}: {what}{message}", hint)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; `run_dir` (if any) is left resumable."""
+
+    def __init__(self, run_dir: object = None):
+        self.run_dir = run_dir
+        super().__init__(str(run_dir or ""))

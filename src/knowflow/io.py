@@ -64,13 +64,75 @@ def atomic_write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
     return atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 
 
-def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def read_json(path: str | Path, hint: str | None = None) -> Any:
+    """A JSON file knowflow wrote; damage is a `DataError` naming the file and line."""
+    from knowflow.errors import DataError
+
+    text = _read_text(path, hint)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"damaged JSON ({exc.msg})", line=exc.lineno,
+                        hint=hint) from None
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def read_jsonl(path: str | Path, hint: str | None = None) -> list[dict]:
+    """A JSONL file knowflow wrote; damage is a `DataError` naming the file and line."""
+    from knowflow.errors import DataError
+
+    records = []
+    for n, line in enumerate(_read_text(path, hint).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise DataError(path, f"damaged JSON line ({exc.msg})", line=n, hint=hint) from None
+    return records
+
+
+def _read_text(path: str | Path, hint: str | None) -> str:
+    from knowflow.errors import DataError
+
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line=line,
+                        hint=hint) from None
+
+
+def check_output_dir(path: str | Path, what: str = "output folder") -> None:
+    """Raise a `KnowflowError` now, before any work, if folder `path` cannot be made or
+    written (it is a file, a parent is a file, or it is not writable)."""
+    _check_writable(Path(path), what, want_dir=True)
+
+
+def check_output_file(path: str | Path, what: str = "output file") -> None:
+    """Like `check_output_dir`, for a file `path` (it must not be a folder)."""
+    _check_writable(Path(path), what, want_dir=False)
+
+
+def _check_writable(path: Path, what: str, want_dir: bool) -> None:
+    from knowflow.errors import KnowflowError
+
+    if path.exists():
+        if want_dir and not path.is_dir():
+            raise KnowflowError(f"{path}: the {what} is a file", "give a folder path")
+        if not want_dir and path.is_dir():
+            raise KnowflowError(f"{path}: the {what} is a folder", "give a file path")
+        folder = path if want_dir else path.parent
+    else:
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise KnowflowError(f"{path}: cannot create the {what}: {folder} is a file",
+                                "give a path under a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise KnowflowError(f"{folder}: permission denied (cannot write the {what} there)",
+                            "choose a writable location or fix its permissions")
 
 
 def atomic_write_folder(target: str | Path, write: Callable[[Path], None], marker: str) -> Path:

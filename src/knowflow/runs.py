@@ -9,12 +9,15 @@ it is loaded instead of recomputed.
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from knowflow.errors import ConfigError
-from knowflow.io import atomic_write_json, read_json
+from knowflow.errors import ConfigError, DataError
+from knowflow.io import atomic_write_json, read_json, read_jsonl
 
 CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
 
@@ -31,6 +34,22 @@ def new_run_dir(runs_root: Path, experiment: str) -> Path:
         except FileExistsError:
             continue
     raise RuntimeError(f"could not create a run directory under {base}")
+
+
+def remove_new_run_dir(run_dir: Path, existed: set[Path]) -> None:
+    """Undo `new_run_dir` after a refusal: remove `run_dir` and the parents it created
+    (`existed`: the folders that were there before, from `existing_parents`)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in Path(run_dir).parents:
+        if parent in existed or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+def existing_parents(runs_root: Path, experiment: str) -> set[Path]:
+    """The folders of `runs_root/experiment` that already exist (kept by a cleanup)."""
+    path = Path(runs_root) / experiment
+    return {p for p in (path, *path.parents) if p.exists()}
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -58,7 +77,52 @@ class PartStore:
 
     def load(self, key: str) -> dict[str, Any] | None:
         path = self.dir / f"{key}.json"
-        return read_json(path) if path.exists() else None
+        return read_json(path, hint=f"delete {path} to recompute just that piece, then "
+                                    "--resume") if path.exists() else None
 
     def save(self, key: str, records: list[dict], summary: dict) -> None:
         atomic_write_json(self.dir / f"{key}.json", {"records": records, "summary": summary})
+
+
+def check_run_files(run_dir: Path, resume: bool = True) -> None:
+    """Raise a `DataError` naming the first damaged file of a run, and how to recover.
+
+    Checks config.json, metrics.jsonl (line by line), summary.json, and every checkpoint:
+    JSON files parse, safetensors files are as long as their header says, torch files are
+    complete zip archives. Cheap: no tensor is loaded.
+    """
+    run_dir = Path(run_dir)
+    again = f"--resume --run-dir {run_dir}"
+    fresh = ("start a fresh run (without --resume); this run's config cannot be recovered"
+             if resume else "this run cannot be read; run it again")
+    read_json(run_dir / CONFIG, hint=fresh)
+    if (run_dir / METRICS).exists():
+        read_jsonl(run_dir / METRICS, hint="delete the damaged lines (or the run) and "
+                                           "run again")
+    if not resume and (run_dir / SUMMARY).exists():
+        read_json(run_dir / SUMMARY, hint=f"delete it and rewrite it with {again}")
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        piece = path if path.parent == folder else path.relative_to(folder).parts[0]
+        hint = f"delete {folder / piece} to recompute just that piece, then {again}"
+        if path.suffix == ".json":
+            read_json(path, hint=hint)
+        elif path.suffix == ".safetensors" and not _safetensors_complete(path):
+            raise DataError(path, "damaged checkpoint (shorter than its header says)",
+                            hint=hint)
+        elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
+            raise DataError(path, "damaged checkpoint (not a complete torch file)", hint=hint)
+
+
+def _safetensors_complete(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                  default=0)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return False
+    return path.stat().st_size >= 8 + size + end

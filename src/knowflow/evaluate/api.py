@@ -59,6 +59,11 @@ class EvalConfig:
                 raise ConfigError("must be at least 1", name)
         if self.limit is not None and self.limit < 1:
             raise ConfigError("must be at least 1", "limit")
+        if self.seed < 0:
+            raise ConfigError(f"must not be negative, got {self.seed}", "seed")
+        if self.context_only and not self.use_context:
+            raise ConfigError("asks to answer from the context, but no context is shown",
+                              "context_only", "give --no-context or --context-only, not both")
 
 
 @dataclass
@@ -73,22 +78,30 @@ class Results:
 
 def load_suites(suites: str | Sequence[str] | None = None,
                 data: str | Path | Sequence[str | Path] | None = None,
-                limit: int | None = None, seed: int = 0) -> dict[str, list[ConflictItem]]:
-    """Items by suite name: built-in suites by name, external files by their stem."""
-    from knowflow.worlds.loaders import load_items
+                limit: int | None = None, seed: int = 0,
+                quality: dict[str, dict] | None = None) -> dict[str, list[ConflictItem]]:
+    """Items by suite name: built-in suites by name, external files by their stem.
+
+    `quality`, if given, receives each file's data-quality counts by suite name."""
+    from knowflow.worlds.loaders import load_items_checked
     from knowflow.worlds.suites import get_suite, list_suites, sample
 
     names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
         list(suites or [])
     files = [data] if isinstance(data, (str, Path)) else list(data or [])
+    if isinstance(suites, str) and not any(names):
+        raise ConfigError(f"{suites!r} names no suite", "suite",
+                          f"give one or more of {', '.join(list_suites())}, comma-separated")
     if not names and not files:
         names = list(list_suites())
     out: dict[str, list[ConflictItem]] = {}
     for name in filter(None, names):
         out[name] = get_suite(name, seed=seed, limit=limit)
     for path in files:
-        items = load_items(path)
+        items, counts = load_items_checked(path)
         name = Path(path).stem
+        if quality is not None:
+            quality[name] = counts
         out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
                            name)
     return out
@@ -169,7 +182,8 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     cfg = dataclasses.replace(config or EvalConfig(), **overrides)
     cfg.validate()
     start = time.time()
-    by_suite = load_suites(suites, data, cfg.limit, cfg.seed)  # bad input fails before loading
+    quality: dict[str, dict] = {}
+    by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality)  # fails before loading
     model_name = model if isinstance(model, str) else type(model).__name__
     if isinstance(model, (str, Path)):
         from knowflow.models.hf import load_model
@@ -182,8 +196,8 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     for name, items in by_suite.items():
         log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
         records[name] = evaluate_items(model, tokenizer, name, items, cfg, progress)
-        summary[name] = {mode: summarize(records[name], mode, cfg.n_bootstrap, cfg.seed)
-                         for mode in MODES[cfg.scoring]}
+        summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
+                                **quality.get(name, {})} for mode in MODES[cfg.scoring]}
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg)}

@@ -80,8 +80,7 @@ class OcrSmolConfig:
         try:
             self.sft.validate()
         except ConfigError as exc:
-            message = str(exc).removeprefix(f"config field '{exc.field}': ")
-            raise ConfigError(message, f"sft.{exc.field}" if exc.field else None) from None
+            raise exc.under("sft.") from None
         require(self.eval_every >= 1, "eval_every", "must be at least 1")
         require(self.eval_batch_size >= 1, "eval_batch_size", "must be at least 1")
         require(self.threads >= 1, "threads", "must be at least 1")

@@ -24,19 +24,24 @@ class Experiment:
     plot: Callable[[Path], list[Path]]
     description: str
     columns: tuple[str, ...] = ()  # summary metrics the CLI shows in its table
+    # checks that need more than the config (a device, a model folder): run before the run
+    # directory is made, so a refusal leaves nothing behind
+    check: Callable[[Any], None] | None = None
 
 
 _REGISTRY: dict[str, Experiment] = {}
 
 
 def register(name: str, config_cls: type, plot: Callable[[Path], list[Path]],
-             description: str, columns: tuple[str, ...] = ()) -> Callable:
+             description: str, columns: tuple[str, ...] = (),
+             check: Callable[[Any], None] | None = None) -> Callable:
     """Decorator: register `run(cfg, out_dir) -> Summary` under `name`."""
 
     def wrap(run: Callable[[Any, Path], Summary]) -> Callable[[Any, Path], Summary]:
         if name in _REGISTRY:
             raise ValueError(f"experiment {name!r} registered twice")
-        _REGISTRY[name] = Experiment(name, config_cls, run, plot, description, columns)
+        _REGISTRY[name] = Experiment(name, config_cls, run, plot, description, columns,
+                                     check)
         return run
 
     return wrap

@@ -1,21 +1,35 @@
-"""Run a registered experiment under the run contract (see `knowflow.runs`)."""
+"""Run a registered experiment under the run contract (see `knowflow.runs`).
+
+Everything that can be checked is checked before the run directory is made (the config, the
+experiment's own `check`, that the runs folder is writable); bad input found later removes the
+run directory and the folders made for it, so a refused command leaves the filesystem as it
+was. Ctrl-C leaves the run resumable and raises `Interrupted` naming it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowflow.config import apply_overrides, config_from_dict, config_to_dict
-from knowflow.errors import ConfigError, KnowflowError
+from knowflow.config import apply_overrides, config_from_dict, config_to_dict, validate_config
+from knowflow.errors import ConfigError, DataError, Interrupted, KnowflowError
 from knowflow.experiments.registry import get_experiment
-from knowflow.io import atomic_write_json, read_json
-from knowflow.runs import CONFIG, REPORT, SUMMARY, latest_unfinished, new_run_dir
+from knowflow.io import atomic_write_json, check_output_dir, read_json
+from knowflow.runs import (
+    CONFIG,
+    REPORT,
+    SUMMARY,
+    check_run_files,
+    existing_parents,
+    latest_unfinished,
+    new_run_dir,
+    remove_new_run_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +48,28 @@ def build_config(name: str, overrides: list[str] | dict | None = None) -> Any:
     """The experiment's default config with overrides applied, validated."""
     exp = get_experiment(name)
     cfg = apply_overrides(exp.config_cls(), overrides or [])
-    validate = getattr(cfg, "validate", None)
-    if validate is not None:
-        validate()
+    validate_config(cfg)
+    return cfg
+
+
+def _resumed_config(exp, run_dir: Path) -> Any:
+    """The saved config of `run_dir`, with every file the run keeps checked for damage."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir}: no such run directory",
+                          hint="give an existing runs/<experiment>/<timestamp> folder")
+    if not (run_dir / CONFIG).exists():
+        raise ConfigError(f"--resume: {run_dir} has no {CONFIG}",
+                          hint="it is not a knowflow run; start a fresh run instead")
+    check_run_files(run_dir, resume=True)
+    hint = "start a fresh run (without --resume); this saved config does not fit this version"
+    try:
+        cfg = config_from_dict(exp.config_cls, read_json(run_dir / CONFIG))
+        validate_config(cfg)
+    except ConfigError as exc:
+        raise DataError(run_dir / CONFIG, str(exc.args[0]).split("; ")[0], hint=hint) from None
+    except TypeError as exc:  # a field the dataclass does not accept
+        raise DataError(run_dir / CONFIG, f"not this experiment's config ({exc})",
+                        hint=hint) from None
     return cfg
 
 
@@ -53,14 +86,20 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
     exp = get_experiment(name)
     if resume:
         if overrides:
-            raise ConfigError("--resume continues a run with its saved config; drop --set")
+            raise ConfigError("--resume continues a run with its saved config",
+                              hint="drop --set and the other options")
         run_dir = latest_unfinished(Path(runs_root), name) if resume is True else Path(resume)
-        if not (run_dir / CONFIG).exists():
-            raise ConfigError(f"--resume: {run_dir} has no {CONFIG}")
-        cfg = config_from_dict(exp.config_cls, read_json(run_dir / CONFIG))
+        cfg = _resumed_config(exp, run_dir)
+        if exp.check is not None:
+            exp.check(cfg)
         log.info("resuming %s", run_dir)
+        existed = None
     else:
         cfg = build_config(name, overrides)
+        if exp.check is not None:
+            exp.check(cfg)
+        check_output_dir(Path(runs_root) / name, "runs folder")
+        existed = existing_parents(Path(runs_root), name)
         run_dir = new_run_dir(Path(runs_root), name)
         atomic_write_json(run_dir / CONFIG, config_to_dict(cfg))
     start = time.perf_counter()
@@ -69,9 +108,11 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         summary = exp.run(cfg, run_dir, progress=progress) if progress is not None and \
             "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run_dir)
     except KnowflowError:
-        if not resume:  # bad input found late (e.g. a module the model lacks): leave nothing
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if existed is not None:  # bad input found late (a module the model lacks): leave nothing
+            remove_new_run_dir(run_dir, existed)
         raise
+    except KeyboardInterrupt:
+        raise Interrupted(run_dir) from None
     seconds = time.perf_counter() - start
     figures = exp.plot(run_dir)
     atomic_write_json(run_dir / SUMMARY, summary)

@@ -5,14 +5,52 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from knowflow.config import require
 from knowflow.experiments.registry import register
 from knowflow.report.reliance import plot_sft
-from knowflow.train.sft_job import SFTJobConfig, run_sft_job
+from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
+
+
+def check(cfg: SFTJobConfig) -> None:
+    """What the config alone cannot show: the device, the model, the names of suites and
+    schedulers, and options that only make sense together. Runs before the run folder exists."""
+    from transformers.trainer_utils import SchedulerType
+
+    from knowflow.models.hf import check_device, check_model
+    from knowflow.worlds.suites import list_suites
+
+    s, t = cfg.sft, cfg.track
+    require(s.weight_decay >= 0, "sft.weight_decay", f"must not be negative, got {s.weight_decay}")
+    schedulers = [v.value for v in SchedulerType]
+    require(s.scheduler in schedulers, "sft.scheduler",
+            f"unknown scheduler {s.scheduler!r} (known: {', '.join(schedulers)})")
+    if cfg.tracking:
+        known = list_suites()
+        for suite in t.suites:
+            require(suite in known, "track.suites",
+                    f"unknown suite {suite!r} (known: {', '.join(known)})")
+        require(len(t.suites) > 0, "track.suites", "name at least one suite (or --no-track)")
+    else:
+        require(not t.keep_peak, "track.keep_peak",
+                "--keep-peak needs tracking; drop --no-track or --keep-peak")
+        require(t.stop_drop is None, "track.stop_drop",
+                "--stop-drop needs tracking; drop --no-track or --stop-drop")
+    check_device(cfg.device)
+    check_model(cfg.model)
+    if cfg.data != BUILTIN:
+        from knowflow.worlds.quality import warn_duplicate_keys
+
+        warn_duplicate_keys(Path(cfg.data))
 
 
 @register("sft", SFTJobConfig, plot_sft,
           "Finetune an HF causal LM (full, LoRA or QK-only) with context-reliance tracking",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
-                   "train_loss", "seconds"))
+                   "train_loss", "seconds"), check=check)
 def run(cfg: SFTJobConfig, out_dir: Path, progress=None) -> dict:
-    return run_sft_job(cfg, out_dir, progress=progress)
+    summary = run_sft_job(cfg, out_dir, progress=progress)
+    if cfg.data != BUILTIN:
+        from knowflow.worlds.quality import duplicate_key_lines
+
+        summary["n_duplicate_keys"] = len(duplicate_key_lines(Path(cfg.data)))
+    return summary

@@ -40,9 +40,60 @@ def smollm2_gguf() -> Path:
     return files[0]
 
 
+def check_device(device: str) -> torch.device | None:
+    """The device `device` names, if this machine has it; else a `KnowflowError` saying what
+    to use instead. None for "auto"."""
+    if device == "auto":
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise KnowflowError(f"device {device!r}: unknown device",
+                            "use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise KnowflowError(f"device {device!r}: CUDA is not available on this machine",
+                                "use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise KnowflowError(f"device {device!r}: this machine has "
+                                f"{torch.cuda.device_count()} CUDA device(s)",
+                                "use cuda:0 or auto")
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if not (mps and mps.is_available()):
+            raise KnowflowError(f"device {device!r}: MPS (Apple GPU) is not available on this "
+                                "machine", "use --device cpu (or auto)")
+    elif dev.type != "cpu":
+        raise KnowflowError(f"device {device!r}: not supported",
+                            "use auto, cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def check_model(name: str) -> None:
+    """Fail now, before any work, if model `name` cannot be found on this machine (cheap:
+    reads at most a config file; nothing is downloaded)."""
+    if name == SMOLLM2:
+        if not (cache_dir() / "models" / SMOLLM2 / "config.json").exists():
+            smollm2_gguf()
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        model_folder(name)
+        return
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError):
+        raise KnowflowError(
+            f"model {name!r}: not a local folder and not in the Hugging Face cache",
+            f"pass a local folder, download it on a connected machine (huggingface-cli "
+            f"download {name}), or use {SMOLLM2!r}") from None
+
+
 def resolve_device(device: str = "auto") -> torch.device:
     if device != "auto":
-        return torch.device(device)
+        return check_device(device)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
@@ -98,7 +149,8 @@ def model_folder(name: str) -> Path | str:
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
-            raise KnowflowError(f"model folder {path} has no config.json")
+            raise KnowflowError(f"model folder {path} has no config.json",
+                                "give a folder saved with save_pretrained")
         return path
     return name
 

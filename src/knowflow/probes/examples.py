@@ -96,7 +96,11 @@ def load_examples(path: str | Path) -> list[ProbeExample]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 text ({exc.reason})",
+                        hint="save the file as UTF-8") from None
     rows: list[tuple[int | None, Any]] = []
     if path.suffix == ".json":
         try:

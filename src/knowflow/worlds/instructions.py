@@ -37,7 +37,7 @@ _MADE_UP = {"capital_of": "{W}", "landmark_city": "the {W} Tower",
 @dataclass(frozen=True)
 class MixtureConfig:
     size: int = 800
-    c: float = 0.25                  # shares of the three kinds (normalized)
+    c: float = 0.25                  # shares of the three kinds (sum to 1)
     cs: float = 0.5
     s: float = 0.25
     heldout_share: float = 0.5       # subjects kept for counterfactual evaluation
@@ -46,8 +46,11 @@ class MixtureConfig:
     def validate(self, prefix: str = "mixture.") -> None:
         require(self.size >= 1, f"{prefix}size", "must be at least 1")
         for name in ("c", "cs", "s"):
-            require(getattr(self, name) >= 0, f"{prefix}{name}", "must be at least 0")
-        require(self.c + self.cs + self.s > 0, f"{prefix}c", "the shares c, cs, s sum to 0")
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"{prefix}{name}", f"a share must lie in [0, 1], got {value}")
+        total = self.c + self.cs + self.s
+        require(abs(total - 1) <= 1e-6, f"{prefix}c",
+                f"the shares c + cs + s sum to {total:g}, not 1; make them sum to 1")
         require(0 < self.heldout_share < 1, f"{prefix}heldout_share", "must lie in (0, 1)")
 
 

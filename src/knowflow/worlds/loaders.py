@@ -7,7 +7,8 @@ Three formats, chosen by content and extension:
 - MemoTrap's CSV (`prompt`, `classes`, `answer_index`): the instruction before the first ':'
   is the context, the rest is the text to complete; `classes[answer_index]` is the answer the
   instruction asks for, the other class the memorized one.
-Anything malformed raises one `DataError` naming the file, line and field.
+Anything malformed raises one `DataError` naming the file, line and field. An item whose context
+answer equals its memory answer cannot tell the two apart: it is skipped, with one warning.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ast
 import csv
 import io
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,10 +25,40 @@ from knowflow.errors import DataError
 from knowflow.io import atomic_write_jsonl
 from knowflow.worlds.facts import ConflictItem
 
+log = logging.getLogger(__name__)
+
 
 def load_items(path: str | Path) -> list[ConflictItem]:
     """Items of an external file; their suite is the file's stem."""
-    path = Path(path)
+    return load_items_checked(path)[0]
+
+
+def _same_answers(item: ConflictItem) -> bool:
+    def norm(text: str) -> str:
+        return " ".join(text.casefold().split()).strip(" .,;:!?\"'")
+    return norm(item.counterfactual_answer) == norm(item.parametric_answer)
+
+
+def load_items_checked(path: str | Path) -> tuple[list[ConflictItem], dict[str, int]]:
+    """`load_items`, and the data-quality counts: items skipped because their two answers
+    coincide, and records that give a key twice (each warned about in one line)."""
+    from knowflow.worlds.quality import warn_duplicate_keys
+
+    items = _read_items(Path(path))
+    same = [it for it in items if _same_answers(it)]
+    if len(same) == len(items):
+        raise DataError(path, "every item's answer equals its memory answer",
+                        hint="give items whose context contradicts what the model knows")
+    if same:
+        ids = ", ".join(it.id for it in same[:5]) + (", ..." if len(same) > 5 else "")
+        log.warning("%s: skipped %d item(s) whose answer equals the memory answer (%s)",
+                    path, len(same), ids)
+    counts = {"n_skipped_same_answers": len(same),
+              "n_duplicate_keys": warn_duplicate_keys(Path(path))}
+    return [it for it in items if not _same_answers(it)], counts
+
+
+def _read_items(path: Path) -> list[ConflictItem]:
     if not path.is_file():
         raise DataError(path, "no such file")
     suite = path.stem

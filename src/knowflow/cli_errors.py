@@ -1,0 +1,110 @@
+"""The CLI's one error boundary: every command runs inside `guard`.
+
+What the user can fix (bad input, a missing or unwritable file, a device this machine lacks,
+a damaged file knowflow wrote) becomes one line, `error: <where>: <what is wrong>; <what to
+do>`, and exit code 2. Ctrl-C is one line and exit code 130 (a run is left resumable). Anything
+else is a bug: one line and exit code 1. `--verbose`/`-v` adds the full traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import traceback
+from collections.abc import Callable
+
+import click
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from knowflow.errors import Interrupted, KnowflowError
+
+err_console = Console(stderr=True)
+
+_OS_ERRORS = {
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.EACCES: ("permission denied", "fix its permissions or choose another path"),
+    errno.EPERM: ("operation not permitted", "fix its permissions or choose another path"),
+    errno.EISDIR: ("is a folder, not a file", "give a file path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "give a folder path"),
+    errno.EEXIST: ("already exists (as a file)", "give a folder path or remove the file"),
+    errno.ENOSPC: ("no space left on the device", "free some space or write elsewhere"),
+    errno.EROFS: ("read-only file system", "write somewhere else"),
+}
+
+
+def describe(exc: BaseException) -> tuple[str, int] | None:
+    """(the one-line message, the exit code) for an error the user can act on, else None."""
+    if isinstance(exc, KnowflowError):
+        return str(exc), 2
+    if isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError)):
+        what, fix = _OS_ERRORS.get(exc.errno, (exc.strerror or type(exc).__name__,
+                                               "check the path"))
+        where = exc.filename if exc.filename is not None else "file system"
+        return f"{where}: {what}; {fix}", 2
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"input: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                f"{exc.start}); save the file as UTF-8"), 2
+    if isinstance(exc, json.JSONDecodeError):
+        return (f"JSON, line {exc.lineno}: {exc.msg}; a file knowflow reads is damaged "
+                "(rerun with --verbose to see which)"), 2
+    if isinstance(exc, MemoryError):
+        return "memory: not enough memory for these sizes; choose smaller sizes", 2
+    return None
+
+
+def _interrupted(exc: KeyboardInterrupt, command: str) -> str:
+    run_dir = exc.run_dir if isinstance(exc, Interrupted) else None
+    if run_dir:
+        return (f"{run_dir}: interrupted; continue it with `knowflow {command} --resume "
+                f"--run-dir {run_dir}`")
+    return "interrupted; nothing was written"
+
+
+def _verbose() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("verbose"))
+
+
+def _command_line() -> str:
+    """`run cpi-toy`, `sft`, `probe knockout`: what --resume is added to."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return "…"
+    parts = ctx.command_path.split()[1:]
+    if parts[:1] == ["run"]:
+        parts.append(str(ctx.params.get("name", "")))
+    return " ".join(parts)
+
+
+def guard(command: Callable) -> Callable:
+    """Run `command` inside the error boundary (see the module docstring)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt as exc:
+            _report(_interrupted(exc, _command_line()), exc)
+            raise typer.Exit(code=130) from None
+        except Exception as exc:
+            known = describe(exc)
+            message, code = known or (f"internal error ({type(exc).__name__}: {exc}); rerun "
+                                      "with --verbose for the traceback and report it", 1)
+            _report(message, exc)
+            raise typer.Exit(code=code) from None
+
+    return wrapper
+
+
+def _report(message: str, exc: BaseException) -> None:
+    if _verbose():
+        err_console.print("".join(traceback.format_exception(exc)), highlight=False,
+                          markup=False, soft_wrap=True)
+    line = " ".join(message.split())  # one line, whatever the message held
+    err_console.print(Text.assemble(("error:", "bold red"), " " + line), highlight=False,
+                      soft_wrap=True)
