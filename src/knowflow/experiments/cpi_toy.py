@@ -218,9 +218,35 @@ def _arm_key(arm: Arm) -> str:
             f"-v{int(arm.train_v)}-f{arm.filter_fraction:g}")
 
 
+# The inversion criterion inversion-tiny's findings use: M_C rises, then falls; C-only does not.
+INVERSION_RISE, INVERSION_FALL, NO_FALL = 0.2, 0.15, 0.05
+
+
+def verdict(summary: dict) -> str | None:
+    """One sentence for the report: does M_C rise and then fall here, and not under C-only?
+    None when the `inversion` part did not run (nothing to judge)."""
+    inv, c_only = summary.get("inversion"), summary.get("c_only")
+    if not inv:
+        return None
+    rise = inv["mc_peak"] - inv["mc_start"]
+    shown = rise >= INVERSION_RISE and inv["mc_fall"] >= INVERSION_FALL and (
+        c_only is None or c_only["mc_fall"] < NO_FALL)
+    curve = (f"M_C rises {inv['mc_start']:.3f} -> {inv['mc_peak']:.3f} (step "
+             f"{inv['mc_peak_step']} of {inv['steps']}) and ends at {inv['mc_final']:.3f} "
+             f"(fall {inv['mc_fall']:.3f})")
+    control = (f", while C-only finetuning falls {c_only['mc_fall']:.3f}" if c_only
+               else " (C-only control not run)")
+    head = "The theory model inverts" if shown else "No inversion in the theory model"
+    return (f"{head}: {curve}{control}; criterion: rise >= {INVERSION_RISE}, fall >= "
+            f"{INVERSION_FALL}, C-only fall < {NO_FALL}.")
+
+
 def findings(summary: dict) -> dict:
     """The claims of the theory, each checked against this run's numbers."""
     out: dict = {}
+    sentence = verdict(summary)
+    if sentence:
+        out["verdict"] = sentence
     inv = summary.get("inversion")
     if inv:
         out["inversion_fall"] = inv["mc_fall"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.experiments.cpi_toy import INVERSION_FALL, INVERSION_RISE
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
@@ -139,4 +140,24 @@ def run(cfg: InversionSmolConfig, out_dir: Path) -> Summary:
     records = [{**r, "arm": arm} for arm in cfg.arms
                for r in read_jsonl(out_dir / "arms" / arm / METRICS)]
     atomic_write_jsonl(out_dir / METRICS, records)
+    summary["findings"] = findings(summary)
     return summary
+
+
+def findings(summary: dict) -> dict:
+    """Each arm's fall, and a verdict on the plain LoRA arm (the inversion criterion of the
+    toy models); no verdict when the `lora` arm did not run."""
+    arms = {k: v for k, v in summary.items() if isinstance(v, dict) and "fall" in v}
+    out: dict = {f"{arm}_fall": row["fall"] for arm, row in arms.items()}
+    base = arms.get("lora")
+    if base is None:
+        return out
+    shown = base["rise"] >= INVERSION_RISE and base["fall"] >= INVERSION_FALL
+    others = ", ".join(f"{arm} {row['fall']:.3f}" for arm, row in arms.items() if arm != "lora")
+    verdict = (
+        f"{'Inversion' if shown else 'No inversion'} in LoRA finetuning: counterfactual "
+        f"accuracy {base['cf_acc_start']:.3f} -> peak {base['cf_acc_peak']:.3f} (step "
+        f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['fall']:.3f}"
+        + (f" (mitigations fall {others})" if others else "")
+        + f"; criterion: rise >= {INVERSION_RISE}, fall >= {INVERSION_FALL}.")
+    return {"verdict": verdict, **out}

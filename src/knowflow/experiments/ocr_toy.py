@@ -325,7 +325,27 @@ def findings(summary: dict, records: list[dict]) -> dict:
     out["factorized_nuclear_lower_at_matched_loss"] = (
         matched["factorized_nuclear_norm_at_matched_loss"]
         < matched["merged_nuclear_norm_at_matched_loss"])
-    return out
+    return {"verdict": verdict(out, f, m), **out}
+
+
+def verdict(claims: dict, f: dict, m: dict) -> str:
+    """One sentence for the report: does only the factorized model infer the held-out
+    implications, with both models fitting their training set?"""
+    numbers = (f"factorized test implication accuracy {f['test_impl_acc']:.3f} (loss "
+               f"{f['test_impl_loss']:.3f}), merged {m['test_impl_acc']:.3f} (loss "
+               f"{claims['merged_test_impl_loss_over_log_candidates']:.2f} x log #candidates)")
+    if not claims["both_train_loss_below_0.05"]:
+        head = "Inconclusive: a model did not fit its training set (train loss >= 0.05)"
+    elif not claims["factorized_test_impl_loss_below_0.1"]:
+        head = ("Not as the paper finds it: the factorized model does not infer the unseen "
+                "implications (test loss >= 0.1)")
+    elif not claims["merged_test_impl_loss_at_least_0.9_log_candidates"]:
+        head = ("Not as the paper finds it: the merged model infers the unseen implications "
+                "too (test loss < 0.9 x log #candidates)")
+    else:
+        head = ("Out-of-context reasoning as the paper finds it: only the factorized model "
+                "infers the unseen implications")
+    return f"{head}; {numbers}."
 
 
 def family_table(summary: dict, names: tuple[str, ...]) -> dict:
