@@ -25,7 +25,7 @@ def test_each_verdict_opens_the_page_before_any_table(inversion_run, cpi_run, br
     spots = [page.index(browser_check.VERDICTS[name]) for name in ("inversion-tiny", "cpi-toy")]
     assert spots == sorted(spots)  # in the order the runs were given
     assert max(spots) < min(first_table, first_figure, page.index("<h2"))
-    assert page.count("<h2") == 2  # one section per run, the verdict block has none
+    assert page.count("<h2>") == 2  # one section per run, the verdict block has none
 
 
 def test_a_run_without_a_verdict_says_so_and_invents_none(tmp_path, browser_check):
@@ -76,7 +76,7 @@ def test_findings_are_a_key_value_list_without_the_verdict(inversion_run, browse
     found = re.search(r'<table class="kv findings">(.*?)</table>', page, re.S)
     assert found, "no findings list"
     rows = re.findall(r"<tr><th>(.*?)</th><td[^>]*>(.*?)</td></tr>", found.group(1))
-    keys = {k.replace("<wbr>", ""): v for k, v in rows}
+    keys = dict(rows)
     assert keys["inversion_shown"] == "yes"
     assert re.fullmatch(r"0\.\d{3}", keys["mixed_fall"])
     assert "verdict" not in keys
@@ -87,10 +87,10 @@ def test_wide_arm_tables_are_transposed_and_per_seed_lists_get_their_own_table(i
     page = render_report([inversion_run])
     summary_part = page[page.index("<h3>Summary"):]
     header = re.search(r"<table><tr>(.*?)</tr>", summary_part).group(1)
-    assert all(f"<th>{arm.replace('_', '_<wbr>')}</th>" in header
+    assert all(f"<th>{arm}</th>" in header
                for arm in ("mixed", "c_only", "lora"))
     assert "mixed · seed 2" in summary_part and "lora · seed 0" in summary_part
-    assert "_seeds" not in summary_part.replace("_<wbr>", "_")
+    assert "_seeds" not in summary_part
     assert '<div class="scroll"><table' in summary_part
 
 

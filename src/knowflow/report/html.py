@@ -27,14 +27,14 @@ _STYLE = """
 body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-h1,h2,h3,h4,p,li{overflow-wrap:anywhere}
+h1,h2,h3,h4,p,li,th,td{overflow-wrap:anywhere}
 .verdicts{background:#f3f7fb;border-left:4px solid #3a7bd5;padding:.6em 1em;margin:1em 0}
 .verdicts p{margin:.35em 0}.verdict-none{color:#777;font-style:italic}
 .scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.6em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:.2em .55em;text-align:left;vertical-align:top}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr:first-child th{background:#f4f4f4}th{font-weight:600}td{overflow-wrap:anywhere}
+tr:first-child th{background:#f4f4f4}th{font-weight:600}
 table.kv th{background:#fafafa;font-weight:normal;color:#444}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555}
@@ -90,7 +90,7 @@ def _figures(run_dir: Path) -> list[str]:
 
 
 def _run_section(run: RunView, index: int) -> str:
-    parts = [f'<h2 id="run-{index}">{html.escape(run.experiment)} '
+    parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)} '
              f"<small>{html.escape(str(run.run_dir))}</small></h2>"]
     if run.summary is None:
         parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
@@ -106,7 +106,7 @@ def _run_section(run: RunView, index: int) -> str:
         rest = {k: v for k, v in run.summary.items() if k != "findings"}
         parts.append("<h3>Summary</h3>" + summary_tables(rest))
     parts.append("<details><summary>Config</summary><pre>"
-                 + html.escape(json.dumps(run.config, indent=2)) + "</pre></details>")
+                 + html.escape(json.dumps(run.config, indent=2)) + "</pre></details></section>")
     return "\n".join(parts)
 
 

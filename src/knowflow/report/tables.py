@@ -61,16 +61,15 @@ def _cell(value: Any) -> str:
     return f"<td{cls}>{text}</td>"
 
 
-def _label(key: str) -> str:
-    """A header that may break after underscores, so long metric names wrap, not widen."""
-    return html.escape(str(key)).replace("_", "_<wbr>")
+def _esc(key: object) -> str:
+    return html.escape(str(key))
 
 
 def _grid(corner: str, row_names: list[str], col_names: list[str],
           value: Any) -> str:
-    head = "".join(f"<th>{_label(c)}</th>" for c in [corner, *col_names])
+    head = "".join(f"<th>{_esc(c)}</th>" for c in [corner, *col_names])
     body = "".join(
-        f"<tr><th>{_label(r)}</th>" + "".join(_cell(value(r, c)) for c in col_names) + "</tr>"
+        f"<tr><th>{_esc(r)}</th>" + "".join(_cell(value(r, c)) for c in col_names) + "</tr>"
         for r in row_names)
     return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>'
 
@@ -118,7 +117,7 @@ def _seed_table(rows: dict[str, dict], per_seed: dict[str, list[str]], corner: s
 def key_values(items: dict[str, Any], cls: str = "kv") -> str:
     """A readable two-column list; nested dicts are flattened to dotted keys."""
     flat = _flatten(items)
-    body = "".join(f"<tr><th>{_label(k)}</th>{_cell(v)}</tr>" for k, v in flat.items())
+    body = "".join(f"<tr><th>{_esc(k)}</th>{_cell(v)}</tr>" for k, v in flat.items())
     return f'<div class="scroll"><table class="{cls}">{body}</table></div>'
 
 
