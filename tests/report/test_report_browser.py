@@ -43,6 +43,7 @@ def test_hostile_summary_still_fits(tmp_path, inversion_run, browser_check, chro
     page = write_report([inversion_run], tmp_path / "r.html")
     measure = browser_check.render(page, tmp_path / "shot.png", chromium)
     assert browser_check.problems(measure, [browser_check.VERDICTS["inversion-tiny"]]) == []
+    assert measure["scrollingTables"] == 1  # the 40-column grid scrolls inside its own box
 
 
 def test_the_check_catches_a_page_that_overflows(tmp_path, browser_check, chromium):

@@ -27,13 +27,13 @@ _STYLE = """
 body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-h1,h2,h3,h4,p,li,th,td{overflow-wrap:anywhere}
+h1,h2,h3,h4,p,li,td{overflow-wrap:anywhere}
 .verdicts{background:#f3f7fb;border-left:4px solid #3a7bd5;padding:.6em 1em;margin:1em 0}
 .verdicts p{margin:.35em 0}.verdict-none{color:#777;font-style:italic}
 .scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.6em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:.2em .55em;text-align:left;vertical-align:top}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums}td.num,th{white-space:nowrap}
 tr:first-child th{background:#f4f4f4}th{font-weight:600}
 table.kv th{background:#fafafa;font-weight:normal;color:#444}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}

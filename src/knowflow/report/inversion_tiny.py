@@ -165,7 +165,7 @@ def _attention_figure(arms: Curves, path: Path) -> Path:
 def _accuracy_figure(arms: Curves, path: Path) -> Path:
     keys = [("param_acc", "parametric answer on CF set"), ("c_acc", "held-out C"),
             ("cs_acc", "held-out C+S"), ("recall_acc", "recall, no context")]
-    fig, panels = _grid(len(keys), max_cols=4)
+    fig, panels = _grid(len(keys), max_cols=2)
     for (key, title), a in zip(keys, panels, strict=True):
         for i, (name, seeds) in enumerate(arms.items()):
             steps, mean = mean_series(seeds, key)
