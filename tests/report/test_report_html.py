@@ -9,7 +9,7 @@ import pytest
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_json, read_json
 from knowflow.report.html import NO_VERDICT, render_report, write_report
-from knowflow.report.tables import fmt
+from knowflow.report.tables import fmt, summary_tables
 
 
 def _body(page: str) -> str:
@@ -121,3 +121,17 @@ def test_config_is_shown_whole(inversion_run):
 ])
 def test_fmt(value, text):
     assert fmt(value) == text
+
+
+def test_models_with_nested_parts_still_stand_side_by_side():
+    def model(loss: float) -> dict:
+        return {"loss": loss, "acc": 1.0, "margin": 2.0, "per_seed": {f"m{i}": [loss, 0.5] for i in range(10)}}
+
+    page = summary_tables({"study": "main", "factorized": model(0.1), "merged": model(0.9)})
+    tables = re.findall(r"<table.*?</table>", page, re.S)
+    assert "<td>main</td>" in tables[0]  # the top-level scalars, as a key/value list
+    shared = re.search(r"<tr>(.*?)</tr>", tables[1]).group(1)
+    assert "<th>factorized</th>" in shared and "<th>merged</th>" in shared
+    assert re.search(r"<th>loss</th><td class=\"num\">0.100</td><td class=\"num\">0.900</td>",
+                     tables[1])
+    assert page.count("<h4>") == 2 and "0.100 · 0.500" in page  # each model's per-seed part

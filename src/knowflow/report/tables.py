@@ -143,22 +143,27 @@ def _is_rows(section: dict) -> bool:
 
 
 def summary_tables(summary: dict, title: str = "") -> str:
-    """A summary dict as HTML: top-level scalars as a key/value list, sections of flat rows as
-    one table, deeper sections recursively under their own heading."""
+    """A summary dict as HTML: top-level scalars as a key/value list; the cells of each
+    section (an arm's or a model's metrics) as one row of a shared table, so arms stand side
+    by side; a section of only dicts (per-seed pretraining stats) as a table of its own; what
+    is nested deeper, recursively under a `section · key` heading."""
     scalars = {k: v for k, v in summary.items() if not isinstance(v, dict)}
-    sections = {k: v for k, v in summary.items() if isinstance(v, dict)}
     parts = [key_values(scalars)] if scalars else []
-    # a section of cells (an arm's metrics) is one row of a shared table; a section of only
-    # dicts (per-seed pretraining stats) is a table of its own
-    flat = {k: v for k, v in sections.items() if v and all(map(_is_cell, v.values()))
-            and not all(isinstance(x, dict) for x in v.values())}
-    if flat:
-        parts.append(rows_table(flat, title))
-    for key, value in sections.items():
-        if key in flat or not value:
+    rows: dict[str, dict] = {}
+    later: list[tuple[str, str]] = []
+    for key, value in summary.items():
+        if not isinstance(value, dict) or not value:
             continue
-        if _is_rows(value):
-            parts.append(f"<h4>{html.escape(key)}</h4>" + rows_table(value, key))
-        else:
-            parts.append(f"<h4>{html.escape(key)}</h4>" + summary_tables(value, key))
+        if all(isinstance(x, dict) for x in value.values()) and _is_rows(value):
+            later.append((key, rows_table(value, key)))
+            continue
+        cells = {k: x for k, x in value.items() if _is_cell(x)}
+        if cells and not all(isinstance(x, dict) for x in cells.values()):
+            rows[key] = cells
+        nested = {k: x for k, x in value.items() if k not in rows.get(key, {})}
+        if nested:
+            later.append((key, summary_tables(nested, key)))
+    if rows:
+        parts.append(rows_table(rows, title))
+    parts += [f"<h4>{html.escape(key)}</h4>{body}" for key, body in later]
     return "".join(parts)
