@@ -215,3 +215,26 @@ def test_bad_config_names_the_field(override, field):
 
 def test_defaults_validate():
     InversionTinyConfig().validate()
+
+
+def test_phase_study_writes_every_cell(tmp_path):
+    cfg = {**TINY, "study": "phase", "phase.cs_shares": "0,0.5", "phase.reliabilities": "0.5,0.9",
+           "phase.seeds": "0,1", "phase.toy_steps": 5}
+    result = run_experiment("inversion-tiny", cfg, runs_root=tmp_path)
+    phase = result.summary["phase"]
+    for model in ("tiny", "toy"):
+        cells = {(r["cs_share"], r["reliability"]) for r in phase[model]}
+        assert cells == {(0.0, 0.5), (0.5, 0.5), (0.0, 0.9), (0.5, 0.9)}
+        for row in phase[model]:
+            assert len(row["fall_seeds"]) == 2
+            assert row["fall_mean"] == pytest.approx(sum(row["fall_seeds"]) / 2)
+            assert row["inverts"] == (row["fall_mean"] >= 0.1)
+    records = read_jsonl(result.run_dir / "metrics.jsonl")
+    tiny = [r for r in records if r["model"] == "tiny"]
+    assert len(tiny) == 4 * 2 * 6  # cells x seeds x evaluations
+    assert {(r["cs_share"], r["reliability"], r["seed"]) for r in tiny} == {
+        (x, rel, s) for x in (0.0, 0.5) for rel in (0.5, 0.9) for s in (0, 1)}
+    agree = phase["agreement"]
+    assert agree["cells"] == 4 and agree["agree"] + len(agree["disagree"]) == 4
+    assert result.summary["findings"]["verdict"].startswith("The tiny transformer and")
+    assert [p.name for p in result.figures] == ["1_phase_diagram.png"]

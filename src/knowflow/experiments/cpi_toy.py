@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from knowflow.config import require
+from knowflow.experiments.parallel import run_jobs
+from knowflow.experiments.phase import PhaseConfig, cells, phase_summary
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_jsonl
+from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.report.cpi_toy import plot_cpi_toy
+from knowflow.report.phase import PHASE, with_phase
 from knowflow.runs import METRICS, PartStore
 from knowflow.train.toy_cpi import ToyFinetuneConfig
 
@@ -70,8 +71,11 @@ class CpiToyConfig:
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     finetune: ToyFinetuneConfig = field(default_factory=ToyFinetuneConfig)
     part: PartsConfig = field(default_factory=PartsConfig)
+    study: Literal["parts", "phase"] = "parts"  # phase: C+S share x delta_C diagram
+    phase: PhaseConfig = field(default_factory=PhaseConfig)
 
     def validate(self) -> None:
+        self.phase.validate()
         w, m, f, p = self.world, self.mixture, self.finetune, self.part
         require(len(self.parts) > 0, "parts", "choose at least one part")
         for name in self.parts:
@@ -281,28 +285,27 @@ def findings(summary: dict) -> dict:
     return out
 
 
-@register("cpi-toy", CpiToyConfig, plot_cpi_toy,
+@register("cpi-toy", CpiToyConfig, with_phase(plot_cpi_toy),
           "Context-parametric inversion in the one-layer theory model (5 parts)",
           columns=("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
                    "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final"))
 def run(cfg: CpiToyConfig, out_dir: Path) -> Summary:
-    """Run every distinct arm once (in parallel), checkpointing each; assemble the parts."""
+    """Run every distinct arm once (in parallel), checkpointing each; assemble the parts.
+    With `study=phase`, the phase diagram instead (see `experiments.phase`)."""
+    if cfg.study == "phase":
+        records, rows = toy_phase(cfg.phase, cfg.workers, cfg)
+        atomic_write_jsonl(out_dir / METRICS, records)
+        atomic_write_json(out_dir / PHASE, {"toy": rows})
+        return {"phase": {"toy": rows}, "findings": {"verdict": phase_verdict(rows, cfg.phase)}}
     store = PartStore(out_dir)
     arms = [arm for part in cfg.parts for arm in arms_of(cfg, part)]
     unique = {_arm_key(a): a for a in reversed(arms)}  # first arm wins the label
     todo = sorted(((key, arm) for key, arm in unique.items() if store.load(key) is None),
                   key=lambda item: not item[1].train_v)  # slow (W_V) arms first
     log.info("%d distinct arms, %d to run", len(unique), len(todo))
-    workers = min(cfg.workers, len(todo))
-    if workers > 1:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = {key: pool.submit(run_arm, cfg, arm) for key, arm in todo}
-            for key, fut in futures.items():
-                store.save(key, *fut.result())
-    else:
-        for key, arm in todo:
-            store.save(key, *run_arm(cfg, arm))
+    keys = {id(arm): key for key, arm in todo}
+    run_jobs(run_arm, [(cfg, arm) for _, arm in todo], cfg.workers,
+             lambda job, result: store.save(keys[id(job[1])], *result))
     summary: dict = {}
     records: list[dict] = []
     for part in cfg.parts:
@@ -316,3 +319,39 @@ def run(cfg: CpiToyConfig, out_dir: Path) -> Summary:
     atomic_write_jsonl(out_dir / METRICS, records)
     summary["findings"] = findings(summary)
     return summary
+
+
+def _phase_cell(cfg: CpiToyConfig, share: float, delta_c: float, seed: int) -> list[dict]:
+    """M_C over finetuning for one cell: C+S share `share` of the C + C+S points, delta_C."""
+    m = cfg.mixture
+    total = m.n_c + m.n_cs
+    n_cs = round(share * total)
+    cell = dataclasses.replace(cfg, seed=seed,
+                               world=dataclasses.replace(cfg.world, delta_c=delta_c),
+                               mixture=dataclasses.replace(m, n_c=total - n_cs, n_cs=n_cs))
+    return run_arm(cell, Arm("phase", "mixed", cell.mixture, False))[0]
+
+
+def toy_phase(phase: PhaseConfig, workers: int, cfg: CpiToyConfig | None = None
+              ) -> tuple[list[dict], list[dict]]:
+    """The theory model's phase diagram (records, one row per cell) on `phase`'s grid, with
+    delta_C = the grid's reliability; the curve is M_C, the theory's headline quantity."""
+    cfg = cfg or CpiToyConfig()
+    if phase.toy_steps is not None:
+        cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune,
+                                                                    steps=phase.toy_steps))
+    grid = cells(phase)
+    runs = run_jobs(_phase_cell, [(cfg, x, r, s) for x, r, s in grid], workers)
+    curves, records, steps = {}, [], []
+    for (x, r, s), recs in zip(grid, runs, strict=True):
+        steps = [rec["step"] for rec in recs]
+        curves[x, r, s] = [rec["mc"] for rec in recs]
+        records += [{**rec, "model": "toy", "cs_share": x, "reliability": r, "seed": s}
+                    for rec in recs]
+    return records, phase_summary(curves, steps, phase)
+
+
+def phase_verdict(rows: list[dict], phase: PhaseConfig) -> str:
+    inv = [f"({row['cs_share']:g}, {row['reliability']:g})" for row in rows if row["inverts"]]
+    return (f"The theory model inverts (seed-mean M_C fall >= {phase.threshold:g}) in "
+            f"{len(inv)} of {len(rows)} cells (C+S share, delta_C): {', '.join(inv) or 'none'}.")

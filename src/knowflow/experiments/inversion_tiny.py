@@ -28,14 +28,18 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from knowflow import schema
 from knowflow.config import require
 from knowflow.errors import ConfigError
 from knowflow.experiments.parallel import run_jobs
+from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
 from knowflow.models.adapt import ALL_PROJECTIONS
 from knowflow.report.inversion_tiny import plot_inversion_tiny
+from knowflow.report.phase import with_phase
 from knowflow.runs import METRICS, PartStore
 from knowflow.train.pretrain import PretrainConfig, TinyModelConfig
 from knowflow.train.sft import SFTConfig
@@ -72,9 +76,12 @@ class InversionTinyConfig:
     mixture: Mixture = field(default_factory=Mixture)
     sft: SFTConfig = field(default_factory=tiny_sft_defaults)
     track: TinyTrackConfig = field(default_factory=TinyTrackConfig)
+    study: Literal["arms", "phase"] = "arms"  # phase: C+S share x reliability diagram
+    phase: PhaseConfig = field(default_factory=PhaseConfig)
 
     def validate(self) -> None:
         w, m, p, mix, s = self.world, self.model, self.pretrain, self.mixture, self.sft
+        self.phase.validate()
         require(len(self.seeds) > 0, "seeds", "choose at least one seed")
         require(len(self.arms) > 0, "arms", "choose at least one arm")
         for arm in self.arms:
@@ -190,16 +197,17 @@ def _strip(record: dict) -> dict:
 
 
 def curve_summary(records: list[dict]) -> dict:
-    """Start, peak, peak step and final of counterfactual accuracy, with context."""
+    """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
+    accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
     cf = [r["cf_acc"] for r in records]
-    peak = max(range(len(cf)), key=cf.__getitem__)
+    curve = schema.curve_summary([r["step"] for r in records], cf)
+    out = {f"cf_acc_{k}": v for k, v in curve.items() if k not in ("rise", "fall")}
+    out.update(rise=curve["rise"], fall=curve["fall"])
+    peak = next(i for i, r in enumerate(records) if r["step"] == curve["peak_step"])
 
     def layer_mean(r: dict, key: str) -> float:
         return sum(r[key]) / len(r[key])
 
-    out = {"cf_acc_start": cf[0], "cf_acc_peak": cf[peak],
-           "cf_acc_peak_step": records[peak]["step"], "cf_acc_final": cf[-1],
-           "rise": cf[peak] - cf[0], "fall": cf[peak] - cf[-1]}
     for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
         out[f"{key}_final"] = records[-1][key]
     for key, short in (("attn_context", "attn_ctx"), ("attn_subject", "attn_subj")):
@@ -256,13 +264,18 @@ def findings(summary: dict) -> dict:
     return out
 
 
-@register("inversion-tiny", InversionTinyConfig, plot_inversion_tiny,
+@register("inversion-tiny", InversionTinyConfig, with_phase(plot_inversion_tiny),
           "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                    "fall", "param_acc_final", "c_acc_final", "attn_ctx_at_peak",
                    "attn_ctx_final"))
 def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
-    """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel."""
+    """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel. With
+    `study=phase`, the phase diagram instead (`inversion_tiny_phase`)."""
+    if cfg.study == "phase":
+        from knowflow.experiments.inversion_tiny_phase import run_phase
+
+        return run_phase(cfg, out_dir)
     store = PartStore(out_dir)
     pre = run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
     keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms

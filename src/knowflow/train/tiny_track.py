@@ -62,27 +62,45 @@ def per_example_loss(model, batch: dict[str, torch.Tensor], chunk: int = 256) ->
     return torch.cat(out)
 
 
+def span_masks(examples: Sequence[Example], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean masks of each example's context statements and question subject. (n, seq) x2"""
+    ctx = torch.zeros((len(examples), width), dtype=torch.bool)
+    subj = torch.zeros((len(examples), width), dtype=torch.bool)
+    for i, ex in enumerate(examples):
+        if ex.context is not None:
+            ctx[i, ex.context[0]:ex.context[1]] = True
+        subj[i, ex.subject] = True
+    return ctx, subj
+
+
+def answer_attention(attns, last: torch.Tensor, ctx: torch.Tensor, subj: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention mass from each row's answer position on the context and on the subject,
+    averaged over rows, per layer and head. (layers, heads) x2; differentiable."""
+    rows = torch.arange(len(last))
+    to_ctx, to_subj = [], []
+    for layer_attn in attns:  # (n, heads, seq, seq)
+        row = layer_attn[rows, :, last]  # (n, heads, seq)
+        to_ctx.append((row * ctx[:, None]).sum(-1).mean(0))  # (heads,)
+        to_subj.append((row * subj[:, None]).sum(-1).mean(0))
+    return torch.stack(to_ctx), torch.stack(to_subj)
+
+
 @torch.no_grad()
 def evaluate_set(model, batch: dict[str, torch.Tensor], examples: Sequence[Example],
                  attention: bool) -> dict:
     """Accuracy (pred = answer), parametric share (pred = memory) and, if asked, attention mass
-    per layer on the context and on the subject, averaged over heads and examples."""
+    on the context and on the subject per layer (head mean) and per layer and head."""
     logits, attns = answer_logits(model, batch, output_attentions=attention)
     pred = logits.argmax(-1)  # (n,)
     out = {"acc": float((pred == batch["answer"]).float().mean()),
            "param": float((pred == batch["memory"]).float().mean())}
     if attention:
-        rows = torch.arange(len(examples))
-        ctx = torch.zeros(batch["ids"].shape, dtype=torch.bool)  # (n, seq)
-        for i, ex in enumerate(examples):
-            ctx[i, ex.context[0]:ex.context[1]] = True
-        subj = torch.tensor([ex.subject for ex in examples])
-        to_ctx, to_subj = [], []
-        for layer_attn in attns:  # (n, heads, seq, seq)
-            row = layer_attn[rows, :, batch["last"]]  # (n, heads, seq)
-            to_ctx.append(float((row * ctx[:, None]).sum(-1).mean()))
-            to_subj.append(float(row[rows, :, subj].mean()))
-        out["attn_context"], out["attn_subject"] = to_ctx, to_subj
+        ctx, subj = span_masks(examples, batch["ids"].shape[1])
+        to_ctx, to_subj = answer_attention(attns, batch["last"], ctx, subj)  # (layers, heads)
+        out["attn_context"], out["attn_subject"] = to_ctx.mean(1).tolist(), \
+            to_subj.mean(1).tolist()
+        out["attn_context_heads"], out["attn_subject_heads"] = to_ctx.tolist(), to_subj.tolist()
     return out
 
 
@@ -91,8 +109,8 @@ def tracking_record(model, eval_batches: dict[str, tuple[dict, list[Example]]],
     """One metrics record: the quantities above plus the training loss per example kind."""
     rec: dict = {}
     cf = evaluate_set(model, *eval_batches["cf"], attention=True)
-    rec.update(cf_acc=cf["acc"], param_acc=cf["param"], attn_context=cf["attn_context"],
-               attn_subject=cf["attn_subject"])
+    rec.update(cf_acc=cf["acc"], param_acc=cf["param"],
+               **{k: v for k, v in cf.items() if k.startswith("attn_")})
     for name, key in (("cs", "cs_acc"), ("c", "c_acc"), ("recall", "recall_acc")):
         rec[key] = evaluate_set(model, *eval_batches[name], attention=False)["acc"]
     losses = per_example_loss(model, train_batch)
@@ -127,4 +145,9 @@ class TinyEvaluator:
         self.eval_batches = {name: (encode(tokenizer, exs), exs) for name, exs in evals.items()}
 
     def __call__(self, model) -> dict:
-        return tracking_record(model, self.eval_batches, self.train_batch, self.kinds)
+        from knowflow.train.tiny_mechanism import gradient_projections
+
+        rec = tracking_record(model, self.eval_batches, self.train_batch, self.kinds)
+        rec.update(gradient_projections(model, *self.eval_batches["cf"], self.train_batch,
+                                        self.kinds))
+        return rec

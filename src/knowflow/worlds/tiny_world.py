@@ -32,15 +32,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from knowflow.schema import KINDS  # noqa: F401  (the example kinds, re-exported)
+
 BOS, PAD, UNK, EOS = "<bos>", "<pad>", "<unk>", "<eos>"
 STOP, CONTEXT, QUESTION = ".", "context", "question"
 SPECIALS = (PAD, UNK, BOS, EOS)
 FORMAT_WORDS = (STOP, CONTEXT, QUESTION)
 GROUPS = ("mem_train", "mem_eval", "unk_train", "unk_eval", "scratch")
-
-# Example kinds of the paper: C (answer only in the context), C+S (memorized subject, the
-# context agrees), S (no context), CF (memorized subject, the context contradicts memory).
-KINDS = ("C", "C+S", "S", "CF")
 
 
 @dataclass(frozen=True)
