@@ -235,17 +235,22 @@ def eval_cmd(
     tasks: dict[str, int] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
+        if not tasks:  # the bars appear at the first report, so an early error prints alone
+            bars.start()
         if stage not in tasks:
             tasks[stage] = bars.add_task(stage, total=total)
         bars.update(tasks[stage], completed=done)
 
-    with bars:
+    try:
         result = evaluate(
             model, suite, data=data, device=device, dtype=dtype,
             out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
             scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
             context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
             max_new_tokens=max_new_tokens, known_filter=not no_known_filter)
+    finally:
+        if tasks:
+            bars.stop()
     _print_eval(result.summary)
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
 

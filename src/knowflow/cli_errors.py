@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from knowflow.errors import Interrupted, KnowflowError
+from knowflow.errors import Interrupted, KnowflowError, out_of_memory
 
 err_console = Console(stderr=True)
 
@@ -50,7 +50,7 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, json.JSONDecodeError):
         return (f"JSON, line {exc.lineno}: {exc.msg}; a file knowflow reads is damaged "
                 "(rerun with --verbose to see which)"), 2
-    if isinstance(exc, MemoryError):
+    if out_of_memory(exc):
         return "memory: not enough memory for these sizes; choose smaller sizes", 2
     return None
 

@@ -16,7 +16,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from knowflow.cli_errors import guard
@@ -137,13 +136,10 @@ def _run(kind: str, common: _Common, cfg, with_context: bool = False,
     arch = arch_of(model)
     examples = _examples(common, tokenizer, with_context, prompt_format)
     probe, _, summarize = PROBES[kind]
-    with Progress("[progress.description]{task.description}", BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                  transient=True) as bar:
-        task = bar.add_task(f"probe {kind}", total=None)
-        records = probe(model, tokenizer, examples, cfg,
-                        progress=lambda done, total: bar.update(task, completed=done,
-                                                                total=total))
+    from knowflow.cli_sft import _Bar
+
+    with _Bar(f"probe {kind}") as progress:  # appears at the first report
+        records = probe(model, tokenizer, examples, cfg, progress=progress)
     if kind == "attention":
         from knowflow.probes.mass import mean_attention_mass
 

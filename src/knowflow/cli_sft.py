@@ -220,6 +220,9 @@ def augment_cmd(
 
     if seed < 0:
         raise ConfigError(f"must not be negative, got {seed}", "--seed")
+    if not 0 < ratio < 1e6:  # also refuses nan and inf
+        raise ConfigError(f"must be a positive number, got {ratio}", "--ratio",
+                          "e.g. 0.25 adds one counterfactual per four examples")
     _check_out(data, out)
     rows = _rows(data, seed)
     result = augment(rows, ratio, seed)

@@ -173,6 +173,7 @@ _MIN_ONE = (lambda v: v >= 1, "must be at least 1")
 _NAMED_RULES: dict[str, tuple[Any, str]] = {
     "threads": _MIN_ONE, "workers": _MIN_ONE,
     "seed": (lambda v: v >= 0, "must not be negative"),
+    "seeds": (lambda v: v >= 0, "must not be negative"),
 }
 
 

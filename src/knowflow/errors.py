@@ -48,3 +48,10 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, run_dir: object = None):
         self.run_dir = run_dir
         super().__init__(str(run_dir or ""))
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, or torch's allocator refusing (a config asked for too much)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text.lower()))

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.config import apply_overrides, config_from_dict, config_to_dict, validate_config
-from knowflow.errors import ConfigError, DataError, Interrupted, KnowflowError
+from knowflow.errors import (
+    ConfigError,
+    DataError,
+    Interrupted,
+    KnowflowError,
+    out_of_memory,
+)
 from knowflow.experiments.registry import get_experiment
 from knowflow.io import atomic_write_json, check_output_dir, read_json
 from knowflow.runs import (
@@ -107,10 +113,15 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
     try:
         summary = exp.run(cfg, run_dir, progress=progress) if progress is not None and \
             "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run_dir)
-    except KnowflowError:
+    except (KnowflowError, MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, KnowflowError) and not out_of_memory(exc):
+            raise
         if existed is not None:  # bad input found late (a module the model lacks): leave nothing
             remove_new_run_dir(run_dir, existed)
-        raise
+        if isinstance(exc, KnowflowError):
+            raise
+        raise KnowflowError("memory: this config needs more memory than the machine has",
+                            "choose smaller sizes (see `knowflow config " + name + "`)") from None
     except KeyboardInterrupt:
         raise Interrupted(run_dir) from None
     seconds = time.perf_counter() - start

@@ -3,11 +3,14 @@ context reliance (what `knowflow sft` runs; see `knowflow.train.sft_job`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
 from knowflow.report.reliance import plot_sft
+from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
 
 
@@ -48,7 +51,11 @@ def check(cfg: SFTJobConfig) -> None:
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
                    "train_loss", "seconds"), check=check)
 def run(cfg: SFTJobConfig, out_dir: Path, progress=None) -> dict:
-    summary = run_sft_job(cfg, out_dir, progress=progress)
+    try:
+        summary = run_sft_job(cfg, out_dir, progress=progress)
+    except ConfigError as exc:  # found late, by the training code, under SFTConfig's names
+        sft_fields = {f.name for f in dataclasses.fields(SFTConfig)}
+        raise exc.under("sft.") if exc.field in sft_fields else exc from None
     if cfg.data != BUILTIN:
         from knowflow.worlds.quality import duplicate_key_lines
 

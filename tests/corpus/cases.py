@@ -1,0 +1,282 @@
+"""The bad-input corpus: every command given input a careful new user might give it by mistake.
+
+Each case is (command line, expected exit code, a fragment of the expected message). The
+command line runs in a fresh folder holding the files of `tests/corpus/files.py`; `{model}` is
+a tiny random Llama saved as a model folder. `usage=True` marks mistakes click itself reports
+(a value of the wrong type, an unknown option): its usage box is several lines, by design.
+`cuda=False` marks cases whose message depends on this machine having no CUDA device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Case:
+    args: str
+    code: int
+    fragment: str
+    usage: bool = False
+    cuda: bool | None = None  # False: only meaningful without CUDA
+
+    @property
+    def command(self) -> str:
+        return self.args.split()[0]
+
+
+def C(args: str, code: int, fragment: str, **kw) -> Case:  # noqa: N802 (a table, read as one)
+    return Case(args, code, fragment, **kw)
+
+
+M = "--model {model}"
+SFT = f"sft {M} --data good.jsonl --steps 2 --batch-size 4 --track cf-capitals " \
+      "--track-limit 2 --runs-dir out"
+EVAL = f"eval {M} --data items.jsonl --out out"
+
+EVAL_CASES = [
+    C("eval --device bogus", 2, "device 'bogus': unknown device"),
+    C("eval --device tpu", 2, "device 'tpu'"),
+    C("eval --device cuda", 2, "CUDA is not available", cuda=False),
+    C("eval --device cuda:3", 2, "CUDA is not available", cuda=False),
+    C("eval --device mps", 2, "MPS"),
+    C("eval --seed -1", 2, "'seed': must not be negative"),
+    C("eval --no-context --context-only", 2, "not both"),
+    C("eval --suite ''", 2, "unknown suite ''"),
+    C("eval --suite ,,", 2, "unknown suite"),
+    C("eval --suite nope", 2, "unknown suite 'nope'"),
+    C("eval --suite cf-bio,nope", 2, "unknown suite 'nope'"),
+    C("eval --scoring best", 2, "'scoring'"),
+    C("eval --prompt-format yaml", 2, "'prompt_format'"),
+    C("eval --limit 0", 2, "'limit': must be at least 1"),
+    C("eval --limit -3", 2, "'limit'"),
+    C("eval --batch-size 0", 2, "'batch_size'"),
+    C("eval --max-new-tokens 0", 2, "'max_new_tokens'"),
+    C("eval --threads 0", 2, "'--threads': must be at least 1"),
+    C("eval --threads -1", 2, "'--threads'"),
+    C("eval --out afile", 2, "afile: the output folder is a file"),
+    C("eval --out afile/sub", 2, "afile is a file"),
+    C("eval --model no-such-model-xyz", 2, "not a local folder"),
+    C("eval --model adir", 2, "has no config.json"),
+    C(f"{EVAL.replace('items.jsonl', 'missing.jsonl')}", 2, "missing.jsonl: no such file"),
+    C(f"{EVAL.replace('items.jsonl', 'trunc.json')}", 2, "trunc.json, line 2"),
+    C(f"{EVAL.replace('items.jsonl', 'latin1.jsonl')}", 2, "not UTF-8"),
+    C(f"{EVAL.replace('items.jsonl', 'empty.jsonl')}", 2, "empty.jsonl: no records"),
+    C(f"{EVAL.replace('items.jsonl', 'noquestion.jsonl')}", 2, "field 'question': missing"),
+    C(f"{EVAL.replace('items.jsonl', 'wrongtype.jsonl')}", 2, "expected a string"),
+    C(f"{EVAL.replace('items.jsonl', 'same.jsonl')}", 2, "every item's answer equals"),
+    C(f"{EVAL.replace('items.jsonl', 'nocols.csv')}", 2, "missing column"),
+    C(f"{EVAL.replace('items.jsonl', 'adir')}", 2, "adir: no such file"),
+    C(f"{EVAL.replace('items.jsonl', 'good.jsonl')}", 2, "good.jsonl, line 1: field 'context'"),
+    C(f"{EVAL.replace('items.jsonl', 'notalist.json')}", 2, "expected an object"),
+    C(f"{EVAL} --dtype float13", 2, "unknown dtype 'float13'"),
+    C("eval --seed abc", 2, "Invalid value", usage=True),
+    C("eval --limit many", 2, "Invalid value", usage=True),
+    C("eval --colour red", 2, "No such option", usage=True),
+]
+
+SFT_CASES = [
+    C("sft --lr nan", 2, "'sft.lr': 'nan' is not a finite number"),
+    C("sft --lr inf", 2, "'sft.lr': 'inf' is not a finite number"),
+    C("sft --lr -inf", 2, "not a finite number"),
+    C("sft --lr -1", 2, "'sft.lr': must be positive"),
+    C("sft --lr 0", 2, "'sft.lr'"),
+    C("sft --steps 0", 2, "'sft.steps'"),
+    C("sft --steps -5", 2, "'sft.steps'"),
+    C("sft --batch-size 0", 2, "'sft.batch_size'"),
+    C("sft --max-length 0", 2, "'sft.max_length'"),
+    C("sft --train half", 2, "'sft.train'"),
+    C("sft --lora-r 0", 2, "'sft.lora_r'"),
+    C("sft --set sft.weight_decay=-1", 2, "'sft.weight_decay': must not be negative"),
+    C("sft --set sft.weight_decay=nan", 2, "not a finite number"),
+    C("sft --set sft.scheduler=sometimes", 2, "unknown scheduler 'sometimes'"),
+    C("sft --set sft.warmup_steps=-1", 2, "'sft.warmup_steps'"),
+    C("sft --set sft.grad_accum=0", 2, "'sft.grad_accum'"),
+    C("sft --set sft.save_every=0", 2, "'sft.save_every'"),
+    C("sft --set sft.lr=abc", 2, "cannot parse 'abc' as float"),
+    C("sft --set sft.steps=2.5", 2, "cannot parse '2.5' as int"),
+    C("sft --set sft.seed=-2", 2, "'sft.seed': must not be negative"),
+    C("sft --set mixture.c=2", 2, "'mixture.c': a share must lie in [0, 1]"),
+    C("sft --set mixture.s=-0.1", 2, "'mixture.s'"),
+    C("sft --set mixture.c=0.5", 2, "sum to 1.25, not 1"),
+    C("sft --set mixture.c=0 --set mixture.cs=0", 2, "sum to 0.25, not 1"),
+    C("sft --set mixture.size=0", 2, "'mixture.size'"),
+    C("sft --set mixture.heldout_share=1", 2, "'mixture.heldout_share'"),
+    C("sft --no-track --keep-peak", 2, "'track.keep_peak': --keep-peak needs tracking"),
+    C("sft --no-track --stop-drop 0.1", 2, "'track.stop_drop'"),
+    C("sft --stop-drop 2", 2, "'track.stop_drop'"),
+    C("sft --track nope", 2, "unknown suite 'nope'"),
+    C("sft --track-every 0", 2, "'track.every'"),
+    C("sft --track-limit 0", 2, "'track.limit'"),
+    C("sft --set track.scoring=guess", 2, "'track.scoring'"),
+    C("sft --set track_items=some", 2, "'track_items'"),
+    C("sft --set tracking=maybe", 2, "cannot parse 'maybe' as bool"),
+    C("sft --prompt-format yaml", 2, "'sft.prompt_format'"),
+    C("sft --set track.prompt_format=plain", 2, "'track.prompt_format'"),
+    C("sft --set nope=1", 2, "'nope': unknown key"),
+    C("sft --set sft.nope=1", 2, "'sft.nope': unknown key"),
+    C("sft --set sft=3", 2, "'sft': is a section, not a value"),
+    C("sft --set sft.lr", 2, "is not of the form key=value"),
+    C("sft --set =3", 2, "has an empty key"),
+    C("sft --run-dir out/sft/x", 2, "'--run-dir': only works with --resume"),
+    C("sft --resume --lr 0.1", 2, "--resume continues a run with its saved config"),
+    C("sft --resume --runs-dir out", 2, "no unfinished run of 'sft'"),
+    C("sft --resume --run-dir out/sft/none", 2, "no such run directory"),
+    C("sft --resume --run-dir fx/sftck/sft/1", 2, "trainer_state.json, line 1: damaged JSON"),
+    C("sft --resume --run-dir fx/sftst/sft/1", 2, "adapter_model.safetensors: damaged checkpoint"),
+    C("sft --resume --run-dir fx/cfgbad/cpi-toy/1", 2, "config.json, line 1: damaged JSON"),
+    C("sft --device bogus", 2, "unknown device"),
+    C("sft --device cuda", 2, "CUDA is not available", cuda=False),
+    C("sft --model no-such-model-xyz", 2, "not a local folder"),
+    C("sft --model adir", 2, "has no config.json"),
+    C(f"sft {M} --data missing.jsonl", 2, "missing.jsonl: no such file"),
+    C(f"sft {M} --data trunc.json", 2, "trunc.json, line 3: invalid JSON"),
+    C(f"sft {M} --data latin1.jsonl", 2, "not UTF-8"),
+    C(f"sft {M} --data nooutput.jsonl", 2, "field 'output'"),
+    C(f"sft {M} --runs-dir afile", 2, "afile is a file"),
+    C("sft --threads 0", 2, "'--threads'"),
+    C("sft --lr fast", 2, "Invalid value", usage=True),
+    C(f"{SFT} --lora-targets q_proj,nope", 2, "'sft.lora_targets': unknown target module"),
+    C(f"{SFT} --max-length 3", 2, "'sft.max_length': no training examples"),
+    C(f"{SFT} --data chat.jsonl --prompt-format plain", 2, "needs --prompt-format chat"),
+]
+
+CURATE = f"curate {M} --data good.jsonl --out kept.jsonl"
+CURATE_CASES = [
+    C(f"{CURATE} --drop 1.5", 2, "'drop': must lie in [0, 1)"),
+    C(f"{CURATE} --drop -0.1", 2, "'drop'"),
+    C(f"{CURATE} --drop nan", 2, "'drop'"),
+    C(f"{CURATE} --by luck", 2, "'by'"),
+    C(f"{CURATE} --prompt-format yaml", 2, "'prompt_format'"),
+    C(f"{CURATE} --batch-size 0", 2, "'batch_size'"),
+    C(f"{CURATE} --threads 0", 2, "'--threads'"),
+    C(f"{CURATE} --seed -1", 2, "'--seed'"),
+    C(f"{CURATE} --device bogus", 2, "unknown device"),
+    C(f"{CURATE} --device cuda", 2, "CUDA is not available", cuda=False),
+    C(f"{CURATE} --model no-such-model-xyz", 2, "not a local folder"),
+    C(f"curate {M} --data good.jsonl --out adir", 2, "adir: the output file is a folder"),
+    C(f"curate {M} --data good.jsonl --out good.jsonl", 2, "is the input file"),
+    C(f"curate {M} --data good.jsonl --out afile/kept.jsonl", 2, "afile is a file"),
+    C(f"curate {M} --data missing.jsonl --out kept.jsonl", 2, "missing.jsonl: no such file"),
+    C(f"curate {M} --data trunc.json --out kept.jsonl", 2, "trunc.json, line 3"),
+    C(f"curate {M} --data latin1.jsonl --out kept.jsonl", 2, "not UTF-8"),
+    C(f"curate {M} --data empty.jsonl --out kept.jsonl", 2, "empty.jsonl"),
+    C(f"curate {M} --data chat.jsonl --out kept.jsonl", 2, "needs Alpaca-form rows"),
+    C(f"curate {M} --data adir --out kept.jsonl", 2, "adir: not a file"),
+    C("curate --data good.jsonl", 2, "Missing option", usage=True),
+    C(f"{CURATE} --drop lots", 2, "Invalid value", usage=True),
+]
+
+AUGMENT = "augment --data good.jsonl --out aug.jsonl"
+AUGMENT_CASES = [
+    C(f"{AUGMENT} --ratio -1", 2, "'--ratio': must be a positive number"),
+    C(f"{AUGMENT} --ratio 0", 2, "'--ratio'"),
+    C(f"{AUGMENT} --ratio nan", 2, "'--ratio'"),
+    C(f"{AUGMENT} --ratio inf", 2, "'--ratio'"),
+    C(f"{AUGMENT} --seed -1", 2, "'--seed'"),
+    C("augment --data good.jsonl --out adir", 2, "the output file is a folder"),
+    C("augment --data good.jsonl --out good.jsonl", 2, "is the input file"),
+    C("augment --data good.jsonl --out afile/aug.jsonl", 2, "afile is a file"),
+    C("augment --data missing.jsonl --out aug.jsonl", 2, "no such file"),
+    C("augment --data trunc.json --out aug.jsonl", 2, "trunc.json, line 3"),
+    C("augment --data latin1.jsonl --out aug.jsonl", 2, "not UTF-8"),
+    C("augment --data empty.jsonl --out aug.jsonl", 2, "empty.jsonl"),
+    C("augment --data nooutput.jsonl --out aug.jsonl", 2, "field 'output'"),
+    C(f"{AUGMENT} --ratio some", 2, "Invalid value", usage=True),
+]
+
+PROBE_CASES = []
+for kind in ("knockout", "sublayer", "project", "attention"):
+    base = f"probe {kind} {M} --runs-dir out" + (" --suite cf-capitals" if kind == "attention"
+                                                 else "")
+    PROBE_CASES += [
+        C(f"{base} --device bogus", 2, "unknown device"),
+        C(f"{base} --device cuda", 2, "CUDA is not available", cuda=False),
+        C(f"{base} --threads 0", 2, "'--threads'"),
+        C(f"{base} --limit 0", 2, "--limit: must be at least 1"),
+        C(f"{base} --out afile", 2, "afile: the output folder is a file"),
+        C(f"{base} --runs-dir afile", 2, "afile: the output folder is a file"),
+        C(f"{base} --set nope=1", 2, "'nope': unknown key"),
+        C(f"probe {kind} --model no-such-model-xyz --runs-dir out"
+          + (" --suite cf-capitals" if kind == "attention" else ""), 2, "not a local folder"),
+        C(f"probe {kind} {M} --data missing.jsonl", 2, "missing.jsonl: no such file"),
+        C(f"probe {kind} {M} --data latin1.jsonl", 2, "not UTF-8"),
+        C(f"probe {kind} {M} --data trunc.json", 2, "trunc.json"),
+        C(f"probe {kind} {M} --data prompts.jsonl --suite cf-capitals", 2, "not both"),
+    ]
+PROBE_CASES += [
+    C(f"probe knockout {M} --runs-dir out --set window=0", 2, "'window': the window must hold"),
+    C(f"probe knockout {M} --runs-dir out --window 99", 2, "larger than the model"),
+    C(f"probe knockout {M} --runs-dir out --window 1 --source nowhere", 2, "nowhere"),
+    C(f"probe sublayer {M} --runs-dir out --window 1 --sublayer brain", 2, "brain"),
+    C(f"probe project {M} --runs-dir out --set window=3", 2, "'window': unknown key"),
+    C(f"probe attention {M} --runs-dir out", 2, "needs examples with a context"),
+    C(f"probe attention {M} --runs-dir out --suite nope", 2, "unknown suite 'nope'"),
+    C("probe knockout --limit x", 2, "Invalid value", usage=True),
+]
+
+RUN_CASES = [
+    C("run cpi-toy --set finetune.lr=inf", 2, "'finetune.lr': 'inf' is not a finite number"),
+    C("run cpi-toy --set finetune.lr=nan", 2, "'finetune.lr': 'nan' is not a finite number"),
+    C("run cpi-toy --set finetune.lr=-1", 2, "'finetune.lr': must be positive"),
+    C("run cpi-toy --set world=3", 2, "'world': is a section, not a value"),
+    C("run cpi-toy --set 'world=[1]'", 2, "'world': is a section, not a value"),
+    C("run cpi-toy --set world.delta_c=1.5", 2, "'world.delta_c'"),
+    C("run cpi-toy --set finetune.eval_every=5000", 2, "'finetune.eval_every': 5000 is larger"),
+    C("run cpi-toy --set finetune.steps=0", 2, "'finetune.steps'"),
+    C("run cpi-toy --set finetune.nope=1", 2, "'finetune.nope': unknown key"),
+    C("run cpi-toy --set parts=nope", 2, "unknown part 'nope'"),
+    C("run cpi-toy --set workers=0", 2, "'workers'"),
+    C("run cpi-toy --set seed=-1", 2, "'seed': must not be negative"),
+    C("run cpi-toy --set world.n_answers=1000000000 --set workers=1 --set parts=inversion", 2,
+      "memory: this config needs more memory"),
+    C("run cpi-toy --threads -1", 2, "'--threads': must be at least 1"),
+    C("run cpi-toy --threads 0", 2, "'--threads'"),
+    C("run cpi-toy --run-dir runs/cpi-toy/x", 2, "'--run-dir': only works with --resume"),
+    C("run cpi-toy --runs-dir afile", 2, "afile is a file"),
+    C("run cpi-toy --runs-dir afile/deeper", 2, "afile is a file"),
+    C("run no-such-experiment", 2, "unknown experiment 'no-such-experiment'"),
+    C("run cpi-toy --resume", 2, "no unfinished run of 'cpi-toy'"),
+    C("run cpi-toy --resume --set seed=1", 2, "--resume continues a run"),
+    C("run cpi-toy --resume --run-dir nowhere", 2, "nowhere: no such run directory"),
+    C("run cpi-toy --resume --runs-dir fx/cfgbad", 2, "config.json, line 1: damaged JSON"),
+    C("run cpi-toy --resume --runs-dir fx/cfgbad", 2, "start a fresh run"),
+    C("run cpi-toy --resume --runs-dir fx/ckbad", 2, "checkpoints/inversion.json, line 1"),
+    C("run cpi-toy --resume --runs-dir fx/ckbad", 2, "to recompute just that piece"),
+    C("run cpi-toy --resume --runs-dir fx/cfgkey", 2, "unknown key"),
+    C("run cpi-toy --resume --runs-dir fx/metbad", 2, "metrics.jsonl, line 2"),
+    C("run ocr-toy --set workers=0", 2, "'workers'"),
+    C("run ocr-toy --set workers=nan", 2, "cannot parse 'nan' as int"),
+    C("run inversion-tiny --set sft.lr=inf", 2, "'sft.lr': 'inf' is not a finite number"),
+    C("run inversion-tiny --set seeds=-1", 2, "'seeds'"),
+    C("run inversion-tiny --set sft.eval_every=100000", 2, "'sft.eval_every'"),
+    C("run sft --set sft.lr=-1", 2, "'sft.lr': must be positive"),
+    C("run sft --set device=cuda", 2, "CUDA is not available", cuda=False),
+    C("run cpi-toy --threads many", 2, "Invalid value", usage=True),
+    C("run", 2, "Missing argument", usage=True),
+]
+
+REPORT_CASES = [
+    C("report nowhere", 2, "nowhere: no such run folder"),
+    C("report afile", 2, "afile: a file, not a run folder"),
+    C("report adir", 2, "not a knowflow run directory"),
+    C("report fx/cfgbad/cpi-toy/1", 2, "config.json, line 1: damaged JSON"),
+    C("report fx/sumbad/cpi-toy/1", 2, "summary.json, line 1: damaged JSON"),
+    C("report fx/sumbad/cpi-toy/1", 2, "--resume --run-dir"),
+    C("report fx/metbad/cpi-toy/1", 2, "metrics.jsonl, line 2: damaged JSON line"),
+    C("report fx/ok/cpi-toy/1 --out adir", 2, "adir: the report file is a folder"),
+    C("report fx/ok/cpi-toy/1 --out afile/r.html", 2, "afile is a file"),
+    C("report fx/ok/cpi-toy/1 fx/metbad/cpi-toy/1", 2, "metrics.jsonl, line 2"),
+    C("report", 2, "Missing argument", usage=True),
+]
+
+CONFIG_CASES = [
+    C("config nope", 2, "unknown experiment 'nope'"),
+    C("config ''", 2, "unknown experiment ''"),
+    C("config", 2, "Missing argument", usage=True),
+    C("nonsense", 2, "No such command", usage=True),
+    C("list extra", 2, "unexpected extra argument", usage=True),
+]
+
+CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES + RUN_CASES
+         + REPORT_CASES + CONFIG_CASES)

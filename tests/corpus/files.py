@@ -1,0 +1,87 @@
+"""The files every corpus case finds in its folder: good inputs, broken inputs, and run folders
+damaged in the ways an interrupted disk or a careless edit damages them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _instructions(n: int = 12) -> list[dict]:
+    return [{"instruction": f"Question: Where does Vol{i} live?", "input": f"Vol{i} lives in "
+             f"Kem{i}.", "output": f"Kem{i}", "kind": "C+S" if i % 2 else "C"} for i in range(n)]
+
+
+def _items(n: int = 4) -> list[dict]:
+    return [{"context": f"Zorb{i} is the capital of Land{i}.", "question": f"What is the "
+             f"capital of Land{i}?", "answer": f"Zorb{i}", "memory_answer": f"Paris{i}"}
+            for i in range(n)]
+
+
+def write_inputs(root: Path) -> None:
+    """Plain input files, good and bad, in `root`."""
+    files = {
+        "good.jsonl": _jsonl(_instructions()),
+        "items.jsonl": _jsonl(_items()),
+        "prompts.jsonl": _jsonl([{"prompt": "The capital of France is", "subject": "France",
+                                  "answer": "Paris"}]),
+        "chat.jsonl": _jsonl([{"messages": [{"role": "user", "content": f"hi {i}"},
+                                            {"role": "assistant", "content": "hello"}]}
+                              for i in range(6)]),
+        "trunc.json": '[\n{"instruction": "a", "input": "b", "output": "c"},\n{"instru',
+        "empty.jsonl": "",
+        "noquestion.jsonl": _jsonl([{"context": "c", "answer": "a", "memory_answer": "b"}]),
+        "wrongtype.jsonl": _jsonl([{**_items(1)[0], "answer": 3}]),
+        "same.jsonl": _jsonl([{**it, "memory_answer": it["answer"]} for it in _items(2)]),
+        "nooutput.jsonl": _jsonl([{"instruction": "a", "input": "b"}]),
+        "notalist.json": "[1, 2]\n",
+        "nocols.csv": "question,answer\nq,a\n",
+        "afile": "not a folder\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    (root / "latin1.jsonl").write_bytes('{"instruction": "caf\xe9", "output": "x"}\n'
+                                        .encode("latin-1"))
+    (root / "adir").mkdir()
+
+
+def _run(root: Path, name: str, experiment: str, config: dict | str, **files: str) -> Path:
+    run = root / "fx" / name / experiment / "1"
+    run.mkdir(parents=True)
+    text = config if isinstance(config, str) else json.dumps(config, indent=2)
+    (run / "config.json").write_text(text)
+    for rel, content in files.items():
+        path = run / rel.replace("__", "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return run
+
+
+def write_runs(root: Path, model: str) -> None:
+    """Run folders under `root/fx/<case>/<experiment>/1`: one sound, the others damaged."""
+    from knowflow.experiments.cpi_toy import CpiToyConfig
+    from knowflow.train.sft_job import SFTJobConfig
+
+    cpi = dataclasses.asdict(CpiToyConfig())
+    sft = {**dataclasses.asdict(SFTJobConfig()), "model": model}
+    sft["sft"]["lora_targets"] = list(sft["sft"]["lora_targets"])
+    metrics = _jsonl([{"step": 0, "mc": 0.5}]) + '{"step": 1, "mc": 0.\n'
+    _run(root, "ok", "cpi-toy", cpi, **{"summary.json": "{}\n",
+                                        "metrics.jsonl": _jsonl([{"step": 0}])})
+    _run(root, "cfgbad", "cpi-toy", '{"seed": 0, "workers"')
+    _run(root, "cfgkey", "cpi-toy", {**cpi, "colour": "red"})
+    _run(root, "ckbad", "cpi-toy", cpi, **{"checkpoints__inversion.json": '{"records": [{"st'})
+    _run(root, "sumbad", "cpi-toy", cpi, **{"summary.json": '{"inversion": {"mc_pe'})
+    _run(root, "metbad", "cpi-toy", cpi, **{"metrics.jsonl": metrics})
+    _run(root, "sftck", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json":
+                                       '{"global_step": 2, "log_hist'})
+    st = _run(root, "sftst", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json":
+                                            '{"global_step": 2}'})
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    (st / "checkpoints/checkpoint-2/adapter_model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + b"\0" * 7)  # 16 bytes promised, 7 there

@@ -1,0 +1,42 @@
+"""The bad-input corpus (tests/corpus/cases.py): every case exits with its code and message,
+in one `error:` line, with no traceback, and leaves its folder exactly as it was."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from corpus.cases import CASES
+from corpus.files import write_inputs, write_runs
+from knowflow.cli import app
+
+runner = CliRunner()
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under `root` with its kind, size and modification time."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.args for c in CASES])
+def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch):
+    if case.cuda is False and torch.cuda.is_available():
+        pytest.skip("the message is for a machine without CUDA")
+    write_inputs(tmp_path)
+    write_runs(tmp_path, str(tiny_model_dir))
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    args = [a.format(model=tiny_model_dir) for a in shlex.split(case.args)]
+    result = runner.invoke(app, args)
+    out = result.output
+    assert result.exit_code == case.code, out
+    assert "Traceback" not in out and not isinstance(result.exception, AssertionError), out
+    assert case.fragment in out, out
+    if not case.usage:
+        lines = [line for line in out.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert len(errors) == 1 and lines[-1] == errors[0], out
+    assert _snapshot(tmp_path) == before, "the refused command changed its folder"
