@@ -15,6 +15,7 @@ Exit code 0 when the checks pass or Chromium is absent (a message says so), 1 wh
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import math
 import random
@@ -82,8 +83,6 @@ def render(page: Path, screenshot: Path, binary: str) -> dict:
     found = re.search(r'<pre id="kf-measure">(.*?)</pre>', dom, re.S)
     if not found:
         raise RuntimeError("the measuring script did not run (no #kf-measure in the DOM)")
-    import html
-
     return json.loads(html.unescape(found.group(1)))
 
 
