@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from knowflow.cli_errors import guard
+from knowflow.cli_errors import Settings, guard
 from knowflow.errors import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -41,6 +41,7 @@ def check_run_dir(run_dir: Path | None, resume: bool) -> None:
 def main(verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Log progress; on an error, show the full traceback.")] = False
          ) -> None:
+    Settings.verbose = verbose
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=err_console, show_path=False)])
 

@@ -13,8 +13,8 @@ import functools
 import json
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
-import click
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -55,28 +55,20 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
-def _interrupted(exc: KeyboardInterrupt, command: str) -> str:
+def _interrupted(exc: KeyboardInterrupt) -> str:
     run_dir = exc.run_dir if isinstance(exc, Interrupted) else None
-    if run_dir:
-        return (f"{run_dir}: interrupted; continue it with `knowflow {command} --resume "
-                f"--run-dir {run_dir}`")
-    return "interrupted; nothing was written"
+    if not run_dir:
+        return "interrupted; nothing was written"
+    experiment = Path(run_dir).parent.name
+    command = "sft" if experiment == "sft" else f"run {experiment}"
+    return (f"{run_dir}: interrupted; continue it with `knowflow {command} --resume "
+            f"--run-dir {run_dir}`")
 
 
-def _verbose() -> bool:
-    ctx = click.get_current_context(silent=True)
-    return bool(ctx and ctx.find_root().params.get("verbose"))
+class Settings:
+    """What the top-level options ask of the boundary (set once per invocation)."""
 
-
-def _command_line() -> str:
-    """`run cpi-toy`, `sft`, `probe knockout`: what --resume is added to."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return "…"
-    parts = ctx.command_path.split()[1:]
-    if parts[:1] == ["run"]:
-        parts.append(str(ctx.params.get("name", "")))
-    return " ".join(parts)
+    verbose: bool = False
 
 
 def guard(command: Callable) -> Callable:
@@ -86,10 +78,10 @@ def guard(command: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except KeyboardInterrupt as exc:
-            _report(_interrupted(exc, _command_line()), exc)
+            _report(_interrupted(exc), exc)
             raise typer.Exit(code=130) from None
         except Exception as exc:
             known = describe(exc)
@@ -102,7 +94,7 @@ def guard(command: Callable) -> Callable:
 
 
 def _report(message: str, exc: BaseException) -> None:
-    if _verbose():
+    if Settings.verbose:
         err_console.print("".join(traceback.format_exception(exc)), highlight=False,
                           markup=False, soft_wrap=True)
     line = " ".join(message.split())  # one line, whatever the message held
