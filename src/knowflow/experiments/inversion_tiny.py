@@ -225,12 +225,17 @@ def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
         for key, value in rows[0].items():
             if key == "step" or any(key not in r for r in rows):  # e.g. a kind filtered out
                 continue
-            if isinstance(value, list):
-                rec[key] = [sum(r[key][i] for r in rows) / len(rows) for i in range(len(value))]
-            elif isinstance(value, (int, float)):
-                rec[key] = sum(r[key] for r in rows) / len(rows)
+            if isinstance(value, (int, float, list)) and not isinstance(value, bool):
+                rec[key] = _mean_of([r[key] for r in rows])
         out.append(rec)
     return out
+
+
+def _mean_of(values: list):
+    """Element-wise mean of numbers or of equally shaped (nested) lists of numbers."""
+    if isinstance(values[0], list):
+        return [_mean_of([v[i] for v in values]) for i in range(len(values[0]))]
+    return sum(values) / len(values)
 
 
 def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
@@ -242,25 +247,44 @@ def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dic
     for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                 "fall"):
         out[f"{key}_seeds"] = [row[key] for row in own]
+    out["fall_ci95"] = schema.seed_interval(out["fall_seeds"])
     for key in sorted({k for extra in extras.values() for k in extra}):
         out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
     return out
 
 
+# The criterion of issue 12, on every seed: `mixed` rises by RISE and then falls by FALL,
+# while `c_only` falls by less than NO_FALL.
+RISE, FALL, NO_FALL = 0.3, 0.2, 0.05
+
+
 def findings(summary: dict) -> dict:
-    """The inversion criterion of issue 5, checked against this run's numbers."""
+    """The inversion criterion checked on every seed, the verdict in one sentence, and each
+    mitigation's fall against `mixed`'s."""
     out: dict = {}
     mixed, c_only = summary.get("mixed"), summary.get("c_only")
     if mixed:
         out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
+        out["mixed_inverts_seeds"] = [r >= RISE and f >= FALL for r, f in
+                                      zip(mixed["rise_seeds"], mixed["fall_seeds"], strict=True)]
     if c_only:
         out["c_only_fall"] = c_only["fall"]
     if mixed and c_only:
-        out["inversion_shown"] = (mixed["rise"] >= 0.2 and mixed["fall"] >= 0.15
-                                  and c_only["fall"] < 0.05)
+        steady = [f < NO_FALL for f in c_only["fall_seeds"]]
+        out["inversion_shown"] = all(out["mixed_inverts_seeds"]) and all(steady)
+        n, k = len(steady), sum(out["mixed_inverts_seeds"])
+        out["verdict"] = (
+            f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
+            f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
+            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {RISE} and fall >= "
+            f"{FALL} on {k} of {n} seeds, while C-only finetuning falls "
+            f"{max(c_only['fall_seeds']):.2f} at most (< {NO_FALL} needed).")
     for arm in ("filtered", "augmented", "qk_only", "lora"):
         if mixed and summary.get(arm):
             out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
+            out[f"{arm}_reduces_fall_every_seed"] = all(
+                a < m for a, m in zip(summary[arm]["fall_seeds"], mixed["fall_seeds"],
+                                      strict=True))
     return out
 
 
