@@ -187,6 +187,9 @@ def eval_cmd(
     data: Annotated[list[Path] | None, typer.Option(
         help="External file: JSON/JSONL (context, question, answer, memory_answer), "
              "MemoTrap CSV, or knowflow JSONL (repeatable).")] = None,
+    fields: Annotated[str | None, typer.Option(
+        help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL "
+             "(parquet, save_to_disk folders, CSV, JSON/JSONL).")] = None,
     scoring: Annotated[str, typer.Option(help="generate, loglik or both.")] = "both",
     prompt_format: Annotated[str, typer.Option(
         help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
@@ -213,8 +216,10 @@ def eval_cmd(
     from knowflow.evaluate.api import EvalConfig, evaluate
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
+    from knowflow.worlds.tables import parse_fields
 
     check_threads(threads)
+    mapping = parse_fields(fields)
     EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
                max_new_tokens=max_new_tokens).validate()
@@ -244,7 +249,7 @@ def eval_cmd(
 
     try:
         result = evaluate(
-            model, suite, data=data, device=device, dtype=dtype,
+            model, suite, data=data, fields=mapping, device=device, dtype=dtype,
             out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
             scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
             context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,

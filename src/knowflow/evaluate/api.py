@@ -79,10 +79,12 @@ class Results:
 def load_suites(suites: str | Sequence[str] | None = None,
                 data: str | Path | Sequence[str | Path] | None = None,
                 limit: int | None = None, seed: int = 0,
-                quality: dict[str, dict] | None = None) -> dict[str, list[ConflictItem]]:
+                quality: dict[str, dict] | None = None,
+                fields: dict[str, str] | None = None) -> dict[str, list[ConflictItem]]:
     """Items by suite name: built-in suites by name, external files by their stem.
 
-    `quality`, if given, receives each file's data-quality counts by suite name."""
+    `quality`, if given, receives each file's data-quality counts by suite name; `fields`
+    maps knowflow's field names to the files' columns (`worlds.tables.parse_fields`)."""
     from knowflow.worlds.loaders import load_items_checked
     from knowflow.worlds.suites import get_suite, list_suites, sample
 
@@ -98,8 +100,8 @@ def load_suites(suites: str | Sequence[str] | None = None,
     for name in filter(None, names):
         out[name] = get_suite(name, seed=seed, limit=limit)
     for path in files:
-        items, counts = load_items_checked(path)
-        name = Path(path).stem
+        items, counts = load_items_checked(path, fields)
+        name = items[0].suite
         if quality is not None:
             quality[name] = counts
         out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
@@ -170,9 +172,11 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
              data: str | Path | Sequence[str | Path] | None = None, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
-             progress: Progress | None = None, **overrides) -> Results:
+             progress: Progress | None = None, fields: dict[str, str] | None = None,
+             **overrides) -> Results:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
-    knowledge-conflict suites and/or data files. `overrides` set `EvalConfig` fields.
+    knowledge-conflict suites and/or data files (`fields`: their column mapping). `overrides`
+    set `EvalConfig` fields.
 
     Writes `items.jsonl`, `summary.json` and `config.json` to `out_dir`, or to a fresh
     `runs_root/eval/<timestamp>/`; with neither, nothing is written.
@@ -183,7 +187,7 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     cfg.validate()
     start = time.time()
     quality: dict[str, dict] = {}
-    by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality)  # fails before loading
+    by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality, fields)  # before loading
     model_name = model if isinstance(model, str) else type(model).__name__
     if isinstance(model, (str, Path)):
         from knowflow.models.hf import load_model
@@ -200,7 +204,8 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
                                 **quality.get(name, {})} for mode in MODES[cfg.scoring]}
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
-              "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg)}
+              "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
+              "fields": dict(fields or {})}
     target = None
     if out_dir is not None or runs_root is not None:
         from knowflow.runs import new_run_dir

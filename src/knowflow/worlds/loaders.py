@@ -1,12 +1,14 @@
 """Loaders for external knowledge-conflict files.
 
-Three formats, chosen by content and extension:
-- a JSON list or JSONL of records with `context`, `question`, `answer` and `memory_answer` or
-  `parametric_answer` (optional `id`, `answer_aliases`, `memory_aliases`);
+Records come from a JSON list, JSONL, CSV, parquet or a `datasets` save_to_disk folder
+(`tables.py` reads the last two and maps other layouts' columns); they are read as:
+- records with `context`, `question`, `answer` and `memory_answer` or `parametric_answer`
+  (optional `id`, `answer_aliases`, `memory_aliases`), or columns mapped to those names
+  (`fields`, or NQ-Swap's and ConflictQA's published layouts);
 - knowflow's own JSONL schema (`ConflictItem.to_dict()`: `counterfactual_answer`, ...);
-- MemoTrap's CSV (`prompt`, `classes`, `answer_index`): the instruction before the first ':'
-  is the context, the rest is the text to complete; `classes[answer_index]` is the answer the
-  instruction asks for, the other class the memorized one.
+- MemoTrap's columns (`prompt`, `classes`, `answer_index`): the instruction before the first
+  ':' is the context, the rest is the text to complete; `classes[answer_index]` is the answer
+  the instruction asks for, the other class the memorized one.
 Anything malformed raises one `DataError` naming the file, line and field. An item whose context
 answer equals its memory answer cannot tell the two apart: it is skipped, with one warning.
 """
@@ -18,19 +20,30 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_jsonl
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.tables import (
+    QA_FIELDS,
+    is_table,
+    known_layout,
+    no_mapping,
+    renamed,
+    resolve_columns,
+    table_rows,
+)
 
 log = logging.getLogger(__name__)
 
 
-def load_items(path: str | Path) -> list[ConflictItem]:
-    """Items of an external file; their suite is the file's stem."""
-    return load_items_checked(path)[0]
+def load_items(path: str | Path, fields: Mapping[str, str] | None = None
+               ) -> list[ConflictItem]:
+    """Items of an external file; their suite is the file's stem. `fields` maps knowflow's
+    field names to the file's columns (`tables.parse_fields`)."""
+    return load_items_checked(path, fields)[0]
 
 
 def _same_answers(item: ConflictItem) -> bool:
@@ -39,12 +52,13 @@ def _same_answers(item: ConflictItem) -> bool:
     return norm(item.counterfactual_answer) == norm(item.parametric_answer)
 
 
-def load_items_checked(path: str | Path) -> tuple[list[ConflictItem], dict[str, int]]:
+def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
+                       ) -> tuple[list[ConflictItem], dict[str, int]]:
     """`load_items`, and the data-quality counts: items skipped because their two answers
     coincide, and records that give a key twice (each warned about in one line)."""
     from knowflow.worlds.quality import warn_duplicate_keys
 
-    items = _read_items(Path(path))
+    items = _read_items(Path(path), dict(fields or {}))
     same = [it for it in items if _same_answers(it)]
     if len(same) == len(items):
         raise DataError(path, "every item's answer equals its memory answer",
@@ -53,23 +67,105 @@ def load_items_checked(path: str | Path) -> tuple[list[ConflictItem], dict[str, 
         ids = ", ".join(it.id for it in same[:5]) + (", ..." if len(same) > 5 else "")
         log.warning("%s: skipped %d item(s) whose answer equals the memory answer (%s)",
                     path, len(same), ids)
+    json_text = Path(path).suffix.lower() in (".json", ".jsonl")
     counts = {"n_skipped_same_answers": len(same),
-              "n_duplicate_keys": warn_duplicate_keys(Path(path))}
+              "n_duplicate_keys": warn_duplicate_keys(Path(path)) if json_text else 0}
     return [it for it in items if not _same_answers(it)], counts
 
 
-def _read_items(path: Path) -> list[ConflictItem]:
-    if not path.is_file():
+def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
+    if not path.exists() or not (path.is_file() or is_table(path)):
         raise DataError(path, "no such file")
-    suite = path.stem
-    if path.suffix.lower() == ".csv":
-        items = list(_memotrap(path, suite))
+    suite = path.stem if path.is_file() else path.name
+    if is_table(path):
+        columns, rows = table_rows(path)
+        kind, mapping = resolve_columns(path, columns, fields)
+    elif path.suffix.lower() == ".csv":
+        columns, rows = _csv_rows(path)
+        kind, mapping = resolve_columns(path, columns, fields, header_line=1)
     else:
-        items = [_record_item(path, line, rec, suite, i)
-                 for i, (line, rec) in enumerate(json_records(path))]
+        rows = json_records(path)
+        first = next(rows, None)
+        if first is None:
+            raise DataError(path, "no records")
+        rows = _chain(first, rows)
+        columns = list(first[1]) if isinstance(first[1], dict) else []
+        found = known_layout(columns) if not {"answer", "counterfactual_answer"} & set(columns) \
+            else None
+        kind, mapping = resolve_columns(path, columns, fields) if fields else \
+            found or ("json", {})
+    tabular = is_table(path)
+    items = []
+    for i, (line, rec) in enumerate(rows):
+        where, at = (f"{path}, row {line}", None) if tabular else (path, line)
+        if kind == "memotrap":
+            items.append(_memotrap_item(where, at, _cells(where, at, rec, mapping), suite, i))
+        else:
+            rec = renamed(where, at, rec, mapping) if kind == "qa" else rec
+            if kind == "json":
+                _check_native(path, line, rec)
+            items.append(_record_item(where, at, rec, suite, i))
     if not items:
         raise DataError(path, "no records")
     return items
+
+
+_NATIVE = {"context", "question", "answer", "memory_answer", "parametric_answer",
+           "counterfactual_answer"}
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def _check_native(path: Path, line: int, rec: object) -> None:
+    """A record in knowflow's names lacking one: name the field and the columns it has."""
+    if not isinstance(rec, dict):
+        return
+    if "counterfactual_answer" in rec:
+        need = ("context", "question", "counterfactual_answer", "parametric_answer")
+    else:
+        need = QA_FIELDS if "parametric_answer" not in rec else QA_FIELDS[:3]
+    missing = next((f for f in need if f not in rec), None)
+    if missing == "context" and not set(rec) & _NATIVE:
+        raise no_mapping(path, list(rec), line=line, field=missing)
+    if missing == "memory_answer":
+        raise DataError(path, "missing (or 'parametric_answer')", line=line, field=missing)
+    if missing is not None:
+        raise DataError(path, f"missing; the record has {', '.join(rec) or 'no fields'}",
+                        line=line, field=missing,
+                        hint="rename it, or map it with --fields")
+
+
+def _cells(where, line, rec: object, mapping: Mapping[str, str]) -> dict:
+    if not isinstance(rec, dict):
+        raise DataError(where, f"expected an object, got {type(rec).__name__}", line=line)
+    return {key: rec.get(column) for key, column in mapping.items()}
+
+
+def _csv_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 text ({exc.reason})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = list(reader.fieldnames or [])
+    except csv.Error as exc:
+        raise DataError(path, f"not a readable CSV file ({exc})", line=1) from None
+
+    def rows() -> Iterator[tuple[int, dict]]:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise DataError(path, f"unreadable row ({exc})", line=reader.line_num) from None
+            yield reader.line_num, row
+
+    return header, rows()
 
 
 def save_items(path: str | Path, items: list[ConflictItem]) -> Path:
@@ -186,37 +282,19 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
         parametric_aliases=_aliases(path, line, rec, "memory_aliases"))
 
 
-def _memotrap(path: Path, suite: str) -> Iterator[ConflictItem]:
+def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
+                   ) -> ConflictItem:
+    """A MemoTrap row; CSV cells are text, parquet/JSON cells may be a list and an int."""
+    prompt = row.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(path, "empty" if not prompt else
+                        f"expected a string, got {type(prompt).__name__}", line=line,
+                        field="prompt")
+    prompt = prompt.strip()
+    classes = row.get("classes")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not UTF-8 text ({exc.reason})") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    try:
-        header = reader.fieldnames or []
-    except csv.Error as exc:
-        raise DataError(path, f"not a readable CSV file ({exc})", line=1) from None
-    for name in ("prompt", "classes", "answer_index"):
-        if name not in header:
-            raise DataError(path, "missing column", line=1, field=name)
-    index = 0
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise DataError(path, f"unreadable row ({exc})", line=reader.line_num) from None
-        yield _memotrap_item(path, reader.line_num, row, suite, index)
-        index += 1
-
-
-def _memotrap_item(path: Path, line: int, row: dict, suite: str, index: int) -> ConflictItem:
-    prompt = (row.get("prompt") or "").strip()
-    if not prompt:
-        raise DataError(path, "empty", line=line, field="prompt")
-    try:
-        classes = ast.literal_eval((row.get("classes") or "").strip())
+        if isinstance(classes, str):
+            classes = ast.literal_eval(classes.strip())
     except (ValueError, SyntaxError):
         raise DataError(path, "expected a list such as [' early', ' never']", line=line,
                         field="classes") from None
@@ -225,7 +303,10 @@ def _memotrap_item(path: Path, line: int, row: dict, suite: str, index: int) -> 
         raise DataError(path, "expected a list of at least two non-empty strings", line=line,
                         field="classes")
     try:
-        answer = int((row.get("answer_index") or "").strip())
+        answer = row.get("answer_index")
+        if isinstance(answer, bool) or not isinstance(answer, (int, str)):
+            raise ValueError
+        answer = int(answer.strip() if isinstance(answer, str) else answer)
     except ValueError:
         raise DataError(path, "expected an integer", line=line, field="answer_index") from None
     if not 0 <= answer < len(classes):
