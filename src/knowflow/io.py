@@ -147,7 +147,14 @@ def atomic_write_folder(target: str | Path, write: Callable[[Path], None], marke
     tmp.chmod(0o755)  # mkdtemp makes it private; a cache folder is an ordinary folder
     try:
         write(tmp)
-        os.replace(tmp, target)
+        if target.is_dir() and not (target / marker).exists():
+            # left by an earlier attempt of the same run (a resume rewrites it): swap it out
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            os.replace(target, old / target.name)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         if not (target / marker).exists():

@@ -84,6 +84,16 @@ class PartStore:
         atomic_write_json(self.dir / f"{key}.json", {"records": records, "summary": summary})
 
 
+def remove_stale_temps(run_dir: Path) -> None:
+    """Delete what a killed process left half-written: atomic writes' temp files
+    (`.<name>.*.tmp`) and temp folders (`.<name>.*`). Never results: those are renamed in."""
+    for path in sorted(Path(run_dir).rglob(".*"), reverse=True):
+        if path.is_file() and path.suffix == ".tmp":
+            path.unlink(missing_ok=True)
+        elif path.is_dir() and path.parent == Path(run_dir):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def check_run_files(run_dir: Path, resume: bool = True) -> None:
     """Raise a `DataError` naming the first damaged file of a run, and how to recover.
 
@@ -104,7 +114,8 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
     folder = run_dir / "checkpoints"
     if not folder.is_dir():
         return
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()
+                       and not p.name.startswith(".")):
         piece = path if path.parent == folder else path.relative_to(folder).parts[0]
         hint = f"delete {folder / piece} to recompute just that piece, then {again}"
         if path.suffix == ".json":

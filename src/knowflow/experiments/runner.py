@@ -35,6 +35,7 @@ from knowflow.runs import (
     latest_unfinished,
     new_run_dir,
     remove_new_run_dir,
+    remove_stale_temps,
 )
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def _resumed_config(exp, run_dir: Path) -> Any:
     if not (run_dir / CONFIG).exists():
         raise ConfigError(f"--resume: {run_dir} has no {CONFIG}",
                           hint="it is not a knowflow run; start a fresh run instead")
+    remove_stale_temps(run_dir)
     check_run_files(run_dir, resume=True)
     hint = "start a fresh run (without --resume); this saved config does not fit this version"
     try:
