@@ -31,7 +31,13 @@ lint: setup
 test: setup lint
 	$(BIN)/pytest
 
-test-all: setup
+# The optional extras too (lm-eval, TRL, parquet/datasets/pandas), torch kept at 2.13.0.
+EXTRAS := $(VENV)/.knowflow-extras
+$(EXTRAS): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,data]' torch==2.13.0
+	touch $(EXTRAS)
+
+test-all: setup $(EXTRAS)
 	$(BIN)/pytest -m ""
 
 bench: setup

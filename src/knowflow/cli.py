@@ -30,6 +30,20 @@ def check_threads(threads: int) -> None:
                           "give --threads 1 (fastest for small models) or more")
 
 
+def check_suites(suite: str | None) -> None:
+    """--suite: comma-separated built-in suite names."""
+    if suite is None:
+        return
+    from knowflow.worlds.suites import list_suites
+
+    names = [n.strip() for n in suite.split(",") if n.strip()]
+    known = list_suites()
+    if not names or any(n not in known for n in names):
+        bad = next((n for n in names if n not in known), suite)
+        raise ConfigError(f"unknown suite {bad!r}", "--suite",
+                          f"give one or more of {', '.join(known)}, comma-separated")
+
+
 def check_run_dir(run_dir: Path | None, resume: bool) -> None:
     """--run-dir names the run that --resume continues; alone it would be ignored."""
     if run_dir is not None and not resume:
@@ -208,6 +222,9 @@ def eval_cmd(
     no_known_filter: Annotated[bool, typer.Option(
         "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    from_lm_eval: Annotated[list[Path] | None, typer.Option(
+        help="Report knowflow's metrics from lm_eval --log_samples files of tasks written by "
+             "`knowflow export lm-eval` (repeatable; no model runs).")] = None,
 ) -> None:
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
     import torch
@@ -219,19 +236,14 @@ def eval_cmd(
     from knowflow.worlds.tables import parse_fields
 
     check_threads(threads)
+    if from_lm_eval:
+        _eval_from_lm_eval(from_lm_eval, out, seed, clash=suite or data)
+        return
     mapping = parse_fields(fields)
     EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
                max_new_tokens=max_new_tokens).validate()
-    if suite is not None:
-        from knowflow.worlds.suites import list_suites
-
-        names = [n.strip() for n in suite.split(",") if n.strip()]
-        known = list_suites()
-        if not names or any(n not in known for n in names):
-            bad = next((n for n in names if n not in known), suite)
-            raise ConfigError(f"unknown suite {bad!r}", "--suite",
-                              f"give one or more of {', '.join(known)}, comma-separated")
+    check_suites(suite)
     check_device(device)
     check_output_dir(out or Path("runs") / "eval", "output folder")
     check_model(model)
@@ -261,10 +273,26 @@ def eval_cmd(
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
 
 
-from knowflow.cli_probe import probe_app  # noqa: E402, I001
+def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
+    from knowflow.evaluate.api import from_lm_eval
+    from knowflow.io import check_output_dir
+
+    if clash:
+        raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
+                          "--from-lm-eval", "drop --suite/--data")
+    check_output_dir(out or Path("runs") / "eval", "output folder")
+    result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
+                          seed=seed)
+    _print_eval(result.summary)
+    console.print(f"results: {result.out_dir}", highlight=False)
+
+
+from knowflow.cli_export import export_app  # noqa: E402, I001
+from knowflow.cli_probe import probe_app  # noqa: E402
 from knowflow.cli_sft import augment_cmd, curate_cmd, sft_cmd  # noqa: E402
 
 app.add_typer(probe_app, name="probe")
+app.add_typer(export_app, name="export")
 app.command("sft")(guard(sft_cmd))
 app.command("curate")(guard(curate_cmd))
 app.command("augment")(guard(augment_cmd))

@@ -142,15 +142,16 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
             rec["loglik"] = {
                 "counterfactual_logprob": lp_cf, "parametric_logprob": lp_par,
                 "counterfactual_tokens": n_cf, "parametric_tokens": n_par,
-                "choice": _choice(lp_cf, lp_par), "choice_norm": _choice(lp_cf / n_cf,
-                                                                         lp_par / n_par),
+                "choice": choice(lp_cf, lp_par), "choice_norm": choice(lp_cf / n_cf,
+                                                                       lp_par / n_par),
                 "memorization_ratio": memorization_ratio(lp_par, lp_cf)}
     if cfg.known_filter:
         _mark_known(model, tokenizer, name, items, records, golds, cfg, progress)
     return records
 
 
-def _choice(lp_cf: float, lp_par: float) -> str:
+def choice(lp_cf: float, lp_par: float) -> str:
+    """The likelier answer by log-probability; a tie counts for neither."""
     return "counterfactual" if lp_cf > lp_par else "parametric" if lp_par > lp_cf else "tie"
 
 
@@ -181,8 +182,6 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     Writes `items.jsonl`, `summary.json` and `config.json` to `out_dir`, or to a fresh
     `runs_root/eval/<timestamp>/`; with neither, nothing is written.
     """
-    from knowflow.io import atomic_write_json, atomic_write_jsonl
-
     cfg = dataclasses.replace(config or EvalConfig(), **overrides)
     cfg.validate()
     start = time.time()
@@ -206,12 +205,42 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
               "fields": dict(fields or {})}
-    target = None
-    if out_dir is not None or runs_root is not None:
-        from knowflow.runs import new_run_dir
-
-        target = Path(out_dir) if out_dir is not None else new_run_dir(Path(runs_root), "eval")
-        atomic_write_json(target / "config.json", config)
-        atomic_write_jsonl(target / "items.jsonl", [r for rs in records.values() for r in rs])
-        atomic_write_json(target / "summary.json", summary)
+    target = write_results(config, records, summary, out_dir, runs_root)
     return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring])
+
+
+def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
+                  out_dir: str | Path | None, runs_root: str | Path | None) -> Path | None:
+    """`config.json`, `items.jsonl` and `summary.json` in `out_dir` (or a fresh
+    `runs_root/eval/<timestamp>/`); nothing without either."""
+    from knowflow.io import atomic_write_json, atomic_write_jsonl
+
+    if out_dir is None and runs_root is None:
+        return None
+    from knowflow.runs import new_run_dir
+
+    target = Path(out_dir) if out_dir is not None else new_run_dir(Path(runs_root), "eval")
+    atomic_write_json(target / "config.json", config)
+    atomic_write_jsonl(target / "items.jsonl", [r for rs in records.values() for r in rs])
+    atomic_write_json(target / "summary.json", summary)
+    return target
+
+
+def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
+                 runs_root: str | Path | None = None, n_bootstrap: int = 1000,
+                 seed: int = 0) -> Results:
+    """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
+    by `knowflow export lm-eval` (one file per suite)."""
+    from knowflow.evaluate.lm_eval_task import read_lm_eval_samples
+
+    start = time.time()
+    records: dict[str, list[dict]] = {}
+    for path in samples:
+        suite, recs = read_lm_eval_samples(path)
+        records.setdefault(suite, []).extend(recs)
+    summary = {suite: {"loglik": summarize(recs, "loglik", n_bootstrap, seed)}
+               for suite, recs in records.items()}
+    config = {"from_lm_eval": [str(p) for p in samples], "suites": list(records),
+              "scoring": "loglik", "n_bootstrap": n_bootstrap, "seed": seed}
+    target = write_results(config, records, summary, out_dir, runs_root)
+    return Results(summary, records, config, target, time.time() - start, ("loglik",))

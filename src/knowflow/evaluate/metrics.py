@@ -53,14 +53,16 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
         if mode == "generate":
             return {"counterfactual_accuracy": [float(s["counterfactual"]) for s in scores],
                     "parametric_accuracy": [float(s["parametric"]) for s in scores]}
-        return {"counterfactual_accuracy": [float(s["choice"] == "counterfactual")
-                                            for s in scores],
-                "parametric_accuracy": [float(s["choice"] == "parametric") for s in scores],
-                "memorization_ratio": [s["memorization_ratio"] for s in scores],
-                "counterfactual_accuracy_norm": [float(s["choice_norm"] == "counterfactual")
-                                                 for s in scores],
-                "parametric_accuracy_norm": [float(s["choice_norm"] == "parametric")
-                                             for s in scores]}
+        out = {"counterfactual_accuracy": [float(s["choice"] == "counterfactual")
+                                           for s in scores],
+               "parametric_accuracy": [float(s["choice"] == "parametric") for s in scores],
+               "memorization_ratio": [s["memorization_ratio"] for s in scores]}
+        if all("choice_norm" in s for s in scores):  # not in lm-eval's samples
+            out["counterfactual_accuracy_norm"] = [float(s["choice_norm"] == "counterfactual")
+                                                   for s in scores]
+            out["parametric_accuracy_norm"] = [float(s["choice_norm"] == "parametric")
+                                               for s in scores]
+        return out
 
     out = _block(columns(records), n_boot, seed)
     flags = [r.get("known") for r in records]

@@ -1,0 +1,63 @@
+"""`knowflow export`: knowflow's suites in other tools' formats (lm-evaluation-harness)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from knowflow.cli_errors import guard
+
+export_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Export knowflow suites for other tools.")
+
+
+@export_app.command("lm-eval")
+@guard
+def lm_eval_cmd(
+    out: Annotated[Path, typer.Option(help="Task folder to write (lm_eval --include_path).")],
+    suite: Annotated[str | None, typer.Option(
+        help="Built-in suites, comma-separated (default: all four unless --data is given)."
+    )] = None,
+    data: Annotated[list[Path] | None, typer.Option(
+        help="External file or save_to_disk folder, as for `knowflow eval` (repeatable).")
+    ] = None,
+    fields: Annotated[str | None, typer.Option(
+        help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL."
+    )] = None,
+    prompt_format: Annotated[str, typer.Option(
+        help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
+    model: Annotated[str, typer.Option(
+        help="Whose chat template renders --prompt-format chat (only its tokenizer loads).")
+    ] = "smollm2-135m-instruct",
+    limit: Annotated[int | None, typer.Option(help="Items per suite (seeded sample).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
+) -> None:
+    """Write lm-eval tasks (YAML + data) that score each suite as knowflow's loglik does."""
+    from knowflow.cli import check_suites, console
+    from knowflow.evaluate.api import EvalConfig, load_suites
+    from knowflow.evaluate.lm_eval_task import export_lm_eval
+    from knowflow.io import check_output_dir
+    from knowflow.worlds.tables import parse_fields
+
+    mapping = parse_fields(fields)
+    EvalConfig(prompt_format=prompt_format, limit=limit, seed=seed).validate()
+    check_suites(suite)
+    check_output_dir(out, "task folder")
+    by_suite = load_suites(suite, data, limit, seed, fields=mapping)
+    tokenizer = None
+    if prompt_format == "chat":
+        from transformers import AutoTokenizer
+
+        from knowflow.models.hf import check_model, model_folder
+
+        check_model(model)
+        tokenizer = AutoTokenizer.from_pretrained(model_folder(model), local_files_only=True)
+    tasks = export_lm_eval(by_suite, tokenizer, out, prompt_format)
+    for (task, path), items in zip(tasks.items(), by_suite.values(), strict=True):
+        console.print(f"{task}: {len(items)} items -> {path}", highlight=False)
+    console.print(f"run: lm_eval --model hf --model_args pretrained=MODEL --include_path {out} "
+                  f"--tasks {','.join(tasks)} --log_samples --output_path OUT", highlight=False)
+    console.print("then: knowflow eval --from-lm-eval OUT/<model>/samples_<task>_<time>.jsonl",
+                  highlight=False)
