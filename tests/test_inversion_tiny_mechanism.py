@@ -5,8 +5,12 @@ import pytest
 import torch
 
 from knowflow.models.adapt import TrainableConfig, prepare_trainable
-from knowflow.train.pretrain import PretrainConfig, TinyModelConfig, load_pretrained, \
-    pretrained_path
+from knowflow.train.pretrain import (
+    PretrainConfig,
+    TinyModelConfig,
+    load_pretrained,
+    pretrained_path,
+)
 from knowflow.train.tiny_mechanism import context_attention, gradient_projections, kind_loss
 from knowflow.train.tiny_track import encode
 from knowflow.worlds.tiny_world import (

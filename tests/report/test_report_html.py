@@ -125,7 +125,8 @@ def test_fmt(value, text):
 
 def test_models_with_nested_parts_still_stand_side_by_side():
     def model(loss: float) -> dict:
-        return {"loss": loss, "acc": 1.0, "margin": 2.0, "per_seed": {f"m{i}": [loss, 0.5] for i in range(10)}}
+        return {"loss": loss, "acc": 1.0, "margin": 2.0,
+                "per_seed": {f"m{i}": [loss, 0.5] for i in range(10)}}
 
     page = summary_tables({"study": "main", "factorized": model(0.1), "merged": model(0.9)})
     tables = re.findall(r"<table.*?</table>", page, re.S)

@@ -1,0 +1,43 @@
+"""Wall time of `make demo` from a cold cache: the same three commands the Makefile runs
+(inversion-tiny, cpi-toy, one combined report), in a temporary cache and runs folder.
+
+Target (issue 12): under 6 minutes on a 2-core CPU. Prints figures only, never asserts.
+Usage: python benchmarks/bench_demo.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KNOWFLOW = str(Path(sys.executable).with_name("knowflow"))
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "KNOWFLOW_CACHE": os.path.join(tmp, "cache")}
+        runs = os.path.join(tmp, "runs")
+        times = {name: timed([KNOWFLOW, "run", name, "--runs-dir", runs], env)
+                 for name in ("inversion-tiny", "cpi-toy")}
+        dirs = [str(next((Path(runs) / name).iterdir())) for name in times]
+        times["report"] = timed([KNOWFLOW, "report", *dirs, "--out",
+                                 os.path.join(runs, "demo-report.html")], env)
+    total = sum(times.values())
+    print(f"make demo, cold cache, cpus={os.cpu_count()}, load={os.getloadavg()[0]:.1f}")
+    for name, seconds in times.items():
+        print(f"  {name:15s} {seconds:7.1f} s")
+    print(f"  {'total':15s} {total:7.1f} s   (target < 360 s)")
+
+
+if __name__ == "__main__":
+    main()
