@@ -57,7 +57,7 @@ def test_tracker_writes_one_record_per_evaluation(tmp_path, tok, data):
     for r in records:
         assert 0 <= r["cf_acc"] <= 1 and 0 <= r["param_acc"] <= 1
         assert r["cf_acc"] + r["param_acc"] <= 1  # one choice per item
-        assert r["suites"]["cf-capitals"]["n"] == 3 and 0 < r["attn_context"] < 1
+        assert r["cf-capitals/n"] == 3 and 0 < r["attn_context"] < 1
         assert len(r["attn_context_layers"]) == 2
     assert sum(r["is_peak"] for r in records) >= 1 and records[0]["is_peak"]
     # the trainer's loggers got the same numbers
@@ -71,7 +71,7 @@ def test_tracker_stops_after_drop_and_keeps_peak(tmp_path, tok, data):
     class Falling(RelianceTracker):  # a scripted reliance curve: 0.9, 0.5, ...
         def measure(self, model):
             value = 0.9 if not self.records else 0.5
-            return {"suites": {}, "cf_acc": value, "param_acc": 1 - value}
+            return {"cf_acc": value, "param_acc": 1 - value}
 
     tracker = Falling(tok, TrackerConfig(every=1, keep_peak=True, stop_drop=0.3), tmp_path,
                       items=_items())

@@ -26,7 +26,7 @@ def test_tracker_under_torchrun(tmp_path):
     assert [r["step"] for r in records] == [0, 2, 4]
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
     assert [r["cf_acc"] for r in ranks[0]] == [r["cf_acc"] for r in ranks[1]]
-    assert all(r["suites"]["cf-capitals"]["n"] == 5 for r in records)
+    assert all(r["cf-capitals/n"] == 5 for r in records)
     # the gathered step-0 numbers equal one process scoring all five items
     tok = byte_tokenizer()
     single = RelianceTracker(tok, TrackerConfig(batch_size=2),

@@ -76,6 +76,8 @@ def sft_cmd(
                                          "messages), or 'builtin' (the C/C+S/S mixture).")]
     = None,
     train: Annotated[str | None, Opt(help="full, lora or qk_only.")] = None,
+    trainer: Annotated[str | None, Opt(help="hf (transformers.Trainer) or trl (trl.SFTTrainer, "
+                                            "pip install '.[trl]').")] = None,
     lora_r: Annotated[int | None, Opt(help="LoRA rank.")] = None,
     lora_alpha: Annotated[int | None, Opt(help="LoRA alpha.")] = None,
     lora_targets: Annotated[str | None, Opt(help="LoRA target modules, comma-separated.")]
@@ -109,6 +111,7 @@ def sft_cmd(
     from knowflow.experiments.runner import run_experiment
 
     given = {"model": model, "data": data, "device": device, "sft.train": train,
+             "sft.trainer": trainer,
              "sft.lora_r": lora_r, "sft.lora_alpha": lora_alpha, "sft.lora_targets":
              lora_targets, "sft.lr": lr, "sft.steps": steps, "sft.batch_size": batch_size,
              "sft.max_length": max_length, "sft.seed": seed, "mixture.seed": seed,

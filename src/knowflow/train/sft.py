@@ -6,6 +6,8 @@ steps. Trainer checkpoints go to `<out_dir>/checkpoints/checkpoint-<step>`; a ch
 counts only once its `trainer_state.json` (written last) exists, so `resume=True` continues
 from the newest complete one with the optimizer, scheduler, RNG and data order restored.
 Multi-GPU runs go through `accelerate launch`/torchrun unchanged: the Trainer does the work.
+`cfg.trainer="trl"` trains the same rows with TRL's `SFTTrainer` and its collator instead (the
+rows are already tokenized with their `labels`, so TRL neither re-tokenizes nor re-masks them).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class SFTConfig:
     save_limit: int | None = 2       # checkpoints kept
     log_every: int = 5
     seed: int = 0
+    trainer: str = "hf"              # hf (transformers.Trainer) | trl (trl.SFTTrainer)
 
     def trainable(self) -> TrainableConfig:
         return TrainableConfig(self.train, self.lora_r, self.lora_alpha, 0.0,
@@ -76,6 +79,14 @@ class SFTConfig:
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
+        if self.trainer not in ("hf", "trl"):
+            raise ConfigError(f"{self.trainer!r} is not one of hf, trl", "trainer")
+        if self.trainer == "trl":
+            import importlib.util
+
+            if importlib.util.find_spec("trl") is None:
+                raise ConfigError("trl is not installed", "trainer",
+                                  "pip install 'knowflow[trl]', or use trainer=hf")
 
 
 @dataclass
@@ -128,11 +139,12 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def training_args(cfg: SFTConfig, out_dir: Path, **overrides):
+def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, **overrides):
+    """TrainingArguments (or a subclass, e.g. TRL's SFTConfig) for `cfg`."""
     from transformers import TrainingArguments
 
     use_cpu = not torch.cuda.is_available()
-    return TrainingArguments(
+    return (args_class or TrainingArguments)(
         output_dir=str(out_dir / CHECKPOINTS), max_steps=cfg.steps,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         learning_rate=cfg.lr, lr_scheduler_type=cfg.scheduler, warmup_steps=cfg.warmup_steps,
@@ -172,9 +184,13 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     others = [c for c in callbacks if not isinstance(c, RelianceTracker)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        trainer = Trainer(model=model, args=training_args(cfg, out_dir, **args_overrides),
-                          train_dataset=list(dataset), data_collator=collator,
-                          processing_class=tokenizer, callbacks=others)
+        if cfg.trainer == "trl":
+            trainer = trl_trainer(model, tokenizer, dataset, cfg, out_dir, others,
+                                  **args_overrides)
+        else:
+            trainer = Trainer(model=model, args=training_args(cfg, out_dir, **args_overrides),
+                              train_dataset=list(dataset), data_collator=collator,
+                              processing_class=tokenizer, callbacks=others)
     trainer.remove_callback(PrinterCallback)  # library code never prints
     for tracker in trackers:
         tracker.attach(trainer)
@@ -189,3 +205,25 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
                           train_loss=output.training_loss, seconds=time.time() - start,
                           trainable_params=trainable, total_params=total,
                           log_history=list(trainer.state.log_history))
+
+
+def trl_trainer(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: Path,
+                callbacks: Sequence = (), **args_overrides):
+    """A `trl.SFTTrainer` over knowflow's tokenized rows (`input_ids`, `labels`).
+
+    TRL keeps a dataset's own `labels` and pads with its `DataCollatorForLanguageModeling`
+    (right padding, -100 labels), so it trains on exactly the tokens the HF Trainer path does.
+    `max_length=None`: knowflow already dropped the rows over `cfg.max_length`; TRL's default
+    gradient checkpointing is off, as on the HF path (pass `gradient_checkpointing=True` to
+    save memory).
+    """
+    from datasets import Dataset
+    from trl import SFTConfig as TRLConfig
+    from trl import SFTTrainer
+
+    rows = [{"input_ids": list(r["input_ids"]), "labels": list(r["labels"])} for r in dataset]
+    overrides = {"max_length": None, "packing": False, "padding_free": False,
+                 "gradient_checkpointing": False, **args_overrides}
+    args = training_args(cfg, out_dir, args_class=TRLConfig, **overrides)
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                      processing_class=tokenizer, callbacks=list(callbacks))

@@ -5,9 +5,11 @@ contradicts its memory) peaks early in instruction finetuning and then declines 
 training loss keeps improving. The tracker makes that visible: every `every` steps it scores
 knowledge-conflict suites with the model being trained (counterfactual and parametric
 accuracy; the attention mass from the answer position on the context, averaged over layers
-and heads), writes one record per evaluation step to `metrics.jsonl` (rewritten atomically),
-forwards the numbers to the Trainer's loggers, marks the step of peak counterfactual accuracy,
-and can keep that checkpoint or stop training after a given drop from the peak.
+and heads), writes one flat record per evaluation step to `metrics.jsonl` (rewritten
+atomically; per-suite numbers as `<suite>/cf_acc`, ..., so `pandas.read_json(path,
+lines=True)` gives one column each), forwards the numbers to the Trainer's loggers, marks the
+step of peak counterfactual accuracy, and can keep that checkpoint or stop training after a
+given drop from the peak. It works on `transformers.Trainer` and `trl.SFTTrainer` alike.
 
     tracker = RelianceTracker(tokenizer, TrackerConfig(every=50), out_dir="runs/my-sft")
     tracker.attach(trainer)      # one line: adds the callback and logs through the trainer
@@ -137,7 +139,7 @@ class RelianceTracker(EvalCallback):
         ecfg = EvalConfig(scoring=self.cfg.scoring, prompt_format=self.cfg.prompt_format,
                           known_filter=False, batch_size=self.cfg.batch_size)
         mode = "generate" if self.cfg.scoring == "generate" else "loglik"
-        out: dict = {"suites": {}}
+        out: dict = {}
         cf_all, par_all, masses = [], [], []
         for name, items in self.items.items():
             if not items:
@@ -171,7 +173,7 @@ class RelianceTracker(EvalCallback):
                     masses += means
             cf_all += cf
             par_all += par
-            out["suites"][name] = block
+            out.update({f"{name}/{key}": value for key, value in block.items()})
         out["cf_acc"] = sum(cf_all) / len(cf_all)
         out["param_acc"] = sum(par_all) / len(par_all)
         if masses:
