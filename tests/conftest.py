@@ -45,6 +45,20 @@ def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).eval()
 
 
+@pytest.fixture(scope="module")
+def tok():
+    """The byte tokenizer (finetuning tests)."""
+    return byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """24 rows of the built-in C/C+S/S instruction mixture (finetuning tests)."""
+    from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
+
+    return builtin_mixture(MixtureConfig(size=24, seed=1))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama and its tokenizer saved as a model folder (loadable by name)."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import tiny_llama
 from knowflow.curate.augment import augment, sources
 from knowflow.curate.criticality import CurateConfig, dropped_indices, score_examples
 from knowflow.errors import ConfigError, DataError, KnowflowError
@@ -24,16 +24,6 @@ from knowflow.worlds.instructions import (
     heldout_subjects,
 )
 from knowflow.worlds.suites import get_suite
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def rows():
-    return builtin_mixture(MixtureConfig(size=24, seed=1))
 
 
 @pytest.fixture(scope="module")

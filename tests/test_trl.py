@@ -7,26 +7,15 @@ import math
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import tiny_llama
 from knowflow.errors import ConfigError
 from knowflow.io import read_jsonl
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.sft_data import encode_all, prompt_and_response
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
 from knowflow.worlds.suites import get_suite
 
 trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install '.[trl]'")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def rows():
-    return builtin_mixture(MixtureConfig(size=24, seed=1))
 
 
 def _tracker(tok, out_dir):
