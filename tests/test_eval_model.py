@@ -112,7 +112,8 @@ def test_evaluate_api_writes_results(model, tokenizer, tmp_path):
     assert saved == json.loads(json.dumps(res.summary))
     lines = (tmp_path / "run" / "items.jsonl").read_text().splitlines()
     rec = json.loads(lines[0])
-    assert len(lines) == 6 and {"prompt", "generate", "loglik", "known"} <= set(rec)
+    assert len(lines) == 6 and {"prompt", "generate_output", "loglik_choice", "known"} <= set(rec)
+    assert not any(isinstance(v, dict) for v in rec.values())  # flat: one column per field
     # the per-item records are what the summary is computed from
     cf_hits = [r["generate"]["counterfactual"] for r in res.records["cf-quotes"]]
     assert res.summary["cf-quotes"]["generate"]["counterfactual_accuracy"] == \

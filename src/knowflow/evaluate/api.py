@@ -211,8 +211,8 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
 
 def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
                   out_dir: str | Path | None, runs_root: str | Path | None) -> Path | None:
-    """`config.json`, `items.jsonl` and `summary.json` in `out_dir` (or a fresh
-    `runs_root/eval/<timestamp>/`); nothing without either."""
+    """`config.json`, `items.jsonl` (flat records) and `summary.json` in `out_dir` (or a
+    fresh `runs_root/eval/<timestamp>/`); nothing without either."""
     from knowflow.io import atomic_write_json, atomic_write_jsonl
 
     if out_dir is None and runs_root is None:
@@ -221,9 +221,22 @@ def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
 
     target = Path(out_dir) if out_dir is not None else new_run_dir(Path(runs_root), "eval")
     atomic_write_json(target / "config.json", config)
-    atomic_write_jsonl(target / "items.jsonl", [r for rs in records.values() for r in rs])
+    atomic_write_jsonl(target / "items.jsonl", [flat(r) for rs in records.values() for r in rs])
     atomic_write_json(target / "summary.json", summary)
     return target
+
+
+def flat(record: dict, prefix: str = "") -> dict:
+    """A record with nested dicts spread into `outer_inner` keys (`loglik_choice`,
+    `generate_output`, ...), so `pandas.read_json(items.jsonl, lines=True)` has one column
+    per number; lists stay as they are."""
+    out: dict = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}_"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
