@@ -151,12 +151,13 @@ def _set(cfg: Any, path: list[str], value: Any, full_key: str) -> Any:
     return dataclasses.replace(cfg, **{head: _parse(value, tp, full_key)})
 
 
-def flatten(cfg_dict: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}: every settable key with its value."""
+def flatten(cfg_dict: dict, prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: every settable key with its value (nested dicts joined
+    with `sep`; lists stay as they are)."""
     out: dict[str, Any] = {}
     for k, v in cfg_dict.items():
         if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}{sep}", sep))
         else:
             out[f"{prefix}{k}"] = v
     return out

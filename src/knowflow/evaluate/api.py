@@ -226,17 +226,13 @@ def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
     return target
 
 
-def flat(record: dict, prefix: str = "") -> dict:
+def flat(record: dict) -> dict:
     """A record with nested dicts spread into `outer_inner` keys (`loglik_choice`,
     `generate_output`, ...), so `pandas.read_json(items.jsonl, lines=True)` has one column
     per number; lists stay as they are."""
-    out: dict = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}_"))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    from knowflow.config import flatten
+
+    return flatten(record, sep="_")
 
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
