@@ -27,9 +27,12 @@ WORLD = TinyWorldConfig(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    import os
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KNOWFLOW_CACHE", str(tmp_path_factory.mktemp("cache")))
+        return _pretrained()
 
-    os.environ["KNOWFLOW_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+
+def _pretrained():
     pre = PretrainConfig(steps=150, eval_every=150, batch_size=8, lr=3e-3)
     path = pretrained_path(WORLD, TinyModelConfig(layers=2, heads=2, d_model=16, d_ff=32),
                            pre, 0)
@@ -63,7 +66,8 @@ def test_projection_matches_finite_difference(setup, mode):
                 for p, g in zip(params, grads, strict=True):
                     p += sign * eps * g
         fd = ((ends[0] - ends[1]) / (2 * eps)).tolist()  # (layers,)
-        assert proj[f"grad_ctx_{kind}"] == pytest.approx(fd, rel=2e-2)
+        scale = max(abs(v) for v in fd)  # layers whose derivative is ~0 compare absolutely
+        assert proj[f"grad_ctx_{kind}"] == pytest.approx(fd, rel=2e-2, abs=1e-2 * scale)
         assert any(abs(v) > 1e-4 for v in fd)  # the check is not trivially 0 == 0
 
 

@@ -53,7 +53,7 @@ def test_pretrained_checkpoint_is_cached_atomically(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp folder left
     model, tok, info = load_pretrained(path)
     assert model.config.num_hidden_layers == 2 and info["steps"] == 5
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "sdpa"
     assert pretrained_path(WORLD, MODEL, PRE, seed=1) != path
 
 

@@ -25,20 +25,15 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from transformers import TrainerCallback
-
 from knowflow.config import require
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.models.hf import SMOLLM2
 from knowflow.report.ocr_smollm2 import family_table, plot_ocr_smollm2
-from knowflow.runs import METRICS
 from knowflow.train.pretrain import TinyModelConfig
 from knowflow.train.sft import CHECKPOINTS, SFTConfig
 from knowflow.worlds.ocr_people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate
@@ -161,29 +156,20 @@ class RankEvaluator:
         self.prompts = [tokenizer(it.prompt)["input_ids"] for it in self.items]
         self.continuations = [it.continuations(with_suffix) for it in self.items]
 
-    def __call__(self, model, step: int) -> dict:
+    def __call__(self, model) -> dict:
         from knowflow.evaluate.rank import rank_candidates, summarize
 
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        was_training = base.training
-        base.eval()
-        start = time.perf_counter()
         ranks = rank_candidates(base, self.tokenizer, self.prompts, self.continuations,
                                 [it.correct for it in self.items], self.batch_size)
-        seconds = time.perf_counter() - start
-        if was_training:
-            base.train()
         k = [len(it.candidates) for it in self.items]
-        rec: dict = {"step": step, "eval_seconds": seconds}
+        rec: dict = {}
         for keys in ([(it.family, _group(it)) for it in self.items],
                      [("all", _group(it)) for it in self.items]):
             table = summarize(keys, ranks, k, name="/".join)
             for name, stats in sorted(table.items()):
                 rec.update({f"{name}/{s}": v for s, v in stats.items()})
         rec.update(self._prior(ranks.full_scores))
-        log.info("step %d: held-out mean rank %.3f, training people %.3f (%.1f s)", step,
-                 rec.get("all/test_impl/mean_rank", float("nan")),
-                 rec.get("all/train_impl/mean_rank", float("nan")), seconds)
         return rec
 
 
@@ -204,54 +190,7 @@ class RankEvaluator:
                 for s in ("mean_rank", "top1")}
 
 
-class RankTracker(TrainerCallback):
-    """Every `every` optimizer steps and at the last one, rank the evaluation items with the
-    model being trained; append a record and rewrite metrics.jsonl atomically (main process).
-    Every process evaluates (collective forwards stay in step under FSDP)."""
-
-    def __init__(self, evaluate: RankEvaluator, every: int, path: Path, records: list[dict]):
-        self.evaluate, self.every, self.path, self.records = evaluate, every, path, records
-        self.eval_seconds = 0.0
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        step = state.global_step
-        if (step % self.every and step < state.max_steps) or \
-                any(r["step"] == step for r in self.records):
-            return control
-        losses = [h for h in state.log_history if "loss" in h]
-        rec = self.evaluate(model, step)
-        if losses:  # the Trainer logs this step's loss after on_step_end: see on_log
-            rec.update(train_loss=losses[-1]["loss"], train_loss_step=losses[-1]["step"])
-        self.eval_seconds += rec["eval_seconds"]
-        self.records.append(rec)
-        self._write(state)
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        rec = self.records[-1] if self.records else None
-        if logs and "loss" in logs and rec is not None and rec["step"] == state.global_step:
-            rec.update(train_loss=logs["loss"], train_loss_step=state.global_step)
-            self._write(state)
-        return control
-
-    def _write(self, state) -> None:
-        if state.is_world_process_zero:
-            atomic_write_jsonl(self.path, self.records)
-
-
 # --- the run ----------------------------------------------------------------------------
-
-def _resume_records(out_dir: Path) -> list[dict]:
-    """Records of an interrupted run up to its last complete checkpoint (step 0 always)."""
-    from knowflow.train.sft import last_checkpoint
-
-    path = out_dir / METRICS
-    if not path.exists():
-        return []
-    ckpt = last_checkpoint(out_dir)
-    upto = int(ckpt.name.rsplit("-", 1)[-1]) if ckpt is not None else 0
-    return [r for r in read_jsonl(path) if r["step"] <= upto]
-
 
 def _summary(cfg: OcrSmolConfig, data: OcrPeopleData, records: list[dict], n_tokens: int,
              train_seconds: float, result) -> Summary:
@@ -308,7 +247,8 @@ def findings(summary: dict) -> dict:
 def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
     import torch
 
-    from knowflow.train.sft import finetune, last_checkpoint
+    from knowflow.train.callback import EvalCallback
+    from knowflow.train.sft import finetune
 
     torch.set_num_threads(cfg.threads)
     cfg.validate()
@@ -317,17 +257,10 @@ def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
     model, tokenizer = load(cfg, data)
     dataset = encode_texts(tokenizer, data.train_texts, cfg.sft.max_length)
     evaluate = RankEvaluator(tokenizer, data.eval_items, cfg.eval_batch_size, cfg.eval_suffix)
-    records = _resume_records(out_dir)
-    resume = last_checkpoint(out_dir) is not None
-    if not any(r["step"] == 0 for r in records):
-        records = [evaluate(model, 0)]
-        atomic_write_jsonl(out_dir / METRICS, records)
-    tracker = RankTracker(evaluate, cfg.eval_every, out_dir / METRICS, records)
+    tracker = EvalCallback(evaluate, cfg.eval_every, out_dir)
     result = finetune(model, tokenizer, dataset, cfg.sft, out_dir, callbacks=[tracker],
-                      resume=resume)
-    if not any(r["step"] == result.steps for r in records):  # e.g. resumed at the end
-        records.append(evaluate(result.model, result.steps))
-        atomic_write_jsonl(out_dir / METRICS, records)
+                      resume=True)
+    records = tracker.records
     if not cfg.keep_checkpoints:
         shutil.rmtree(out_dir / CHECKPOINTS, ignore_errors=True)
     per_step = cfg.sft.batch_size * cfg.sft.grad_accum

@@ -58,6 +58,11 @@ class EvalCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             self._last_loss = float(logs["loss"])
+            last = self.records[-1] if self.records else None
+            if last is not None and last["step"] == state.global_step:
+                # the Trainer logs a step's loss after on_step_end evaluated it
+                last["train_loss"] = self._last_loss
+                self._write(state)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0 or state.global_step >= state.max_steps:
@@ -95,10 +100,13 @@ class EvalCallback(TrainerCallback):
                   "eval_seconds": round(time.perf_counter() - start, 3)}
         self.records.append(record)
         self.on_record(record, model, state, control)
-        if self.out_dir is not None and state.is_world_process_zero:
-            atomic_write_jsonl(self.out_dir / METRICS, self.records)
+        self._write(state)
         self._log(record, state)
         return record
+
+    def _write(self, state) -> None:
+        if self.out_dir is not None and state.is_world_process_zero:
+            atomic_write_jsonl(self.out_dir / METRICS, self.records)
 
     def on_record(self, record: dict, model, state, control) -> None:
         """Hook for subclasses: runs after each new record, before it is written."""

@@ -12,6 +12,7 @@ and on the question's subject token, per layer, averaged over heads (eager atten
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.nn import functional as F
@@ -36,11 +37,26 @@ def encode(tokenizer, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
             "memory": torch.tensor(encode_words(tokenizer, [ex.memory for ex in examples]))}
 
 
+@contextmanager
+def eager_attention(model):
+    """Run the model with eager attention inside the block (attention weights are only
+    returned by eager; SDPA, faster, is restored after)."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = "eager"
+    try:
+        yield model
+    finally:
+        config._attn_implementation = before
+
+
 def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool = False):
-    """Logits at each row's last prompt position (batch, vocab), and the attentions if asked."""
+    """Logits at each row's last prompt position (batch, vocab), and the attentions if asked
+    (read with eager attention)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-    out = base.model(input_ids=batch["ids"], attention_mask=batch["mask"],
-                     output_attentions=output_attentions)
+    with eager_attention(base) if output_attentions else nullcontext():
+        out = base.model(input_ids=batch["ids"], attention_mask=batch["mask"],
+                         output_attentions=output_attentions)
     hidden = out.last_hidden_state  # (batch, seq, d_model)
     rows = torch.arange(hidden.shape[0])
     logits = base.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
