@@ -33,6 +33,7 @@ from typing import Literal
 from knowflow import schema
 from knowflow.config import require
 from knowflow.errors import ConfigError
+from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
@@ -59,13 +60,13 @@ class TinyTrackConfig:
 def tiny_sft_defaults() -> SFTConfig:
     """Finetuning of the tiny model: QK-only (the theory's setting), constant lr, answer-token
     loss, resumable Trainer checkpoints every 100 steps."""
-    return SFTConfig(train="qk_only", lr=3e-3, steps=1000, batch_size=16, save_every=100,
+    return SFTConfig(train="qk_only", lr=3e-3, steps=500, batch_size=64, save_every=100,
                      save_limit=1, log_every=20, max_length=64, prompt_format="plain")
 
 
 @dataclass(frozen=True)
 class InversionTinyConfig:
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = ARMS
     workers: int = 2  # processes; each uses one torch thread
     filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
@@ -253,41 +254,6 @@ def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dic
     return out
 
 
-# The criterion of issue 12, on every seed: `mixed` rises by RISE and then falls by FALL,
-# while `c_only` falls by less than NO_FALL.
-RISE, FALL, NO_FALL = 0.3, 0.2, 0.05
-
-
-def findings(summary: dict) -> dict:
-    """The inversion criterion checked on every seed, the verdict in one sentence, and each
-    mitigation's fall against `mixed`'s."""
-    out: dict = {}
-    mixed, c_only = summary.get("mixed"), summary.get("c_only")
-    if mixed:
-        out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
-        out["mixed_inverts_seeds"] = [r >= RISE and f >= FALL for r, f in
-                                      zip(mixed["rise_seeds"], mixed["fall_seeds"], strict=True)]
-    if c_only:
-        out["c_only_fall"] = c_only["fall"]
-    if mixed and c_only:
-        steady = [f < NO_FALL for f in c_only["fall_seeds"]]
-        out["inversion_shown"] = all(out["mixed_inverts_seeds"]) and all(steady)
-        n, k = len(steady), sum(out["mixed_inverts_seeds"])
-        out["verdict"] = (
-            f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
-            f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
-            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {RISE} and fall >= "
-            f"{FALL} on {k} of {n} seeds, while C-only finetuning falls "
-            f"{max(c_only['fall_seeds']):.2f} at most (< {NO_FALL} needed).")
-    for arm in ("filtered", "augmented", "qk_only", "lora"):
-        if mixed and summary.get(arm):
-            out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
-            out[f"{arm}_reduces_fall_every_seed"] = all(
-                a < m for a, m in zip(summary[arm]["fall_seeds"], mixed["fall_seeds"],
-                                      strict=True))
-    return out
-
-
 @register("inversion-tiny", InversionTinyConfig, with_phase(plot_inversion_tiny),
           "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
@@ -324,5 +290,9 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     atomic_write_jsonl(out_dir / METRICS, all_records)
     summary["pretrain"] = {str(seed): {k: v for k, v in p.items() if k != "path"}
                            for seed, p in zip(cfg.seeds, pre, strict=True)}
+    if "mixed" in cfg.arms:
+        summary["mechanism"] = mechanism_summary(
+            mean_curve([store.load(keys["mixed", seed])["records"] for seed in cfg.seeds]),
+            cfg.mixture, cfg.sft.train)
     summary["findings"] = findings(summary)
     return summary

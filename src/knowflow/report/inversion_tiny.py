@@ -184,6 +184,10 @@ def plot_inversion_tiny(run_dir: Path) -> list[Path]:
     out = Path(run_dir) / "figures"
     if not arms:
         return []
-    return [save(cf_figure(arms), out / "1_counterfactual_accuracy.png"),
-            _attention_figure(arms, out / "2_attention.png"),
-            _accuracy_figure(arms, out / "3_accuracies.png")]
+    from knowflow.report.inversion_mechanism import mechanism_figure
+
+    figures = [save(cf_figure(arms), out / "1_counterfactual_accuracy.png"),
+               _attention_figure(arms, out / "2_attention.png"),
+               _accuracy_figure(arms, out / "3_accuracies.png")]
+    mechanism = mechanism_figure(Path(run_dir))
+    return figures + ([mechanism] if mechanism is not None else [])

@@ -61,7 +61,7 @@ class PretrainConfig:
     lookup_share: float = 0.5  # share of documents that end in a lookup
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
     lookup_memorized: float = 1.0  # share of lookup statements about memorized subjects
-    lookup_reliability: float = 0.7  # P(the repeat states the value read earlier)
+    lookup_reliability: float = 0.9  # P(the repeat states the value read earlier): delta_C
     quiz_share: float = 0.3  # share of lookups about memorized subjects ending in a quiz line
     recall_target: float = 0.98  # warn if recall of memorized facts ends below this
     lookup_target: float = 0.95  # ... or lookup accuracy ends below this

@@ -197,9 +197,9 @@ class Mixture:
     `aug` counterfactual-augmentation examples (memorized subjects, conflicting context)."""
 
     n: int = 4800
-    share_c: float = 0.1
-    share_cs: float = 0.8
-    share_s: float = 0.1
+    share_c: float = 0.05
+    share_cs: float = 0.75
+    share_s: float = 0.2
     aug: int = 0
 
 

@@ -1,0 +1,108 @@
+"""What an `inversion-tiny` run shows: the inversion criterion on every seed, the mitigations
+against `mixed`, and the mechanism (does accuracy fall when attention leaves the context, and
+which examples' gradients move it), each with a sentence for the report."""
+
+from __future__ import annotations
+
+from knowflow.worlds.tiny_world import Mixture
+
+# The criterion of issue 12, on every seed: `mixed` rises by RISE and then falls by FALL,
+# while `c_only` falls by less than NO_FALL.
+RISE, FALL, NO_FALL = 0.3, 0.2, 0.05
+
+
+def findings(summary: dict) -> dict:
+    """The inversion criterion checked on every seed, the verdict in one sentence, and each
+    mitigation's fall against `mixed`'s."""
+    out: dict = {}
+    mixed, c_only = summary.get("mixed"), summary.get("c_only")
+    if mixed:
+        out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
+        out["mixed_inverts_seeds"] = [r >= RISE and f >= FALL for r, f in
+                                      zip(mixed["rise_seeds"], mixed["fall_seeds"], strict=True)]
+    if c_only:
+        out["c_only_fall"] = c_only["fall"]
+    if mixed and c_only:
+        steady = [f < NO_FALL for f in c_only["fall_seeds"]]
+        out["inversion_shown"] = all(out["mixed_inverts_seeds"]) and all(steady)
+        n, k = len(steady), sum(out["mixed_inverts_seeds"])
+        out["verdict"] = (
+            f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
+            f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
+            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {RISE} and fall >= "
+            f"{FALL} on {k} of {n} seeds, while C-only finetuning falls "
+            f"{max(c_only['fall_seeds']):.2f} at most (< {NO_FALL} needed).")
+    for arm in ("filtered", "augmented", "qk_only", "lora"):
+        if mixed and summary.get(arm):
+            out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
+            out[f"{arm}_reduces_fall_every_seed"] = all(
+                a < m for a, m in zip(summary[arm]["fall_seeds"], mixed["fall_seeds"],
+                                      strict=True))
+    return out
+    mech = summary.get("mechanism")
+    if mech:
+        out["mechanism_verdict"] = mechanism_verdict(mech)
+    return out
+
+
+def _corr(xs: list[float], ys: list[float]) -> float:
+    """Pearson correlation (0 when either series is constant)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sx = sum((x - mx) ** 2 for x in xs) ** 0.5
+    sy = sum((y - my) ** 2 for y in ys) ** 0.5
+    return sxy / (sx * sy) if sx > 0 and sy > 0 else 0.0
+
+
+def mechanism_summary(curve: list[dict], mixture: Mixture, train: str) -> dict:
+    """From `mixed`'s seed-mean curve: per layer, context and subject attention at the start,
+    the peak of counterfactual accuracy and the end, and their correlation with it over
+    steps; per example kind, the mean share-weighted gradient projection on context attention
+    (layers summed) before and after the peak."""
+    cf = [r["cf_acc"] for r in curve]
+    peak = max(range(len(cf)), key=lambda i: (cf[i], -i))
+    out: dict = {"train": train, "peak_step": curve[peak]["step"]}
+    for layer in range(len(curve[0]["attn_context"])):
+        for key, short in (("attn_context", "ctx"), ("attn_subject", "subj")):
+            series = [r[key][layer] for r in curve]
+            out[f"L{layer}_{short}_start"] = series[0]
+            out[f"L{layer}_{short}_at_peak"] = series[peak]
+            out[f"L{layer}_{short}_final"] = series[-1]
+            out[f"L{layer}_{short}_corr_cf"] = _corr(series, cf)
+    shares = {"C": mixture.share_c, "C+S": mixture.share_cs, "S": mixture.share_s}
+    for kind, share in shares.items():
+        key = f"grad_ctx_{kind}"
+        if key not in curve[0]:
+            continue
+        total = [share * sum(r[key]) for r in curve]
+        out[f"grad_{kind}_before_peak"] = sum(total[1:peak + 1]) / max(1, peak)
+        out[f"grad_{kind}_after_peak"] = sum(total[peak + 1:]) / max(1, len(total) - peak - 1)
+    return out
+
+
+def mechanism_verdict(m: dict) -> str:
+    """One paragraph-sentence: where the fall comes from."""
+    layers = sorted({k.split("_")[0] for k in m if k.startswith("L")})
+    drops = {layer: m[f"{layer}_ctx_at_peak"] - m[f"{layer}_ctx_final"] for layer in layers}
+    top = max(layers, key=lambda layer: drops[layer])
+    leaves = drops[top] > 0.02 and m[f"{top}_ctx_corr_cf"] > 0.5
+    pull = m.get("grad_C+S_after_peak")
+    push = m.get("grad_C_after_peak")
+    grads = (f" After the peak the C+S examples' gradient {'lowers' if pull < 0 else 'raises'} "
+             f"context attention (share-weighted rate {pull:.2e} per step) and the C "
+             f"examples' {'raises' if push > 0 else 'lowers'} it ({push:.2e})."
+             if pull is not None and push is not None else "")
+    frozen = (" Only q_proj and k_proj train, so values and MLPs cannot write the memorized "
+              "answer over the copied one: the fall can only come from attention."
+              if m["train"] == "qk_only" else "")
+    if leaves:
+        head = (f"The fall comes from attention leaving the context, as in the theory: "
+                f"{top} context attention goes {m[f'{top}_ctx_start']:.2f} -> "
+                f"{m[f'{top}_ctx_at_peak']:.2f} at the peak -> {m[f'{top}_ctx_final']:.2f} and "
+                f"tracks counterfactual accuracy (r = {m[f'{top}_ctx_corr_cf']:.2f}).")
+    else:
+        head = (f"Context attention does not explain the fall: it drops by at most "
+                f"{drops[top]:.2f} after the peak ({top}, r = {m[f'{top}_ctx_corr_cf']:.2f} "
+                "with counterfactual accuracy).")
+    return head + grads + frozen

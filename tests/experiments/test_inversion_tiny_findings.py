@@ -1,0 +1,64 @@
+"""inversion-tiny's findings: the every-seed criterion and the mechanism summary."""
+
+import pytest
+
+from knowflow.experiments.inversion_tiny_findings import (
+    findings,
+    mechanism_summary,
+    mechanism_verdict,
+)
+from knowflow.worlds.tiny_world import Mixture
+
+
+def _arm(rises, falls):
+    return {"rise": sum(rises) / len(rises), "fall": sum(falls) / len(falls),
+            "rise_seeds": rises, "fall_seeds": falls}
+
+
+def test_the_criterion_holds_only_when_every_seed_inverts():
+    ok = {"mixed": _arm([0.6, 0.5], [0.3, 0.25]), "c_only": _arm([0.9, 0.9], [0.0, 0.01])}
+    assert findings(ok)["inversion_shown"]
+    assert findings(ok)["verdict"].startswith("Inversion shown")
+    one_short = {**ok, "mixed": _arm([0.6, 0.5], [0.3, 0.15])}  # seed 1 falls too little
+    out = findings(one_short)
+    assert not out["inversion_shown"] and out["mixed_inverts_seeds"] == [True, False]
+    assert "on 1 of 2 seeds" in out["verdict"]
+    control_falls = {**ok, "c_only": _arm([0.9, 0.9], [0.0, 0.06])}
+    assert not findings(control_falls)["inversion_shown"]
+
+
+def test_mitigation_reduces_the_fall_on_every_seed_or_not():
+    s = {"mixed": _arm([0.6, 0.5], [0.3, 0.25]), "filtered": _arm([0.6, 0.5], [0.1, 0.3]),
+         "augmented": _arm([0.9, 0.9], [0.0, 0.0])}
+    out = findings(s)
+    assert out["filtered_reduces_fall_every_seed"] is False
+    assert out["augmented_reduces_fall_every_seed"] is True
+    assert out["augmented_fall_minus_mixed"] == pytest.approx(-0.275)
+
+
+def _curve(cf, ctx, subj, grad_cs, grad_c):
+    return [{"step": 10 * i, "cf_acc": c, "attn_context": [a, 0.3], "attn_subject": [s, 0.2],
+             "grad_ctx_C": [gc, 0.0], "grad_ctx_C+S": [gcs, 0.0], "grad_ctx_S": [0.0, 0.0]}
+            for i, (c, a, s, gcs, gc) in enumerate(zip(cf, ctx, subj, grad_cs, grad_c,
+                                                       strict=True))]
+
+
+def test_mechanism_attention_leaving_the_context():
+    curve = _curve(cf=[0.0, 0.8, 0.4, 0.2], ctx=[0.1, 0.5, 0.3, 0.2], subj=[0.6, 0.2, 0.4, 0.5],
+                   grad_cs=[0.0, -1.0, -1.0, -1.0], grad_c=[5.0, 1.0, 0.5, 0.5])
+    m = mechanism_summary(curve, Mixture(100, 0.1, 0.8, 0.1, 0), "qk_only")
+    assert m["peak_step"] == 10 and m["L0_ctx_at_peak"] == 0.5 and m["L0_ctx_final"] == 0.2
+    assert m["L0_ctx_corr_cf"] > 0.9 and m["L1_ctx_corr_cf"] == 0.0  # constant layer
+    assert m["grad_C+S_after_peak"] == pytest.approx(-0.8)  # share-weighted
+    assert m["grad_C_after_peak"] == pytest.approx(0.05)
+    text = mechanism_verdict(m)
+    assert text.startswith("The fall comes from attention leaving the context")
+    assert "lowers context attention" in text and "values and MLPs" in text
+
+
+def test_mechanism_elsewhere_when_attention_stays():
+    curve = _curve(cf=[0.0, 0.8, 0.4, 0.2], ctx=[0.1, 0.5, 0.5, 0.5], subj=[0.6, 0.2, 0.2, 0.2],
+                   grad_cs=[0.0, 0.0, 0.0, 0.0], grad_c=[1.0, 0.0, 0.0, 0.0])
+    text = mechanism_verdict(mechanism_summary(curve, Mixture(100, 0.1, 0.8, 0.1, 0), "lora"))
+    assert text.startswith("Context attention does not explain the fall")
+    assert "values and MLPs" not in text
