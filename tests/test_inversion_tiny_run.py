@@ -178,8 +178,11 @@ def test_tiny_run_writes_every_record(tmp_path):
     assert not (run_dir / "checkpoints" / "qk_only-seed0.json").exists()
     assert summary["augmented"]["n_train_seeds"] == [25, 25]  # + 25% counterfactual
     assert "inversion_shown" in summary["findings"]
+    assert summary["findings"]["verdict"] and summary["findings"]["mechanism_verdict"]
+    assert summary["mechanism"]["peak_step"] == summary["mixed"]["cf_acc_peak_step"]
     figures = sorted(p.name for p in (run_dir / "figures").glob("*.png"))
-    assert figures == ["1_counterfactual_accuracy.png", "2_attention.png", "3_accuracies.png"]
+    assert figures == ["1_counterfactual_accuracy.png", "2_attention.png", "3_accuracies.png",
+                       "4_mechanism.png"]
     # finished jobs leave no Trainer checkpoints, only their saved parts
     assert all(p.suffix == ".json" for p in (run_dir / "checkpoints").iterdir())
 
@@ -238,3 +241,23 @@ def test_phase_study_writes_every_cell(tmp_path):
     assert agree["cells"] == 4 and agree["agree"] + len(agree["disagree"]) == 4
     assert result.summary["findings"]["verdict"].startswith("The tiny transformer and")
     assert [p.name for p in result.figures] == ["1_phase_diagram.png"]
+
+
+def test_two_cold_runs_write_identical_summaries_and_records(tmp_path, monkeypatch):
+    cfg = {**TINY, "arms": "mixed,c_only", "seeds": "0"}
+    runs = []
+    for name in ("a", "b"):
+        monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / name / "cache"))  # cold each time
+        runs.append(run_experiment("inversion-tiny", cfg, runs_root=tmp_path / name).run_dir)
+    for file in ("summary.json", "metrics.jsonl"):
+        assert (runs[0] / file).read_bytes() == (runs[1] / file).read_bytes(), file
+
+
+def test_pretraining_runs_its_fixed_budget(tmp_path):
+    """No threshold stop: the model trains exactly `steps` steps whatever its accuracy, and
+    the budget is part of the cache key."""
+    long = PretrainConfig(steps=7, eval_every=5, batch_size=4, recall_target=0.0,
+                          lookup_target=0.0)  # targets met at once: a stop rule would stop
+    info = load_pretrained(pretrained_path(WORLD, MODEL, long, seed=0))[2]
+    assert info["steps"] == 7 and [h["step"] for h in info["history"]] == [5, 7]
+    assert pretrained_path(WORLD, MODEL, long, 0) != pretrained_path(WORLD, MODEL, PRE, 0)

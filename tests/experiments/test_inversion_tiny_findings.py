@@ -62,3 +62,17 @@ def test_mechanism_elsewhere_when_attention_stays():
     text = mechanism_verdict(mechanism_summary(curve, Mixture(100, 0.1, 0.8, 0.1, 0), "lora"))
     assert text.startswith("Context attention does not explain the fall")
     assert "values and MLPs" not in text
+
+
+def test_tracking_heads_are_found_per_seed():
+    cf = [0.0, 0.8, 0.4, 0.2]
+    # head L0H0 tracks accuracy and loses 0.4 after the peak; L0H1 moves the other way
+    heads = [[[a, b]] for a, b in zip([0.1, 0.6, 0.4, 0.2], [0.5, 0.2, 0.4, 0.5], strict=True)]
+    seed = [{**r, "attn_context_heads": h}
+            for r, h in zip(_curve(cf=cf, ctx=[0.3] * 4, subj=[0.3] * 4, grad_cs=[0.0] * 4,
+                                   grad_c=[0.0] * 4), heads, strict=True)]
+    m = mechanism_summary(seed, Mixture(100, 0.1, 0.8, 0.1, 0), "qk_only", [seed, seed])
+    assert m["best_head_seeds"] == ["L0H0", "L0H0"] and m["n_tracking_seeds"] == [1, 1]
+    assert m["tracking_drop_seeds"] == [pytest.approx(0.4)] * 2
+    assert mechanism_verdict(m).startswith("The fall comes from attention leaving the context "
+                                           "in particular heads: in 2 of 2 seeds")

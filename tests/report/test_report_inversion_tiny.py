@@ -76,7 +76,7 @@ def test_the_png_changes_when_one_seed_changes(inversion_run):
     (inversion_run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     paths = plot_inversion_tiny(inversion_run)
     assert [p.name for p in paths] == ["1_counterfactual_accuracy.png", "2_attention.png",
-                                       "3_accuracies.png"]
+                                       "3_accuracies.png", "4_mechanism.png"]
     assert path.read_bytes() != before
 
 
@@ -91,7 +91,9 @@ def test_unknown_keys_are_ignored_and_missing_ones_do_not_crash(inversion_run):
         if r["arm"] == "lora":
             r.pop("cf_acc")
     (inversion_run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert len(plot_inversion_tiny(inversion_run)) == 3
+    names = [p.name for p in plot_inversion_tiny(inversion_run)]
+    assert names == ["1_counterfactual_accuracy.png", "2_attention.png", "3_accuracies.png",
+                     "4_mechanism.png"]
     fig = cf_figure(load_curves(inversion_run))
     assert not any(gid.startswith("lora/") for gid in _lines(fig))
     plt.close(fig)

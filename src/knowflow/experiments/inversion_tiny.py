@@ -288,11 +288,14 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
         all_records += [{**r, "arm": arm, "seed": seed} for seed, v in saved.items()
                         for r in v["records"]]
     atomic_write_jsonl(out_dir / METRICS, all_records)
-    summary["pretrain"] = {str(seed): {k: v for k, v in p.items() if k != "path"}
+    # wall times stay in the cache's pretrain.json: the summary holds only what the seed
+    # determines, so two runs of one config write identical summaries
+    summary["pretrain"] = {str(seed): {k: v for k, v in p.items() if k not in ("path",
+                                                                              "seconds")}
                            for seed, p in zip(cfg.seeds, pre, strict=True)}
     if "mixed" in cfg.arms:
-        summary["mechanism"] = mechanism_summary(
-            mean_curve([store.load(keys["mixed", seed])["records"] for seed in cfg.seeds]),
-            cfg.mixture, cfg.sft.train)
+        mixed = [store.load(keys["mixed", seed])["records"] for seed in cfg.seeds]
+        summary["mechanism"] = mechanism_summary(mean_curve(mixed), cfg.mixture, cfg.sft.train,
+                                                 mixed)
     summary["findings"] = findings(summary)
     return summary

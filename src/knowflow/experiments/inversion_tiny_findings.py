@@ -38,7 +38,6 @@ def findings(summary: dict) -> dict:
             out[f"{arm}_reduces_fall_every_seed"] = all(
                 a < m for a, m in zip(summary[arm]["fall_seeds"], mixed["fall_seeds"],
                                       strict=True))
-    return out
     mech = summary.get("mechanism")
     if mech:
         out["mechanism_verdict"] = mechanism_verdict(mech)
@@ -55,11 +54,34 @@ def _corr(xs: list[float], ys: list[float]) -> float:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else 0.0
 
 
-def mechanism_summary(curve: list[dict], mixture: Mixture, train: str) -> dict:
+def _tracking_heads(records: list[dict], threshold: float = 0.5) -> dict:
+    """One seed: the heads whose context attention tracks counterfactual accuracy over the
+    run (Pearson r > threshold), and how much context attention they lose after the peak.
+    Heads are matched within a seed only: a head's index means nothing across seeds."""
+    cf = [r["cf_acc"] for r in records]
+    peak = max(range(len(cf)), key=lambda i: (cf[i], -i))
+    heads = []
+    for layer, row in enumerate(records[0]["attn_context_heads"]):
+        for head in range(len(row)):
+            series = [r["attn_context_heads"][layer][head] for r in records]
+            heads.append({"head": f"L{layer}H{head}", "r": _corr(series, cf),
+                          "at_peak": series[peak], "final": series[-1]})
+    best = max(heads, key=lambda h: h["r"])
+    tracking = [h for h in heads if h["r"] > threshold]
+    drop = (sum(h["at_peak"] - h["final"] for h in tracking) / len(tracking)
+            if tracking else 0.0)
+    return {"best_head": best["head"], "best_r": best["r"], "n_tracking": len(tracking),
+            "tracking_drop": drop}
+
+
+def mechanism_summary(curve: list[dict], mixture: Mixture, train: str,
+                      per_seed: list[list[dict]] | None = None) -> dict:
     """From `mixed`'s seed-mean curve: per layer, context and subject attention at the start,
     the peak of counterfactual accuracy and the end, and their correlation with it over
     steps; per example kind, the mean share-weighted gradient projection on context attention
-    (layers summed) before and after the peak."""
+    (layers summed) before and after the peak. With `per_seed` records carrying per-head
+    attention: per seed, the head whose context attention tracks accuracy best, and the mean
+    context attention the tracking heads (r > 0.5) lose from the peak to the end."""
     cf = [r["cf_acc"] for r in curve]
     peak = max(range(len(cf)), key=lambda i: (cf[i], -i))
     out: dict = {"train": train, "peak_step": curve[peak]["step"]}
@@ -78,15 +100,18 @@ def mechanism_summary(curve: list[dict], mixture: Mixture, train: str) -> dict:
         total = [share * sum(r[key]) for r in curve]
         out[f"grad_{kind}_before_peak"] = sum(total[1:peak + 1]) / max(1, peak)
         out[f"grad_{kind}_after_peak"] = sum(total[peak + 1:]) / max(1, len(total) - peak - 1)
+    if per_seed and all("attn_context_heads" in recs[0] for recs in per_seed):
+        rows = [_tracking_heads(recs) for recs in per_seed]
+        for key in rows[0]:
+            out[f"{key}_seeds"] = [row[key] for row in rows]
     return out
 
 
 def mechanism_verdict(m: dict) -> str:
-    """One paragraph-sentence: where the fall comes from."""
+    """Where the fall comes from, in a few sentences."""
     layers = sorted({k.split("_")[0] for k in m if k.startswith("L")})
     drops = {layer: m[f"{layer}_ctx_at_peak"] - m[f"{layer}_ctx_final"] for layer in layers}
     top = max(layers, key=lambda layer: drops[layer])
-    leaves = drops[top] > 0.02 and m[f"{top}_ctx_corr_cf"] > 0.5
     pull = m.get("grad_C+S_after_peak")
     push = m.get("grad_C_after_peak")
     grads = (f" After the peak the C+S examples' gradient {'lowers' if pull < 0 else 'raises'} "
@@ -96,13 +121,24 @@ def mechanism_verdict(m: dict) -> str:
     frozen = (" Only q_proj and k_proj train, so values and MLPs cannot write the memorized "
               "answer over the copied one: the fall can only come from attention."
               if m["train"] == "qk_only" else "")
-    if leaves:
+    if "tracking_drop_seeds" in m:
+        n = len(m["tracking_drop_seeds"])
+        leaving = sum(d >= 0.05 for d in m["tracking_drop_seeds"])
+        head = (f"{'The fall comes from' if 2 * leaving > n else 'Only in part from'} "
+                f"attention leaving the context in particular heads: in {leaving} of {n} seeds "
+                f"the heads whose context attention tracks counterfactual accuracy (r > 0.5; "
+                f"best r per seed {', '.join(f'{r:.2f}' for r in m['best_r_seeds'])}) lose "
+                f"at least 0.05 of it after the peak (mean loss per seed "
+                f"{', '.join(f'{d:.2f}' for d in m['tracking_drop_seeds'])}), while the head "
+                f"mean moves little ({top}: {m[f'{top}_ctx_at_peak']:.2f} at the peak -> "
+                f"{m[f'{top}_ctx_final']:.2f}), other heads moving the other way.")
+    elif drops[top] > 0.02 and m[f"{top}_ctx_corr_cf"] > 0.5:
         head = (f"The fall comes from attention leaving the context, as in the theory: "
                 f"{top} context attention goes {m[f'{top}_ctx_start']:.2f} -> "
                 f"{m[f'{top}_ctx_at_peak']:.2f} at the peak -> {m[f'{top}_ctx_final']:.2f} and "
                 f"tracks counterfactual accuracy (r = {m[f'{top}_ctx_corr_cf']:.2f}).")
     else:
-        head = (f"Context attention does not explain the fall: it drops by at most "
+        head = (f"Context attention (head mean) does not explain the fall: it drops by at most "
                 f"{drops[top]:.2f} after the peak ({top}, r = {m[f'{top}_ctx_corr_cf']:.2f} "
                 "with counterfactual accuracy).")
     return head + grads + frozen

@@ -54,5 +54,6 @@ def mechanism_figure(run_dir: Path, arm: str = "mixed") -> Path | None:
     b.set_yscale("symlog", linthresh=1e-3)
     b.set_xlabel("finetuning step")
     b.set_title("d(context attention)/dt from each kind's gradient", fontsize=10)
-    b.legend(fontsize=7)
+    if b.get_legend_handles_labels()[0]:
+        b.legend(fontsize=7)
     return save(fig, Path(run_dir) / "figures" / "4_mechanism.png")
