@@ -60,7 +60,7 @@ def test_mechanism_elsewhere_when_attention_stays():
     curve = _curve(cf=[0.0, 0.8, 0.4, 0.2], ctx=[0.1, 0.5, 0.5, 0.5], subj=[0.6, 0.2, 0.2, 0.2],
                    grad_cs=[0.0, 0.0, 0.0, 0.0], grad_c=[1.0, 0.0, 0.0, 0.0])
     text = mechanism_verdict(mechanism_summary(curve, Mixture(100, 0.1, 0.8, 0.1, 0), "lora"))
-    assert text.startswith("Context attention does not explain the fall")
+    assert text.startswith("Context attention (head mean) does not explain the fall")
     assert "values and MLPs" not in text
 
 
