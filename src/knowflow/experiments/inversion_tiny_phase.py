@@ -36,7 +36,12 @@ def run_phase(cfg, out_dir: Path) -> dict:
     store = PartStore(out_dir)
     grid = cells(cfg.phase)
     pre = {(r, s): (cell_config(cfg, 0.5, r), s) for _, r, s in grid}
-    run_jobs(pretrain_job, list(pre.values()), cfg.workers)
+    infos = run_jobs(pretrain_job, list(pre.values()), cfg.workers)
+    # whether each pretrained model learned its skills (a cell without the lookup skill
+    # cannot rise, whatever the theory says)
+    learned = {f"reliability {r:g}, seed {s}": {"recall": info["recall"],
+                                                "lookup_acc": info["lookup_acc"]}
+               for (r, s), info in zip(pre, infos, strict=True)}
     todo = [(cell_config(cfg, x, r), "mixed", s, store.dir / cell_key(x, r, s))
             for x, r, s in grid if store.load(cell_key(x, r, s)) is None]
 
@@ -57,7 +62,7 @@ def run_phase(cfg, out_dir: Path) -> dict:
     atomic_write_jsonl(out_dir / METRICS, records + toy_records)
     agree = agreement(tiny, toy)
     atomic_write_json(out_dir / PHASE, {"tiny": tiny, "toy": toy})
-    return {"phase": {"tiny": tiny, "toy": toy, "agreement": agree},
+    return {"phase": {"tiny": tiny, "toy": toy, "agreement": agree}, "pretrain": learned,
             "findings": {"verdict": phase_verdict(agree, cfg.phase.threshold)}}
 
 
