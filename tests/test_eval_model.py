@@ -181,7 +181,7 @@ def test_cli_eval_on_a_local_model_folder(model, tokenizer, tmp_path):
     (["--data", "{tmp}/missing.jsonl"], "no such file"),
     (["--data", "{tmp}/bad.jsonl"], "line 1: field 'answer'"),
     (["--model", "no-such-org/no-such-model", "--suite", "cf-bio", "--limit", "1"],
-     "not available locally"),
+     "not in the Hugging Face cache"),
     (["--suite", "cf-bio", "--prompt-format", "xml"], "prompt_format"),
 ])
 def test_cli_eval_bad_input_is_one_line_exit_2(tmp_path, args, message):
