@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from knowflow.train.tiny_track import _select, answer_attention, answer_logits, span_masks
+from knowflow.train.tiny_track import answer_attention, answer_logits, select_rows, span_masks
 from knowflow.worlds.tiny_world import Example
 
 
@@ -41,7 +41,7 @@ def kind_loss(model, batch: dict[str, torch.Tensor], kinds: Sequence[str], kind:
               ) -> torch.Tensor:
     """L_k: the mean answer loss of the rows of `kind`. ()"""
     rows = torch.tensor([i for i, k in enumerate(kinds) if k == kind])
-    part = _select(batch, rows)
+    part = select_rows(batch, rows)
     logits, _ = answer_logits(model, part)
     return F.cross_entropy(logits, part["answer"])
 

@@ -63,7 +63,8 @@ def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool
     return logits, out.attentions
 
 
-def _select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+def select_rows(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rows `idx` of every tensor of an encoded batch."""
     return {k: v[idx] for k, v in batch.items()}
 
 
@@ -72,7 +73,7 @@ def per_example_loss(model, batch: dict[str, torch.Tensor], chunk: int = 256) ->
     """Answer loss of every row. (n,)"""
     out = []
     for start in range(0, len(batch["ids"]), chunk):
-        part = _select(batch, torch.arange(start, min(start + chunk, len(batch["ids"]))))
+        part = select_rows(batch, torch.arange(start, min(start + chunk, len(batch["ids"]))))
         logits, _ = answer_logits(model, part)
         out.append(F.cross_entropy(logits, part["answer"], reduction="none"))
     return torch.cat(out)
