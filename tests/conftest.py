@@ -10,6 +10,10 @@ settings.register_profile("knowflow", derandomize=True)
 settings.load_profile("knowflow")
 
 # A test fixture only: the library never writes chat templates, it calls apply_chat_template.
+# A tiny-world config small enough for tests that pretrain and finetune (seconds).
+TINY_WORLD = dict(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_train=8, unk_eval=4,
+                  scratch=6, context_facts=2)
+
 TEST_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
                       "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 

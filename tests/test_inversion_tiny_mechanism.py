@@ -4,6 +4,7 @@ finite differences, on a small pretrained tiny-world model."""
 import pytest
 import torch
 
+from conftest import TINY_WORLD
 from knowflow.models.adapt import TrainableConfig, prepare_trainable
 from knowflow.train.pretrain import (
     PretrainConfig,
@@ -21,8 +22,7 @@ from knowflow.worlds.tiny_world import (
     make_world,
 )
 
-WORLD = TinyWorldConfig(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_train=8,
-                        unk_eval=4, scratch=6, context_facts=2)
+WORLD = TinyWorldConfig(**TINY_WORLD)
 
 
 @pytest.fixture(scope="module")

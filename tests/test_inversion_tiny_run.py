@@ -4,6 +4,7 @@ contract, resume after an interruption, and bad input."""
 import pytest
 import torch
 
+from conftest import TINY_WORLD
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
 from knowflow.experiments.runner import build_config, run_experiment
@@ -25,8 +26,7 @@ from knowflow.worlds.tiny_world import (
     make_world,
 )
 
-WORLD = TinyWorldConfig(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_train=8,
-                        unk_eval=4, scratch=6, context_facts=2)
+WORLD = TinyWorldConfig(**TINY_WORLD)
 MODEL = TinyModelConfig(layers=2, heads=2, d_model=16, d_ff=32)
 PRE = PretrainConfig(steps=5, eval_every=5, batch_size=4)
 TINY = {"world.mem_train": 8, "world.mem_eval": 4, "world.unk_train": 8, "world.unk_eval": 4,
