@@ -104,7 +104,7 @@ def test_ranking_with_tiny_random_llama(model, tokenizer):
 def test_first_token_fallback_pass_gives_the_same_scores(model, tokenizer, monkeypatch):
     """Where a first token does not round-trip through decode, a separate prompt pass scores
     it; both paths agree."""
-    import knowflow.evaluate.rank as rank
+    from knowflow.evaluate import rank
 
     data = generate(OcrPeopleConfig(pairs_per_family=3, people_per_family=6, seed=2))
     items = list(data.eval_items)[:6]

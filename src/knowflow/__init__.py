@@ -1,53 +1,77 @@
 """knowflow: where does a language model's answer come from — its context or its weights?
 
-The Python API mirrors the `knowflow` command: `run_experiment` runs a registered experiment
-and writes its run directory; `write_report` renders run directories as one HTML page;
-`evaluate` measures how much a language model follows a counterfactual context;
-`RelianceTracker` (an HF TrainerCallback) tracks that during anyone's finetuning run:
+The Python API mirrors the `knowflow` command and is meant for a notebook:
 
-    tracker = knowflow.RelianceTracker(tokenizer, knowflow.TrackerConfig(every=50), "runs/x")
-    tracker.attach(trainer)
+    model, tokenizer = knowflow.load_model("smollm2-135m-instruct")
+    res = knowflow.evaluate(model, "cf-capitals", scoring="loglik")   # context reliance
+    recs = knowflow.probe("knockout", model, tokenizer, examples, window=3)
+    knowflow.list_suites(), knowflow.get_suite("cf-capitals", limit=5)
+    knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", out_dir="runs/x")
+    kept, scores = knowflow.curate(model, tokenizer, rows, CurateConfig(drop=0.25))
+    rows = knowflow.augment(rows, ratio=0.5)
+
+`RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning.
+
+Every public name is a plain function or class, loaded on first use (importing knowflow does
+not import torch or matplotlib). Two of them share their name with a subpackage
+(`knowflow.evaluate`, `knowflow.curate`); the package attribute stays the function even after
+the subpackage is imported (submodules are still imported as `from knowflow.evaluate.api
+import ...`).
 """
 
-from knowflow.errors import ConfigError, DataError, KnowflowError
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
+from knowflow.errors import ConfigError, DataError, KnowflowError  # noqa: F401  (in __all__)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ConfigError",
-    "DataError",
-    "KnowflowError",
-    "RelianceTracker",
-    "SFTConfig",
-    "TrackerConfig",
-    "__version__",
-    "evaluate",
-    "finetune",
-    "run_experiment",
-    "write_report",
-]
+# public name -> "module:attribute" it is defined as
+_API = {
+    "augment": "knowflow.curate.augment:augment",
+    "curate": "knowflow.curate.criticality:curate_examples",
+    "evaluate": "knowflow.evaluate.api:evaluate",
+    "finetune": "knowflow.train.sft:finetune",
+    "get_suite": "knowflow.worlds.suites:get_suite",
+    "list_experiments": "knowflow.experiments.registry:list_experiments",
+    "list_suites": "knowflow.worlds.suites:list_suites",
+    "load_model": "knowflow.models.hf:load_model",
+    "probe": "knowflow.probes:probe",
+    "run_experiment": "knowflow.experiments.runner:run_experiment",
+    "write_report": "knowflow.report.html:write_report",
+    "RelianceTracker": "knowflow.train.tracker:RelianceTracker",
+    "SFTConfig": "knowflow.train.sft:SFTConfig",
+    "TrackerConfig": "knowflow.train.tracker:TrackerConfig",
+}
+
+__all__ = sorted(["ConfigError", "DataError", "KnowflowError", "__version__", *_API])
 
 
-def __getattr__(name: str):
-    # Lazy: importing knowflow must not import torch or matplotlib.
-    if name == "run_experiment":
-        from knowflow.experiments.runner import run_experiment
+def _resolve(target: str):
+    module, attr = target.split(":")
+    return getattr(_importlib.import_module(module), attr)
 
-        return run_experiment
-    if name == "evaluate":
-        from knowflow.evaluate.api import evaluate
 
-        return evaluate
-    if name == "write_report":
-        from knowflow.report.html import write_report
+def _public(name: str, target: str) -> property:
+    def get(self):
+        return _resolve(target)
 
-        return write_report
-    if name in ("RelianceTracker", "TrackerConfig"):
-        from knowflow.train import tracker
+    def set_(self, value):
+        # Importing the subpackage `knowflow.<name>` binds it here; the public name stays the
+        # function. Anything else is a mistake (patch the defining module instead).
+        if not (isinstance(value, _types.ModuleType) and value.__name__ == f"knowflow.{name}"):
+            raise AttributeError(f"knowflow.{name} is {target.replace(':', '.')}; "
+                                 "set or patch it there")
+    return property(get, set_, doc=f"{target.replace(':', '.')} (loaded on first use)")
 
-        return getattr(tracker, name)
-    if name in ("SFTConfig", "finetune"):
-        from knowflow.train import sft
 
-        return getattr(sft, name)
-    raise AttributeError(name)
+class _Knowflow(_types.ModuleType):
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_API))
+
+
+for _name, _target in _API.items():
+    setattr(_Knowflow, _name, _public(_name, _target))
+_sys.modules[__name__].__class__ = _Knowflow
+del _name, _target

@@ -6,9 +6,16 @@ Every probe takes `(model, tokenizer, examples, cfg)` and returns records (dicts
 * `sublayer` — zero MLP / attention outputs at chosen positions in a window of layers;
 * `project` — vocabulary projection: attribute extraction rate and attributes rate;
 * `attention` — attention mass from the answer position to the context.
+
+`probe(name, model, tokenizer, examples, **cfg)` runs one of them by name, with its config
+fields as keyword arguments.
 """
 
-from knowflow.probes.examples import ProbeExample, builtin_facts, load_examples
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from knowflow.errors import ConfigError
+from knowflow.probes.examples import ProbeExample, as_example, builtin_facts, load_examples
 from knowflow.probes.knockout import KnockoutConfig, knockout, summarize_knockout
 from knowflow.probes.mass import AttentionMassConfig, attention_mass, mean_attention_mass
 from knowflow.probes.projection import ProjectionConfig, projection, summarize_projection
@@ -22,7 +29,23 @@ PROBES = {
     "attention": (attention_mass, AttentionMassConfig, None),
 }
 
+
+def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping[str, Any]],
+          progress=None, **cfg) -> list[dict]:
+    """Run probe `name` (knockout, sublayer, project, attention) on `examples` (ProbeExamples
+    or dicts with prompt/subject/answer...); `cfg` sets fields of its config (e.g. `window=3`);
+    an unknown field or a bad value is a ConfigError naming it. Returns the probe's records."""
+    from knowflow.config import apply_overrides, validate_config
+
+    if name not in PROBES:
+        raise ConfigError(f"unknown probe {name!r} (known: {', '.join(PROBES)})")
+    fn, config_cls, _ = PROBES[name]
+    config = apply_overrides(config_cls(), cfg)
+    validate_config(config)
+    return fn(model, tokenizer, [as_example(e) for e in examples], config, progress)
+
+
 __all__ = ["PROBES", "AttentionMassConfig", "KnockoutConfig", "ProbeExample",
            "ProjectionConfig", "SublayerConfig", "attention_mass", "builtin_facts", "knockout",
-           "load_examples", "mean_attention_mass", "projection", "sublayer_knockout",
+           "load_examples", "mean_attention_mass", "probe", "projection", "sublayer_knockout",
            "summarize_knockout", "summarize_projection", "summarize_sublayer"]

@@ -1,0 +1,142 @@
+"""The public API (knowflow/__init__.py): every name resolves to the function or class it
+names, `knowflow.evaluate` and `knowflow.curate` stay functions after their subpackages (and
+every other module) are imported, and signatures are the real ones (notebook help works)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import pydoc
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import knowflow
+from knowflow.errors import ConfigError
+
+PUBLIC = {
+    "augment": ("knowflow.curate.augment", "augment"),
+    "curate": ("knowflow.curate.criticality", "curate_examples"),
+    "evaluate": ("knowflow.evaluate.api", "evaluate"),
+    "finetune": ("knowflow.train.sft", "finetune"),
+    "get_suite": ("knowflow.worlds.suites", "get_suite"),
+    "list_experiments": ("knowflow.experiments.registry", "list_experiments"),
+    "list_suites": ("knowflow.worlds.suites", "list_suites"),
+    "load_model": ("knowflow.models.hf", "load_model"),
+    "probe": ("knowflow.probes", "probe"),
+    "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
+    "write_report": ("knowflow.report.html", "write_report"),
+    "RelianceTracker": ("knowflow.train.tracker", "RelianceTracker"),
+    "SFTConfig": ("knowflow.train.sft", "SFTConfig"),
+    "TrackerConfig": ("knowflow.train.tracker", "TrackerConfig"),
+}
+
+
+def _import_everything() -> list[str]:
+    names = [m.name for m in pkgutil.walk_packages(knowflow.__path__, "knowflow.")
+             if m.name != "knowflow.__main__"]  # running it runs the CLI
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
+def test_all_lists_exactly_the_public_names():
+    assert set(knowflow.__all__) == {*PUBLIC, "ConfigError", "DataError", "KnowflowError",
+                                     "__version__"}
+    assert set(PUBLIC) <= set(dir(knowflow))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_each_public_name_is_the_defining_object(name):
+    module, attr = PUBLIC[name]
+    obj = getattr(knowflow, name)
+    assert obj is getattr(importlib.import_module(module), attr)
+    assert inspect.isfunction(obj) or inspect.isclass(obj)
+    exec(f"from knowflow import {name} as imported", ns := {})
+    assert ns["imported"] is obj
+
+
+def test_evaluate_and_curate_stay_functions_after_every_module_is_imported():
+    assert len(_import_everything()) > 50
+    import knowflow.curate.criticality  # noqa: F401
+    import knowflow.evaluate.api  # noqa: F401
+
+    for name in ("evaluate", "curate"):
+        assert inspect.isfunction(getattr(knowflow, name)), name
+    assert inspect.ismodule(sys.modules["knowflow.evaluate"])  # the package still imports
+    from knowflow.evaluate import api
+    assert api.evaluate is knowflow.evaluate
+
+
+def test_setting_a_public_name_is_refused():
+    with pytest.raises(AttributeError, match="knowflow.evaluate.api.evaluate"):
+        knowflow.evaluate = print
+
+
+def test_signatures_and_help_are_real():
+    _import_everything()
+    sig = inspect.signature(knowflow.evaluate)
+    assert list(sig.parameters)[:2] == ["model", "suites"]
+    assert "config" in sig.parameters and "out_dir" in sig.parameters
+    assert list(inspect.signature(knowflow.probe).parameters)[:4] == [
+        "name", "model", "tokenizer", "examples"]
+    assert list(inspect.signature(knowflow.load_model).parameters)[:1] == ["name"]
+    assert list(inspect.signature(knowflow.curate).parameters)[:3] == [
+        "model", "tokenizer", "examples"]
+    text = pydoc.render_doc(knowflow.evaluate, renderer=pydoc.plaintext)
+    assert "evaluate(model=" in text and "args, **kwargs" not in text
+
+
+def test_importing_knowflow_imports_neither_torch_nor_matplotlib():
+    code = ("import sys, knowflow; knowflow.__all__; "
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_suites_and_experiments_are_listed():
+    assert "cf-capitals" in knowflow.list_suites()
+    items = knowflow.get_suite("cf-capitals", limit=3)
+    assert len(items) == 3
+    assert {"cpi-toy", "ocr-toy"} <= {e.name for e in knowflow.list_experiments()}
+
+
+def _tiny():
+    from test_probe_fixtures import byte_bpe, tiny_llama
+
+    tok = byte_bpe()
+    return tiny_llama(len(tok)), tok
+
+
+FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
+        "answer": "Paris"}
+
+
+def test_probe_by_name_equals_calling_the_probe_with_its_config():
+    from knowflow.probes import KnockoutConfig, ProbeExample, knockout
+
+    model, tok = _tiny()
+    got = knowflow.probe("knockout", model, tok, [FACT], window=1, known_only=False,
+                         sources=("subject", "last"))
+    ref = knockout(model, tok, [ProbeExample(**FACT)],
+                   KnockoutConfig(window=1, known_only=False, sources=("subject", "last")))
+    assert len(got) == len(ref) > 0
+    for a, b in zip(got, ref, strict=True):
+        assert a["source"] == b["source"] and a["layer"] == b["layer"]
+        torch.testing.assert_close(a["p"], b["p"])
+
+
+def test_probe_rejects_unknown_names_and_fields():
+    model, tok = _tiny()
+    with pytest.raises(ConfigError, match="unknown probe 'nope'"):
+        knowflow.probe("nope", model, tok, [FACT])
+    with pytest.raises(ConfigError) as err:
+        knowflow.probe("knockout", model, tok, [FACT], windw=3)
+    assert err.value.field == "windw"
+    with pytest.raises(ConfigError) as err:
+        knowflow.probe("sublayer", model, tok, [FACT], window=0)
+    assert err.value.field == "window"
