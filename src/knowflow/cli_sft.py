@@ -96,6 +96,13 @@ def sft_cmd(
                                                        "counterfactual accuracy.")] = False,
     stop_drop: Annotated[float | None, Opt(help="Stop when cf accuracy falls this far below "
                                                 "its peak.")] = None,
+    curate: Annotated[str | None, Opt(help="none, or dynamic: re-score every training row's "
+                                           "no-context loss during finetuning and drop the "
+                                           "lowest share.")] = None,
+    curate_every: Annotated[int | None, Opt(help="With --curate dynamic: re-score every N "
+                                                 "steps.")] = None,
+    curate_fraction: Annotated[float | None, Opt(help="With --curate dynamic: share of rows "
+                                                      "dropped at each re-scoring.")] = None,
     set_: Annotated[list[str] | None, Opt("--set", help="Any other field: key=value "
                                                         "(see `knowflow config sft`).")] = None,
     runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
@@ -116,7 +123,8 @@ def sft_cmd(
              lora_targets, "sft.lr": lr, "sft.steps": steps, "sft.batch_size": batch_size,
              "sft.max_length": max_length, "sft.seed": seed, "mixture.seed": seed,
              "track.suites": track, "track.every": track_every, "track.limit": track_limit,
-             "track.stop_drop": stop_drop}
+             "track.stop_drop": stop_drop, "curate.mode": curate,
+             "curate.every": curate_every, "curate.fraction": curate_fraction}
     if prompt_format is not None:
         given["sft.prompt_format"] = given["track.prompt_format"] = prompt_format
     overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
@@ -143,6 +151,11 @@ def sft_cmd(
                   fmt(s.get("attn_context_start")), fmt(s.get("attn_context_final")),
                   f"{s['seconds']:.0f}")
     console.print(table)
+    if "curation_rescorings" in s:
+        console.print(f"dynamic curation: {s['curation_rescorings']} re-scorings "
+                      f"({s['curation_seconds']:.0f} s), {s['curation_final_dropped']} rows "
+                      f"dropped at the last, by kind {s.get('curation_final_dropped_by_kind')}"
+                      f" -> {result.run_dir / 'curation.jsonl'}", highlight=False)
     console.print(f"run directory: {result.run_dir}", highlight=False)
     console.print(f"report: {result.report}", highlight=False)
 

@@ -1,4 +1,4 @@
-"""Context-criticality of finetuning examples, scored with the model about to be finetuned.
+"""Context-criticality of finetuning examples: knowflow's one curation rule, for every model.
 
 For each example the response's mean token loss is computed twice: with its context (Alpaca's
 `input`) and without it. An example whose response the model already predicts without the
@@ -7,6 +7,12 @@ context (low no-context loss) teaches it nothing about reading contexts; Goyal e
 lowest no-context loss. Criticality = loss without context - loss with it.
 
     kept, scores = curate_examples(model, tokenizer, examples, CurateConfig(drop=0.25))
+
+The rule is the same for the three kinds of data knowflow finetunes on: `no_context_loss`
+scores each example's answer without its context (instruction rows of an HF model, tiny-world
+examples, or the theory model's `ToyData`), `lowest_share` picks the share to drop, and
+`drop_lowest_no_context_loss` does both. Dynamic curation (`train.curation`) calls the same
+scoring on the model being trained, every N steps.
 """
 
 from __future__ import annotations
@@ -85,11 +91,24 @@ def score_examples(model, tokenizer, examples: Sequence[Instruction], cfg: Curat
              "criticality": both[n + i] - both[i]} for i, ex in enumerate(examples)]
 
 
+def lowest_share(scores: Sequence[float] | torch.Tensor, fraction: float,
+                 ties: str = "earlier") -> list[int]:
+    """Indices of the round(fraction * n) lowest scores, lowest first. Equal scores: the
+    `ties="earlier"` example is dropped first (stable order), or the later one with "later"."""
+    values = torch.as_tensor(scores, dtype=torch.float64).flatten()  # (n,)
+    n_drop = int(round(fraction * len(values)))
+    if ties == "later":
+        order = torch.argsort(values.flip(0), stable=True)
+        order = len(values) - 1 - order
+    else:
+        order = torch.argsort(values, stable=True)
+    return order[:n_drop].tolist()
+
+
 def dropped_indices(scores: Sequence[dict], cfg: CurateConfig) -> set[int]:
     """The `cfg.drop` share of examples with the lowest `cfg.by` score (ties: earlier kept)."""
     key = "loss_without_context" if cfg.by == "no_context_loss" else "criticality"
-    order = sorted(range(len(scores)), key=lambda i: (scores[i][key], -i))
-    return set(order[:round(len(scores) * cfg.drop)])
+    return set(lowest_share([s[key] for s in scores], cfg.drop, ties="later"))
 
 
 def curate_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
@@ -101,3 +120,57 @@ def curate_examples(model, tokenizer, examples: Sequence[Instruction], cfg: Cura
     for s in scores:
         s["dropped"] = s["index"] in drop
     return [ex for i, ex in enumerate(examples) if i not in drop], scores
+
+
+def instruction_rows_no_context(tokenizer, examples: Sequence[Instruction], prompt_format: str
+                                ) -> list[dict]:
+    """Encoded rows of `examples` with their context (Alpaca `input`) removed."""
+    return [encode(tokenizer, ex, prompt_format, context=False) for ex in examples]
+
+
+def no_context_loss(model, data, tokenizer=None, prompt_format: str = "chat",
+                    batch_size: int = 8) -> torch.Tensor:
+    """Each example's answer loss with its context removed, under `model` as it is now. (n,)
+
+    `data` is the theory model's `ToyData`, a list of tiny-world `Example`s (with their
+    `tokenizer`), a list of `Instruction` rows (with the HF `tokenizer`), or a list of
+    already encoded no-context rows (`input_ids`, `labels`; from `instruction_rows_no_context`).
+    """
+    from knowflow.worlds.cpi_toy import ToyData
+
+    was_training = getattr(model, "training", False)
+    model.eval()
+    try:
+        if isinstance(data, ToyData):
+            from knowflow.worlds.cpi_toy import no_context
+            with torch.no_grad():
+                bare = no_context(data)
+                logits, _ = model(bare.tokens, bare.mask)  # (n, A)
+                return F.cross_entropy(logits, bare.answer, reduction="none")
+        rows = list(data)
+        if rows and isinstance(rows[0], Instruction):
+            rows = instruction_rows_no_context(tokenizer, rows, prompt_format)
+        if rows and isinstance(rows[0], dict):
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
+                tokenizer.eos_token_id
+            return torch.tensor(response_losses(model, rows, pad, batch_size))
+        from knowflow.train.tiny_track import encode as encode_tiny
+        from knowflow.train.tiny_track import per_example_loss
+        from knowflow.worlds.tiny_world import no_context
+        with torch.no_grad():
+            return per_example_loss(model, encode_tiny(tokenizer, [no_context(ex)
+                                                                   for ex in rows]))
+    finally:
+        model.train(was_training)
+
+
+def drop_lowest_no_context_loss(model, data, fraction: float, tokenizer=None, **kw):
+    """`data` without the `fraction` of examples with the lowest no-context loss, order kept
+    (the paper's static filter, scored once with the model before finetuning)."""
+    drop = set(lowest_share(no_context_loss(model, data, tokenizer, **kw), fraction))
+    if not drop:
+        return data if not isinstance(data, list) else list(data)
+    keep = [i not in drop for i in range(len(data))]
+    if isinstance(data, list):
+        return [ex for ex, k in zip(data, keep, strict=True) if k]
+    return data.select(torch.tensor(keep))

@@ -1,29 +1,16 @@
-"""Context-critical filtering for tiny-world finetuning data (Goyal et al., sec. 6).
-
-An example whose answer the pretrained model already gives without its context (low loss on
-`<bos> question s r`) is not context-critical; the paper drops the lowest-scoring share.
-"""
+"""Context-critical filtering for tiny-world finetuning data: an alias of the one curation
+rule in `knowflow.curate.criticality` (kept so that existing imports work)."""
 
 from __future__ import annotations
 
-import torch
-
-from knowflow.train.tiny_track import encode, per_example_loss
-from knowflow.worlds.tiny_world import Example, no_context
+from knowflow.curate import criticality
 
 
-def no_context_loss(model, tokenizer, examples: list[Example]) -> torch.Tensor:
+def no_context_loss(model, tokenizer, examples: list):
     """Per-example answer loss with the context removed. (n,)"""
-    model.eval()
-    return per_example_loss(model, encode(tokenizer, [no_context(ex) for ex in examples]))
+    return criticality.no_context_loss(model, examples, tokenizer)
 
 
-def drop_lowest_no_context_loss(model, tokenizer, examples: list[Example], fraction: float
-                                ) -> list[Example]:
+def drop_lowest_no_context_loss(model, tokenizer, examples: list, fraction: float) -> list:
     """All but the `fraction` of examples with the lowest no-context loss, order kept."""
-    n_drop = int(round(fraction * len(examples)))
-    if n_drop == 0:
-        return list(examples)
-    order = torch.argsort(no_context_loss(model, tokenizer, examples), stable=True)
-    dropped = set(order[:n_drop].tolist())
-    return [ex for i, ex in enumerate(examples) if i not in dropped]
+    return criticality.drop_lowest_no_context_loss(model, examples, fraction, tokenizer)

@@ -38,6 +38,13 @@ def check(cfg: SFTJobConfig) -> None:
                 "--keep-peak needs tracking; drop --no-track or --keep-peak")
         require(t.stop_drop is None, "track.stop_drop",
                 "--stop-drop needs tracking; drop --no-track or --stop-drop")
+    if cfg.curate.mode != "dynamic":
+        from knowflow.train.curation import DynamicCurationConfig
+
+        require(cfg.curate == DynamicCurationConfig(), "curate.mode",
+                "--curate-every and --curate-fraction need --curate dynamic")
+    else:
+        require(s.trainer == "hf", "curate.mode", "dynamic curation needs --trainer hf")
     check_device(cfg.device)
     check_model(cfg.model)
     if cfg.data != BUILTIN:

@@ -161,11 +161,13 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     """Train `model` on encoded `dataset` for `cfg.steps` steps; see the module docstring.
 
     `callbacks` are TrainerCallbacks; a `RelianceTracker` among them is attached so that its
-    metrics reach the Trainer's loggers. `args_overrides` set other TrainingArguments.
+    metrics reach the Trainer's loggers; a `DynamicCuration` among them samples the rows
+    (see `train.curation`). `args_overrides` set other TrainingArguments.
     """
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
     from transformers.trainer_callback import PrinterCallback
 
+    from knowflow.train.curation import DynamicCuration
     from knowflow.train.tracker import RelianceTracker
 
     cfg.validate()
@@ -181,6 +183,9 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE,
                                       return_tensors="pt")
     trackers = [c for c in callbacks if isinstance(c, RelianceTracker)]
+    curation = next((c for c in callbacks if isinstance(c, DynamicCuration)), None)
+    if curation is not None and cfg.trainer != "hf":
+        raise ConfigError("dynamic curation needs the HF Trainer", "trainer", "use trainer=hf")
     others = [c for c in callbacks if not isinstance(c, RelianceTracker)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -188,9 +193,10 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
             trainer = trl_trainer(model, tokenizer, dataset, cfg, out_dir, others,
                                   **args_overrides)
         else:
-            trainer = Trainer(model=model, args=training_args(cfg, out_dir, **args_overrides),
-                              train_dataset=list(dataset), data_collator=collator,
-                              processing_class=tokenizer, callbacks=others)
+            kwargs = dict(model=model, args=training_args(cfg, out_dir, **args_overrides),
+                          processing_class=tokenizer, callbacks=others)
+            trainer = curation.trainer(list(dataset), collator, **kwargs) if curation else \
+                Trainer(train_dataset=list(dataset), data_collator=collator, **kwargs)
     trainer.remove_callback(PrinterCallback)  # library code never prints
     for tracker in trackers:
         tracker.attach(trainer)

@@ -3,7 +3,8 @@ reliance tracker, save the model, and summarize the reliance curve.
 
 The run directory gets `data.jsonl` (the exact training rows), `metrics.jsonl` (one tracker
 record per evaluation), `checkpoints/` (Trainer checkpoints, for resuming), `model/` (the final
-weights: only the adapter for LoRA) and, with `track.keep_peak`, `peak/`.
+weights: only the adapter for LoRA), with `track.keep_peak`, `peak/`, and with
+`curate.mode=dynamic`, `curation.jsonl` (the rows dropped at each re-scoring).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from knowflow.config import require
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
+from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.sft_data import Instruction, encode_all, load_instructions, save_instructions
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
@@ -43,9 +45,11 @@ class SFTJobConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     track: TrackerConfig = field(default_factory=TrackerConfig)
+    curate: DynamicCurationConfig = field(default_factory=DynamicCurationConfig)
 
     def validate(self) -> None:
         self.sft.validate()
+        self.curate.validate()
         self.mixture.validate()
         self.track.validate()
         require(self.track_items in ("auto", "heldout", "suites"), "track_items",
@@ -96,6 +100,11 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if cfg.tracking:
         tracker = RelianceTracker(tokenizer, cfg.track, out_dir, items=tracked_items(cfg))
         callbacks.append(tracker)
+    curation = None
+    if cfg.curate.mode == "dynamic":
+        from knowflow.train.curation import dynamic_curation
+        curation = dynamic_curation(tokenizer, rows, dropped, cfg.curate, cfg.sft, out_dir)
+        callbacks.append(curation)
     if progress is not None:
         callbacks.append(StepProgress(progress))
     start = time.time()
@@ -113,4 +122,6 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if tracker is not None:
         summary.update(tracker.summary())
         summary["tracking_seconds"] = round(sum(r["eval_seconds"] for r in tracker.records), 1)
+    if curation is not None:
+        summary.update(curation.summary())
     return summary
