@@ -7,6 +7,8 @@ Every probe takes `(model, tokenizer, examples, cfg)` and returns records (dicts
 * `project` — vocabulary projection: attribute extraction rate and attributes rate;
 * `attention` — attention mass from the answer position to the context.
 
+Activations are addressed by named hook points (`blocks.{l}.attn.out`, `blocks.{l}.mlp.out`,
+`blocks.{l}.resid_post`; probes.hooks); knockout and sublayer share one sweep (probes.sweep).
 `probe(name, model, tokenizer, examples, **cfg)` runs one of them by name, with its config
 fields as keyword arguments.
 """

@@ -18,7 +18,6 @@ computes only the last position. `shared_prefix=False` replicates the whole prom
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,14 +31,12 @@ from knowflow.probes.common import (
     check_layers,
     device_of,
     output_cache,
-    recall_examples,
     window,
 )
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import Located, check_source
-
-log = logging.getLogger(__name__)
+from knowflow.probes.sweep import Keyed, layer_curves, sweep
 
 
 @dataclass(frozen=True)
@@ -133,48 +130,28 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
     check_heads(cfg.heads, arch.n_heads)
     for source in cfg.sources:
         check_source(source)
-    located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
-                                             "knockout")
-    log.info("knockout: %d of %d examples kept", len(chosen), len(examples))
-    records: list[dict] = []
+
+    def variants(loc: Located) -> list[Keyed]:
+        out = []
+        for source in cfg.sources:
+            pos = tuple(p for p in loc.positions(source) if p or not cfg.spare_first)
+            for centre in centres:
+                win = window(centre, cfg.window, arch.n_layers)
+                out.append(({"source": source, "layer": centre, "window": list(win),
+                             "n_blocked": len(pos), "heads": list(cfg.heads) or "all"},
+                            (pos, win)))
+        return out
+
     with intercepted(model) as layer_of:
-        for done, i in enumerate(chosen):
-            ex, loc, pred = examples[i], located[i], preds[i]
-            sets = {s: tuple(p for p in loc.positions(s) if p or not cfg.spare_first)
-                    for s in cfg.sources}
-            keys = [(s, c) for s in cfg.sources for c in centres]
-            variants: list[Variant] = [((), None)] + [
-                (sets[s], window(c, cfg.window, arch.n_layers)) for s, c in keys]
-            probs = knockout_probs(model, loc, pred.token_id, variants, cfg.heads,
-                                   cfg.batch_size, cfg.shared_prefix, layer_of).tolist()
-            base = probs[0]
-            for (source, centre), (pos, win), p in zip(keys, variants[1:], probs[1:],
-                                                        strict=True):
-                records.append({
-                    "example": ex.id or str(i), "prompt": ex.prompt, "subject": ex.subject,
-                    "prediction": pred.text, "known": pred.known, "source": source,
-                    "layer": centre, "window": list(win), "n_blocked": len(pos),
-                    "heads": list(cfg.heads) or "all", "p_base": base, "p": p,
-                    "rel_change": (p - base) / base if base > 0 else 0.0})
-            if progress:
-                progress(done + 1, len(chosen))
-    return records
+        def probs(loc: Located, target: int, chosen: list[Variant]) -> torch.Tensor:
+            return knockout_probs(model, loc, target, chosen, cfg.heads, cfg.batch_size,
+                                  cfg.shared_prefix, layer_of)
+
+        return sweep(model, tokenizer, examples, cfg.known_only, "knockout", ((), None),
+                     variants, probs, progress)
 
 
 def summarize_knockout(records: Sequence[dict], n_layers: int | None = None) -> dict:
     """Per source set: the mean relative change per layer (window centre) and the layer where
     it is most negative."""
-    n_layers = n_layers or (max((r["layer"] for r in records), default=-1) + 1)
-    summary: dict[str, dict] = {}
-    for source in dict.fromkeys(r["source"] for r in records):
-        rows = [r for r in records if r["source"] == source]
-        curve: list[float | None] = []
-        for layer in range(n_layers):
-            vals = [r["rel_change"] for r in rows if r["layer"] == layer]
-            curve.append(sum(vals) / len(vals) if vals else None)
-        valid = [(v, layer) for layer, v in enumerate(curve) if v is not None]
-        worst = min(valid) if valid else (None, None)
-        summary[source] = {"mean_rel_change": curve, "most_negative_layer": worst[1],
-                           "most_negative_value": worst[0],
-                           "n_examples": len({r["example"] for r in rows})}
-    return summary
+    return layer_curves(records, lambda r: r["source"], n_layers)

@@ -27,6 +27,7 @@ from knowflow.errors import ConfigError
 from knowflow.probes.arch import arch_of
 from knowflow.probes.common import Progress, device_of, pad_id, pad_right, recall_examples
 from knowflow.probes.examples import ProbeExample
+from knowflow.probes.hooks import captured, hook_name
 
 _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or",
                    "is", "was", "are", "be", "it", "its", "as", "with", "from", "that", "this"])
@@ -38,6 +39,8 @@ class ProjectionConfig:
     top_k: int = 50           # tokens per projection for the attributes rate
     batch_size: int = 16
     known_only: bool = True
+# record key -> the hook point it projects (the residual stream is "hidden" in the records)
+POINT_OF = {"attn": "attn.out", "mlp": "mlp.out", "hidden": "resid_post"}
 
 
 def attribute_words(example: ProbeExample) -> frozenset[str]:
@@ -51,26 +54,6 @@ def is_attribute_token(text: str, words: frozenset[str]) -> bool:
     if not t or not re.fullmatch(r"\w+", t) or t in _STOP:
         return False
     return t in words or (len(t) >= 3 and any(w.startswith(t) for w in words))
-
-
-class _Capture:
-    """Forward hooks storing each block's, attention's and MLP's output: (batch, seq, d)."""
-
-    def __init__(self, arch):
-        self.out: dict[tuple[str, int], torch.Tensor] = {}
-        self.handles = []
-        for kind, modules in (("hidden", arch.blocks), ("attn", arch.attn), ("mlp", arch.mlp)):
-            for layer, module in enumerate(modules):
-                self.handles.append(module.register_forward_hook(self._hook(kind, layer)))
-
-    def _hook(self, kind, layer):
-        def hook(module, args, output):
-            self.out[(kind, layer)] = output[0] if isinstance(output, tuple) else output
-        return hook
-
-    def close(self):
-        for handle in self.handles:
-            handle.remove()
 
 
 def project(model, vectors: torch.Tensor, final_norm: bool = True) -> torch.Tensor:
@@ -108,17 +91,14 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
         ids, mask, last = pad_right([located[i].input_ids for i in idx], pad_id(tokenizer), dev)
         subj = torch.tensor([located[i].subject[-1] for i in idx], device=dev)
         rows = torch.arange(len(idx), device=dev)
-        capture = _Capture(arch)
-        try:
+        with captured(model) as acts:  # every hook point: (batch, seq, d_model)
             model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
-        finally:
-            capture.close()
         for layer in range(arch.n_layers):
             top: dict[str, list[int]] = {}
-            for kind in ("attn", "mlp", "hidden"):
-                vec = capture.out[(kind, layer)][rows, last]  # (batch, d_model)
+            for kind, point in POINT_OF.items():
+                vec = acts[hook_name(layer, point)][rows, last]  # (batch, d_model)
                 top[kind] = project(model, vec, cfg.final_norm).argmax(-1).tolist()
-            hidden = capture.out[("hidden", layer)]
+            hidden = acts[hook_name(layer, "resid_post")]
             topk_subj = project(model, hidden[rows, subj], cfg.final_norm).topk(
                 cfg.top_k, dim=-1).indices.tolist()  # (batch, k)
             topk_last = project(model, hidden[rows, last], cfg.final_norm).topk(

@@ -3,14 +3,14 @@ positions, and measure the relative change in the probability of the model's pre
 
 Geva et al. (2023) cancel MLP and attention updates to find which sublayers carry the fact:
 early MLPs at the subject positions enrich the subject representation; attention at the
-last position extracts the attribute. Forward hooks replace a sublayer's output by zero at
-the chosen positions of the chosen batch rows, so all (sublayer, positions, window) variants
-of a prompt run in one batch.
+last position extracts the attribute. Hooks at the named points `blocks.{l}.mlp.out` and
+`blocks.{l}.attn.out` (probes.hooks) replace a sublayer's output by zero at the chosen
+positions of the chosen batch rows, so all (sublayer, positions, window) variants of a prompt
+run in one batch; the sweep over examples and windows is the one knockout uses (probes.sweep).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,17 +19,12 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.probes.arch import arch_of
-from knowflow.probes.common import (
-    Progress,
-    check_layers,
-    device_of,
-    recall_examples,
-    window,
-)
+from knowflow.probes.common import Progress, check_layers, device_of, window
 from knowflow.probes.examples import ProbeExample
+from knowflow.probes.hooks import hook_name, hooked
 from knowflow.probes.spans import Located, check_source
+from knowflow.probes.sweep import Keyed, layer_curves, sweep
 
-log = logging.getLogger(__name__)
 SUBLAYERS = ("mlp", "attn")
 
 
@@ -44,31 +39,14 @@ class SublayerConfig:
 
 
 @contextmanager
-def zeroed_sublayers(model, zero: dict[tuple[str, int], torch.Tensor]) -> Iterator[None]:
-    """Inside the block, the output of sublayer (kind, layer) is zero where
-    `zero[(kind, layer)]` (batch, seq) is True; sublayers without an entry are untouched."""
-    arch = arch_of(model)
-    handles = []
+def zeroed_sublayers(model, zero: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Inside the block, the output at hook point `name` (`blocks.{l}.mlp.out`,
+    `blocks.{l}.attn.out`) is zero where `zero[name]` (batch, seq) is True."""
+    def zero_where(mask: torch.Tensor):
+        return lambda out: out.masked_fill(mask[..., None], 0.0)  # (batch, seq, d_model)
 
-    def make_hook(key):
-        def hook(module, args, output):
-            mask = zero.get(key)
-            if mask is None:
-                return None
-            if isinstance(output, tuple):  # attention returns (output, weights)
-                return (output[0].masked_fill(mask[..., None], 0.0), *output[1:])
-            return output.masked_fill(mask[..., None], 0.0)  # (batch, seq, d_model)
-        return hook
-
-    for kind, modules in (("mlp", arch.mlp), ("attn", arch.attn)):
-        for layer, module in enumerate(modules):
-            if any(key == (kind, layer) for key in zero):
-                handles.append(module.register_forward_hook(make_hook((kind, layer))))
-    try:
+    with hooked(model, {name: zero_where(mask) for name, mask in zero.items()}):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 # A variant: zero sublayer `kind` at `positions` in layers [lo, hi] (None: nowhere).
@@ -84,12 +62,12 @@ def sublayer_probs(model, loc: Located, target: int, variants: Sequence[Sublayer
     probs = []
     for start in range(0, len(variants), batch_size):
         chunk = variants[start: start + batch_size]
-        zero: dict[tuple[str, int], torch.Tensor] = {}
+        zero: dict[str, torch.Tensor] = {}
         for r, (kind, pos, win) in enumerate(chunk):
             if win is None or not pos:
                 continue
             for layer in range(win[0], win[1] + 1):
-                mask = zero.setdefault((kind, layer), torch.zeros(
+                mask = zero.setdefault(hook_name(layer, f"{kind}.out"), torch.zeros(
                     len(chunk), ids.shape[1], dtype=torch.bool, device=dev))
                 mask[r, list(pos)] = True
         with zeroed_sublayers(model, zero):
@@ -109,32 +87,25 @@ def sublayer_knockout(model, tokenizer, examples: Sequence[ProbeExample],
             raise ConfigError(f"unknown sublayer {kind!r} (known: mlp, attn)", "sublayers")
     for source in cfg.positions:
         check_source(source)
-    located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
-                                             "sublayer")
-    records: list[dict] = []
-    for done, i in enumerate(chosen):
-        ex, loc, pred = examples[i], located[i], preds[i]
-        keys = [(k, s, c) for k in cfg.sublayers for s in cfg.positions for c in centres]
-        variants: list[SublayerVariant] = [("mlp", (), None)] + [
-            (k, loc.positions(s), window(c, cfg.window, arch.n_layers)) for k, s, c in keys]
-        probs = sublayer_probs(model, loc, pred.token_id, variants, cfg.batch_size).tolist()
-        base = probs[0]
-        for (kind, source, centre), (_, pos, win), p in zip(keys, variants[1:], probs[1:],
-                                                             strict=True):
-            records.append({
-                "example": ex.id or str(i), "prompt": ex.prompt, "subject": ex.subject,
-                "prediction": pred.text, "known": pred.known, "sublayer": kind,
-                "positions": source, "layer": centre, "window": list(win),
-                "n_zeroed": len(pos), "p_base": base, "p": p,
-                "rel_change": (p - base) / base if base > 0 else 0.0})
-        if progress:
-            progress(done + 1, len(chosen))
-    return records
+
+    def variants(loc: Located) -> list[Keyed]:
+        out = []
+        for kind in cfg.sublayers:
+            for source in cfg.positions:
+                pos = loc.positions(source)
+                for centre in centres:
+                    win = window(centre, cfg.window, arch.n_layers)
+                    out.append(({"sublayer": kind, "positions": source, "layer": centre,
+                                 "window": list(win), "n_zeroed": len(pos)}, (kind, pos, win)))
+        return out
+
+    def probs(loc: Located, target: int, chosen: list[SublayerVariant]) -> torch.Tensor:
+        return sublayer_probs(model, loc, target, chosen, cfg.batch_size)
+
+    return sweep(model, tokenizer, examples, cfg.known_only, "sublayer", ("mlp", (), None),
+                 variants, probs, progress)
 
 
 def summarize_sublayer(records: Sequence[dict], n_layers: int | None = None) -> dict:
     """Per "sublayer@positions": mean relative change per layer and the most negative layer."""
-    from knowflow.probes.knockout import summarize_knockout
-
-    return summarize_knockout([{**r, "source": f"{r['sublayer']}@{r['positions']}"}
-                               for r in records], n_layers)
+    return layer_curves(records, lambda r: f"{r['sublayer']}@{r['positions']}", n_layers)
