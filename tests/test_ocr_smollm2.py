@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from knowflow.cli import app
 from knowflow.config import config_to_dict, flatten
 from knowflow.errors import ConfigError
+from knowflow.evaluate.rank_table import family_table
 from knowflow.experiments.ocr_smollm2 import encode_texts, run, smoke_config
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from knowflow.report.ocr_smollm2 import family_table, table_markdown
+from knowflow.report.ocr_smollm2 import table_markdown
 from knowflow.runs import CONFIG, METRICS
 from knowflow.worlds.ocr_people import FAMILY_NAMES, generate
 

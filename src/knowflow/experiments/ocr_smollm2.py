@@ -31,9 +31,10 @@ from pathlib import Path
 
 from knowflow.config import require
 from knowflow.errors import ConfigError
+from knowflow.evaluate.rank_table import family_table
 from knowflow.experiments.registry import Summary, register
 from knowflow.models.hf import SMOLLM2
-from knowflow.report.ocr_smollm2 import family_table, plot_ocr_smollm2
+from knowflow.report.ocr_smollm2 import plot_ocr_smollm2
 from knowflow.train.pretrain import TinyModelConfig
 from knowflow.train.sft import CHECKPOINTS, SFTConfig
 from knowflow.worlds.ocr_people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate

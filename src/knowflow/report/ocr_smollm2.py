@@ -8,9 +8,8 @@
                  finetuning (full answer and first token), top-1, the training-people and
                  facts checks, and (counterfactual family) the real-world implication's rank
 
-Records are flat: `<family>/<group>/<stat>` with group in test_impl, train_impl, test_fact,
-train_fact and stat in mean_rank, top1, mean_rank_first_token, top1_first_token, n,
-n_candidates; `all/...` pools the families. Counterfactual families add prior_mean_rank and
+Records are flat, `<family>/<group>/<stat>` (see evaluate.rank_table, which makes the table
+that the experiment's summary holds too). Counterfactual families add prior_mean_rank and
 prior_top1: the rank of the real-world implication, which the trained mapping contradicts.
 """
 
@@ -18,53 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from knowflow.evaluate.rank_table import families_of, family_table
 from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, series, subplots
 from knowflow.runs import CONFIG, METRICS
-
-
-def families_of(records: list[dict]) -> list[str]:
-    """Family names in the order the records list them (`all` excluded)."""
-    seen: list[str] = []
-    for key in records[0] if records else ():
-        fam = key.split("/", 1)[0]
-        if "/" in key and fam != "all" and fam not in seen:
-            seen.append(fam)
-    return seen
-
-
-def family_table(records: list[dict], causal: dict[str, bool] | None = None) -> dict[str, dict]:
-    """Per family: K, chance, mean rank / top-1 before (first record) and after (last record),
-    the training people's mean rank after, and the held-out people's fact mean rank after."""
-    if not records:
-        return {}
-    recs = sorted(records, key=lambda r: r["step"])
-    before, after = recs[0], recs[-1]
-    out = {}
-    for fam in [*families_of(recs), "all"]:
-        k = after.get(f"{fam}/test_impl/n_candidates")
-        if k is None:
-            continue
-        k = int(k) if float(k).is_integer() else k
-        row = {"causal": (causal or {}).get(fam) if fam != "all" else None,
-               "n_candidates": k, "chance_mean_rank": (k - 1) / 2,
-               "n_test": after.get(f"{fam}/test_impl/n"),
-               "mean_rank_before": before.get(f"{fam}/test_impl/mean_rank"),
-               "mean_rank_after": after.get(f"{fam}/test_impl/mean_rank"),
-               "train_mean_rank_after": after.get(f"{fam}/train_impl/mean_rank"),
-               "top1_before": before.get(f"{fam}/test_impl/top1"),
-               "top1_after": after.get(f"{fam}/test_impl/top1"),
-               "mean_rank_first_token_before": before.get(f"{fam}/test_impl/mean_rank_first_token"),
-               "mean_rank_first_token_after": after.get(f"{fam}/test_impl/mean_rank_first_token"),
-               "fact_mean_rank_after": after.get(f"{fam}/test_fact/mean_rank"),
-               "prior_mean_rank_before": before.get(f"{fam}/test_impl/prior_mean_rank"),
-               "prior_mean_rank_after": after.get(f"{fam}/test_impl/prior_mean_rank"),
-               "steps": after["step"]}
-        for key in ("causal", "prior_mean_rank_before", "prior_mean_rank_after"):
-            if row[key] is None:
-                del row[key]
-        out[fam] = row
-    return out
 
 
 def _curves(ax, records: list[dict], group: str, title: str) -> None:
