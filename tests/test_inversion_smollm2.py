@@ -16,12 +16,18 @@ def model_dir(tiny_model_dir):
 def test_all_arms_write_records(tmp_path, model_dir):
     sets = [f"model={model_dir}", "workers=1", "mixture.size=24", "sft.steps=2",
             "sft.batch_size=4", "sft.prompt_format=chat", "track.prompt_format=chat",
-            "track.every=1", "track.limit=2", "track.batch_size=2", "sft.max_length=512"]
+            "track.every=1", "track.limit=2", "track.batch_size=2", "sft.max_length=512",
+            "arms=lora,full,curated,qk_only,augmented,dynamic", "dynamic.every=1",
+            "indist_n=2"]
     result = run_experiment("inversion-smollm2", sets, runs_root=tmp_path)
     summary = read_json(result.run_dir / "summary.json")
     records = read_jsonl(result.run_dir / "metrics.jsonl")
-    for arm in ("lora", "curated", "qk_only", "augmented"):
+    for arm in ("lora", "full", "curated", "qk_only", "augmented", "dynamic"):
         s = summary[arm]
+        # both scorings, per tracked suite (held-out cf-quotes and cf-world items)
+        for key in ("cf-quotes/cf_acc", "cf-quotes/cf_acc_gen", "cf-world/cf_acc_gen"):
+            assert set(s["curves"][key]) >= {"start", "peak", "peak_step", "final"}, key
+        assert 0 <= s["indist_final"] <= 1
         for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
                     "seconds"):
             assert s[key] is not None, (arm, key)
@@ -29,8 +35,11 @@ def test_all_arms_write_records(tmp_path, model_dir):
     # every arm starts from the same model and is tracked on the same held-out items
     assert len({summary[a]["cf_acc_start"] for a in ("lora", "curated", "qk_only",
                                                      "augmented")}) == 1
-    assert len({summary[a]["attn_context_start"] for a in ("lora", "curated", "qk_only",
-                                                           "augmented")}) == 1
+    assert len({summary[a]["indist_start"] for a in ("lora", "full", "dynamic")}) == 1
+    dyn = read_jsonl(result.run_dir / "arms" / "dynamic" / "curation.jsonl")
+    assert [r["step"] for r in dyn] == [0, 1] and all(r["n_dropped"] == 6 for r in dyn)
+    assert summary["findings"].get("dynamic_fall_removed") is not None or \
+        summary["lora"]["fall"] == 0
     assert summary["curated"]["n_examples"] == 18  # 24 minus the 25% least critical
     # 24 plus up to 6 counterfactual copies (fewer when a relation has one answer only)
     assert 24 < summary["augmented"]["n_examples"] <= 30

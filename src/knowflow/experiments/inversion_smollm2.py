@@ -1,14 +1,20 @@
 """`inversion-smollm2`: context-parametric inversion in a real model, and its mitigations.
 
-SmolLM2-135M-Instruct is finetuned with LoRA on knowflow's built-in C/C+S/S mixture while the
-`RelianceTracker` scores counterfactual accuracy on held-out subjects (never in the mixture).
-Then the same run is repeated with each mitigation of Goyal et al. (ICLR 2025):
+SmolLM2-135M-Instruct is finetuned on knowflow's built-in C/C+S/S mixture (its size and C+S
+share set by `mixture.*`) while the `RelianceTracker` scores counterfactual accuracy on
+held-out items (never in the mixture: `cf-quotes` and the held-out subjects of `cf-world`) by
+log-likelihood and by generation. Arms:
+- `lora`, `full`, `qk_only`: plain finetuning with LoRA, all weights, or only the query and
+  key projections (each with its own learning rate: `sft.lr`, `full_lr`, `qk_lr`);
 - `curated`: the mixture without the 25% of examples with the lowest no-context loss under the
-  model before finetuning (`knowflow curate`);
-- `qk_only`: only the query and key projections are trained (full rank, its own learning rate);
-- `augmented`: entity-substituted counterfactual examples added (`knowflow augment`).
-Each arm is an ordinary `knowflow sft` run in `arms/<arm>/` (resumable on its own); arms run
-in parallel worker processes.
+  model before finetuning (`knowflow curate`, the paper's filter);
+- `augmented`: entity-substituted counterfactual examples added (`knowflow augment`);
+- `dynamic`: dynamic curation (`knowflow sft --curate dynamic`): every `dynamic.every` steps
+  the rows' no-context loss is re-scored under the current weights and the lowest share dropped.
+The mitigation arms train like the `base` arm (lora, full or qk_only), and are compared with it:
+the share of its fall they remove, and the in-distribution accuracy they keep (held-out C and
+C+S rows, scored by generation before and after finetuning). Each arm is an ordinary
+`knowflow sft` run in `arms/<arm>/` (resumable on its own); arms run in parallel processes.
 """
 
 from __future__ import annotations
@@ -25,49 +31,73 @@ from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from knowflow.report.reliance import plot_arms
 from knowflow.runs import METRICS, SUMMARY
+from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.tracker import TrackerConfig
 from knowflow.worlds.instructions import MixtureConfig
 
 log = logging.getLogger(__name__)
 
-ARMS = ("lora", "curated", "qk_only", "augmented")
+MODES = ("lora", "full", "qk_only")           # plain finetuning arms
+MITIGATIONS = ("curated", "augmented", "dynamic")
+ARMS = (*MODES, *MITIGATIONS)
+DEFAULT_ARMS = ("lora", "curated", "augmented", "dynamic")
+GOAL_REMOVED, GOAL_INDIST = 0.8, 0.02          # the mitigation goal: fall removed, accuracy kept
 
 
 @dataclass(frozen=True)
 class InversionSmolConfig:
     model: str = "smollm2-135m-instruct"
-    arms: tuple[str, ...] = ARMS
-    workers: int = 4                  # one process per arm (each one torch thread)
+    arms: tuple[str, ...] = DEFAULT_ARMS
+    base: str = "lora"                # how the mitigation arms train: lora, full or qk_only
+    workers: int = 2                  # one process per arm (each one torch thread)
     qk_lr: float = 1e-4               # qk_only trains full-rank weights: a smaller step
+    full_lr: float = 2e-5             # so does full finetuning
     curate_drop: float = 0.25
     augment_ratio: float = 0.25
+    dynamic: DynamicCurationConfig = field(default_factory=lambda: DynamicCurationConfig(
+        mode="dynamic", every=25, fraction=0.25))
+    indist_n: int = 24                # held-out C rows and C+S rows each (0: none)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
-        train="lora", lr=1e-3, steps=60, batch_size=8, prompt_format="plain", save_every=20,
+        train="lora", lr=1e-3, steps=100, batch_size=8, prompt_format="plain", save_every=25,
         log_every=5))
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     track: TrackerConfig = field(default_factory=lambda: TrackerConfig(
-        every=10, limit=24, prompt_format="plain", scoring="loglik"))
+        suites=("cf-quotes", "cf-world"), every=10, limit=24, prompt_format="plain",
+        scoring="both", attention=False))
 
     def validate(self) -> None:
         require(bool(self.arms), "arms", "name at least one arm")
         for arm in self.arms:
             require(arm in ARMS, "arms", f"unknown arm {arm!r} (known: {', '.join(ARMS)})")
+        require(self.base in MODES, "base", f"{self.base!r} is not one of {', '.join(MODES)}")
         require(self.workers >= 1, "workers", "must be at least 1")
         require(self.qk_lr > 0, "qk_lr", "must be positive")
+        require(self.full_lr > 0, "full_lr", "must be positive")
         require(0 < self.curate_drop < 1, "curate_drop", "must lie in (0, 1)")
         require(self.augment_ratio > 0, "augment_ratio", "must be positive")
-        require(self.sft.train == "lora", "sft.train", "the base arm is LoRA; qk_only is an arm")
-        self.job("lora").validate()
+        require(self.indist_n >= 0, "indist_n", "must not be negative")
+        require(self.dynamic.mode == "dynamic", "dynamic.mode", "the dynamic arm's mode is "
+                "dynamic")
+        self.dynamic.validate("dynamic.")
+        require(self.sft.train == "lora", "sft.train",
+                "sft.* configures the lora arm; choose full or qk_only by arm (or base)")
+        for arm in self.arms:
+            self.job(arm).validate()
+
+    def mode(self, arm: str) -> str:
+        return arm if arm in MODES else self.base
 
     def job(self, arm: str, data: str = "builtin"):
         from knowflow.train.sft_job import SFTJobConfig
 
-        sft = self.sft
-        if arm == "qk_only":
-            sft = dataclasses.replace(sft, train="qk_only", lr=self.qk_lr)
+        mode = self.mode(arm)
+        lr = {"lora": self.sft.lr, "full": self.full_lr, "qk_only": self.qk_lr}[mode]
+        sft = dataclasses.replace(self.sft, train=mode, lr=lr)
+        curate = self.dynamic if arm == "dynamic" else DynamicCurationConfig()
         return SFTJobConfig(model=self.model, data=data, sft=sft, mixture=self.mixture,
-                            track=self.track, save_model=False, track_items="heldout")
+                            track=self.track, save_model=False, track_items="heldout",
+                            curate=curate)
 
 
 def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
@@ -75,7 +105,7 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
     from knowflow.train.sft_data import save_instructions
     from knowflow.worlds.instructions import builtin_mixture
 
-    if arm in ("lora", "qk_only"):
+    if arm in (*MODES, "dynamic"):
         return "builtin"
     path = arm_dir / "train.jsonl"
     if path.exists():
@@ -97,39 +127,95 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
     return str(path)
 
 
+def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> dict:
+    """Share of held-out C and C+S rows whose answer the model's greedy output mentions."""
+    from knowflow.evaluate.generate import generate
+    from knowflow.evaluate.normalize import alternatives, answers_present
+    from knowflow.evaluate.prompts import instruction_prompt
+
+    if not rows:
+        return {}
+    seqs = []
+    for ex in rows:
+        p = instruction_prompt(tokenizer, ex.instruction, ex.input, fmt)
+        seqs.append(tokenizer(p.text, add_special_tokens=p.add_special_tokens)["input_ids"])
+    outs = generate(model, tokenizer, seqs, batch_size=batch_size, max_new_tokens=12)
+    hits: dict[str, list[float]] = {}
+    for ex, out in zip(rows, outs, strict=True):
+        hit = answers_present(out, [alternatives(ex.output)])[0]
+        hits.setdefault(ex.extra["kind"], []).append(float(hit))
+    acc = {f"indist_{k.replace('+', '')}": sum(v) / len(v) for k, v in hits.items()}
+    acc["indist"] = sum(sum(v) for v in hits.values()) / len(rows)
+    return acc
+
+
 def run_arm(cfg: InversionSmolConfig, arm: str, out_dir: Path) -> dict:
+    from knowflow.models.hf import load_model
     from knowflow.train.sft_job import run_sft_job
+    from knowflow.worlds.instructions import heldout_rows
 
     arm_dir = out_dir / "arms" / arm
     if (arm_dir / SUMMARY).exists():
         return read_json(arm_dir / SUMMARY)
     data = _prepare_data(cfg, arm, arm_dir)
-    summary = run_sft_job(cfg.job(arm, data), arm_dir)
+    job = cfg.job(arm, data)
+    model, tok = load_model(cfg.model, device=job.device, dtype=job.dtype)
+    held = heldout_rows(cfg.mixture, cfg.indist_n) if cfg.indist_n else []
+    fmt = cfg.sft.prompt_format
+    start = indist_accuracy(model, tok, held, fmt)
+    summary = run_sft_job(job, arm_dir, model=model, tokenizer=tok)  # trains `model` in place
+    summary.update({f"{k}_start": v for k, v in start.items()})
+    summary.update({f"{k}_final": v for k, v in indist_accuracy(model, tok, held, fmt).items()})
     if arm == "curated":
         scores = read_jsonl(arm_dir / "scores.jsonl")
         dropped = [s for s in scores if s["dropped"]]
         summary["dropped_by_kind"] = {k: sum(s["kind"] == k for s in dropped)
                                       for k in ("C", "C+S", "S")}
+    summary["curves"] = curves(read_jsonl(arm_dir / METRICS))
     atomic_write_json(arm_dir / SUMMARY, summary)
     return summary
+
+
+def curves(records: list[dict]) -> dict:
+    """start / peak / peak step / final of every counterfactual-accuracy series (overall and
+    per suite; `_gen`: generation scoring), from the tracker's records."""
+    keys = sorted({k for r in records for k in r
+                   if k.endswith("cf_acc") or k.endswith("cf_acc_gen")})
+    out = {}
+    for key in keys:
+        pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        peak = max(range(len(pts)), key=lambda i: (pts[i][1], -pts[i][0]))
+        out[key] = {"start": pts[0][1], "peak": pts[peak][1], "peak_step": pts[peak][0],
+                    "final": pts[-1][1], "rise": pts[peak][1] - pts[0][1],
+                    "fall": pts[peak][1] - pts[-1][1]}
+    return out
 
 
 def _row(s: dict) -> dict:
     keys = ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
             "param_acc_start", "param_acc_final", "attn_context_start", "attn_context_final",
-            "train_loss", "n_examples", "trainable_params", "seconds", "tracking_seconds")
-    row = {k: s.get(k) for k in keys}
+            "train_loss", "n_examples", "trainable_params", "seconds", "tracking_seconds",
+            "indist_start", "indist_final", "indist_C_final", "indist_CS_final",
+            "curation_rescorings", "curation_seconds", "curation_final_dropped_by_kind")
+    row = {k: s.get(k) for k in keys if k in s or k.startswith("cf_acc")}
     row["rise"] = s["cf_acc_peak"] - s["cf_acc_start"]
     row["fall"] = s["cf_acc_peak"] - s["cf_acc_final"]
+    gen = s.get("curves", {}).get("cf_acc_gen")
+    if gen:
+        row.update(cf_acc_gen_start=gen["start"], cf_acc_gen_peak=gen["peak"],
+                   cf_acc_gen_peak_step=gen["peak_step"], cf_acc_gen_final=gen["final"],
+                   fall_gen=gen["fall"])
     if "dropped_by_kind" in s:
         row["dropped_by_kind"] = s["dropped_by_kind"]
+    row["curves"] = s.get("curves", {})
     return row
 
 
 @register("inversion-smollm2", InversionSmolConfig, plot_arms,
-          "Reliance during SmolLM2-135M LoRA finetuning, and curated/QK-only/augmented runs",
+          "Reliance during SmolLM2-135M finetuning (LoRA/full/QK-only), and curated/"
+          "augmented/dynamic-curation runs",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
-                   "fall", "param_acc_final", "attn_context_final", "seconds"))
+                   "fall", "fall_gen", "indist_final", "seconds"))
 def run(cfg: InversionSmolConfig, out_dir: Path) -> Summary:
     """Run the arms (in parallel), then gather their records and summaries."""
     out_dir = Path(out_dir)
@@ -140,22 +226,42 @@ def run(cfg: InversionSmolConfig, out_dir: Path) -> Summary:
     records = [{**r, "arm": arm} for arm in cfg.arms
                for r in read_jsonl(out_dir / "arms" / arm / METRICS)]
     atomic_write_jsonl(out_dir / METRICS, records)
-    summary["findings"] = findings(summary)
+    summary["findings"] = findings(summary, cfg.base)
     return summary
 
 
-def findings(summary: dict) -> dict:
-    """Each arm's fall, and a verdict on the plain LoRA arm (the inversion criterion of the
-    toy models); no verdict when the `lora` arm did not run."""
+def mitigation_goal(base: dict, arm: dict) -> dict:
+    """How much of the base arm's fall `arm` removes, the in-distribution accuracy it keeps,
+    and whether that meets the goal (>= 80% removed, within 2 points)."""
+    out: dict = {}
+    if base["fall"] > 0:
+        out["fall_removed"] = 1 - max(arm["fall"], 0.0) / base["fall"]
+    if base.get("indist_final") is not None and arm.get("indist_final") is not None:
+        out["indist_change"] = arm["indist_final"] - base["indist_final"]
+    if "fall_removed" in out and "indist_change" in out:
+        out["goal_met"] = (out["fall_removed"] >= GOAL_REMOVED
+                           and out["indist_change"] >= -GOAL_INDIST - 1e-12)
+    return out
+
+
+def findings(summary: dict, base_arm: str = "lora") -> dict:
+    """Each arm's fall, each mitigation against the `base_arm` (fall removed, accuracy kept),
+    and a verdict on the base arm (the inversion criterion of the toy models); no verdict
+    when the base arm did not run."""
     arms = {k: v for k, v in summary.items() if isinstance(v, dict) and "fall" in v}
     out: dict = {f"{arm}_fall": row["fall"] for arm, row in arms.items()}
-    base = arms.get("lora")
+    base = arms.get(base_arm)
     if base is None:
         return out
+    for arm in MITIGATIONS:
+        if arm in arms:
+            out.update({f"{arm}_{k}": v for k, v in mitigation_goal(base, arms[arm]).items()})
     shown = base["rise"] >= INVERSION_RISE and base["fall"] >= INVERSION_FALL
-    others = ", ".join(f"{arm} {row['fall']:.3f}" for arm, row in arms.items() if arm != "lora")
+    others = ", ".join(f"{arm} {row['fall']:.3f}" for arm, row in arms.items()
+                       if arm != base_arm)
+    label = {"lora": "LoRA", "full": "full", "qk_only": "QK-only"}[base_arm]
     verdict = (
-        f"{'Inversion' if shown else 'No inversion'} in LoRA finetuning: counterfactual "
+        f"{'Inversion' if shown else 'No inversion'} in {label} finetuning: counterfactual "
         f"accuracy {base['cf_acc_start']:.3f} -> peak {base['cf_acc_peak']:.3f} (step "
         f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['fall']:.3f}"
         + (f" (mitigations fall {others})" if others else "")

@@ -5,7 +5,8 @@ contradicts its memory) peaks early in instruction finetuning and then declines 
 training loss keeps improving. The tracker makes that visible: every `every` steps it scores
 knowledge-conflict suites with the model being trained (counterfactual and parametric
 accuracy; the attention mass from the answer position on the context, averaged over layers
-and heads), writes one flat record per evaluation step to `metrics.jsonl` (rewritten
+and heads; with `scoring="both"`, generation's accuracies too as `cf_acc_gen` and
+`param_acc_gen`), writes one flat record per evaluation step to `metrics.jsonl` (rewritten
 atomically; per-suite numbers as `<suite>/cf_acc`, ..., so `pandas.read_json(path,
 lines=True)` gives one column each), forwards the numbers to the Trainer's loggers, marks the
 step of peak counterfactual accuracy, and can keep that checkpoint or stop training after a
@@ -36,6 +37,7 @@ from knowflow.evaluate.api import EvalConfig, evaluate_items, load_suites
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
 from knowflow.train.callback import EvalCallback
+from knowflow.train.reliance_pass import loglik_and_attention
 from knowflow.worlds.facts import ConflictItem
 
 log = logging.getLogger(__name__)
@@ -140,12 +142,16 @@ class RelianceTracker(EvalCallback):
                           known_filter=False, batch_size=self.cfg.batch_size)
         mode = "generate" if self.cfg.scoring == "generate" else "loglik"
         out: dict = {}
-        cf_all, par_all, masses = [], [], []
+        cf_all, par_all, masses, gen_all = [], [], [], []
         for name, items in self.items.items():
             if not items:
                 continue
             mine, real = _shard(items, rank, world)
-            recs = evaluate_items(model, self.tokenizer, name, mine, ecfg, None)
+            fused = self.cfg.scoring == "loglik" and self.cfg.attention
+            if fused:  # one prompt pass gives both the choice and the attention mass
+                recs, item_mass = loglik_and_attention(model, self.tokenizer, mine, ecfg)
+            else:
+                recs = evaluate_items(model, self.tokenizer, name, mine, ecfg, None)
             if mode == "loglik":
                 hits = [(r["loglik"]["choice"] == "counterfactual",
                          r["loglik"]["choice"] == "parametric") for r in recs]
@@ -156,17 +162,15 @@ class RelianceTracker(EvalCallback):
             cf = [float(h[0]) for h in hits]
             par = [float(h[1]) for h in hits]
             block = {"n": len(cf), "cf_acc": sum(cf) / len(cf), "param_acc": sum(par) / len(par)}
+            if self.cfg.scoring == "both":  # generation too, as cf_acc_gen / param_acc_gen
+                gen = _gather([(r["generate"]["counterfactual"], r["generate"]["parametric"])
+                               for r in recs], real, world)
+                block["cf_acc_gen"] = sum(float(h[0]) for h in gen) / len(gen)
+                block["param_acc_gen"] = sum(float(h[1]) for h in gen) / len(gen)
+                gen_all += gen
             if self.cfg.attention:
-                examples, real_flags = [], []
-                for i, (r, it) in enumerate(zip(recs, mine, strict=True)):
-                    span = find_text(r["prompt"], it.context) if it.context else None
-                    if span is not None:
-                        examples.append(ProbeExample(r["prompt"], context=span))
-                        real_flags.append(i < real)
-                mass = attention_mass(model, self.tokenizer, examples,
-                                      AttentionMassConfig(self.cfg.batch_size)) if examples else []
-                means = [m["layer_mean"] for m, keep in zip(mass, real_flags, strict=True)
-                         if keep]
+                means = [m for m in item_mass[:real] if m is not None] if fused else \
+                    self._attention_pass(model, recs, mine, real)
                 means = _gather(means, len(means), world)
                 if means:
                     block["attn_context"] = float(torch.tensor(means).mean())
@@ -176,11 +180,28 @@ class RelianceTracker(EvalCallback):
             out.update({f"{name}/{key}": value for key, value in block.items()})
         out["cf_acc"] = sum(cf_all) / len(cf_all)
         out["param_acc"] = sum(par_all) / len(par_all)
+        if gen_all:
+            out["cf_acc_gen"] = sum(float(h[0]) for h in gen_all) / len(gen_all)
+            out["param_acc_gen"] = sum(float(h[1]) for h in gen_all) / len(gen_all)
         if masses:
             per_layer = torch.tensor(masses).mean(0)  # (layers,)
             out["attn_context"] = float(per_layer.mean())
             out["attn_context_layers"] = [round(float(v), 6) for v in per_layer]
         return out
+
+    def _attention_pass(self, model, recs: list[dict], mine: list[ConflictItem], real: int
+                        ) -> list[list[float]]:
+        """Per-layer attention mass of this process's real items, by a separate pass (when
+        scoring is not log-likelihood alone)."""
+        examples, real_flags = [], []
+        for i, (r, it) in enumerate(zip(recs, mine, strict=True)):
+            span = find_text(r["prompt"], it.context) if it.context else None
+            if span is not None:
+                examples.append(ProbeExample(r["prompt"], context=span))
+                real_flags.append(i < real)
+        mass = attention_mass(model, self.tokenizer, examples,
+                              AttentionMassConfig(self.cfg.batch_size)) if examples else []
+        return [m["layer_mean"] for m, keep in zip(mass, real_flags, strict=True) if keep]
 
     def on_record(self, record: dict, model, state, control) -> None:
         """Mark the peak, keep its model if asked, stop after `stop_drop` below it."""
