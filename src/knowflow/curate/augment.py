@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from knowflow.config import require
 from knowflow.errors import KnowflowError
-from knowflow.train.sft_data import Instruction
+from knowflow.worlds.facts import Instruction
 
 
 def _key(text: str) -> str:

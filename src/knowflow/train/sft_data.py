@@ -12,34 +12,16 @@ model is tracked in the layout it is trained in. Chat rows use the tokenizer's o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluate.prompts import FORMATS, instruction_prompt
 from knowflow.io import atomic_write_jsonl
+from knowflow.worlds.facts import Instruction
 from knowflow.worlds.loaders import json_records
 
 IGNORE = -100  # label of tokens that carry no loss
 _ROLES = ("system", "user", "assistant")
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """One finetuning example: Alpaca fields, or chat `messages` (then the others are "")."""
-
-    instruction: str = ""
-    input: str = ""
-    output: str = ""
-    messages: tuple[tuple[str, str], ...] = ()      # ((role, content), ...)
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
-
-    def to_dict(self) -> dict:
-        if self.messages:
-            return {"messages": [{"role": r, "content": c} for r, c in self.messages],
-                    **self.extra}
-        return {"instruction": self.instruction, "input": self.input, "output": self.output,
-                **self.extra}
 
 
 def _text(rec: dict, name: str, path, line: int, required: bool) -> str:

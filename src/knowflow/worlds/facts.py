@@ -3,7 +3,8 @@
 A `ConflictItem` pairs a context that asserts a counterfactual answer with a question whose
 memorized (parametric) answer differs. The tables under `worlds/data/` hold public facts only
 (capitals, world relations, biographies, sayings); every sentence shown to a model comes from
-knowflow's own templates in `data/templates.json`.
+knowflow's own templates in `data/templates.json`. An `Instruction` is one finetuning row
+(Alpaca fields or chat messages); worlds build them, train/ tokenizes them, curate/ scores them.
 """
 
 from __future__ import annotations
@@ -68,3 +69,21 @@ def templates() -> dict:
     """knowflow's sentence templates (`data/templates.json`)."""
     with _data_file("templates.json").open(encoding="utf-8") as fh:
         return json.load(fh)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One finetuning example: Alpaca fields, or chat `messages` (then the others are "")."""
+
+    instruction: str = ""
+    input: str = ""
+    output: str = ""
+    messages: tuple[tuple[str, str], ...] = ()      # ((role, content), ...)
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict:
+        if self.messages:
+            return {"messages": [{"role": r, "content": c} for r, c in self.messages],
+                    **self.extra}
+        return {"instruction": self.instruction, "input": self.input, "output": self.output,
+                **self.extra}
