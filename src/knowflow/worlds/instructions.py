@@ -76,11 +76,14 @@ def heldout_subjects(cfg: MixtureConfig) -> frozenset[str]:
 def heldout_items(cfg: MixtureConfig, suites: tuple[str, ...] = TRACKED_SUITES,
                   limit: int | None = None) -> dict[str, list[ConflictItem]]:
     """Counterfactual items whose subjects the mixture never shows, by suite (a seeded
-    sample of `limit` per suite)."""
+    sample of `limit` per suite); items about no fact of the mixture's tables (e.g. the
+    sayings of `cf-quotes`) are all held out."""
     held = heldout_subjects(cfg)
+    table_subjects = {f.subject for f in _facts()}
     out = {}
     for name in suites:
-        items = [it for it in get_suite(name, seed=cfg.seed) if it.subject in held]
+        items = [it for it in get_suite(name, seed=cfg.seed)
+                 if it.subject in held or it.subject not in table_subjects]
         rng = random.Random(f"{cfg.seed}:{name}:tracked")
         if limit is not None and limit < len(items):
             keep = sorted(rng.sample(range(len(items)), limit))
@@ -152,3 +155,16 @@ def builtin_mixture(cfg: MixtureConfig = MixtureConfig()) -> list[Instruction]:
         rows += [_row(kind, f, rng) for f in order[:counts[kind]]]
     rng.shuffle(rows)
     return rows
+
+
+def heldout_rows(cfg: MixtureConfig, n: int) -> list[Instruction]:
+    """In-distribution test rows the mixture never shows: `n` C rows (made-up subjects not in
+    the mixture) and `n` C+S rows (held-out real subjects, agreeing context), C first."""
+    held = heldout_subjects(cfg)
+    facts = [f for f in _facts() if f.subject in held]
+    trained = {r.extra["subject"] for r in builtin_mixture(cfg)}
+    real = [f for f in _facts() if f.subject not in held]
+    rng = random.Random(f"{cfg.seed}:mixture:heldout-rows")
+    made_up = [f for f in _made_up_facts(2 * n, real, rng) if f.subject not in trained]
+    rows = [_row("C", f, rng) for f in made_up[:n]]
+    return rows + [_row("C+S", f, rng) for f in rng.sample(facts, min(n, len(facts)))]
