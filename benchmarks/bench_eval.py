@@ -4,9 +4,12 @@ Generation: batched greedy decoding (length-sorted batches, shared prompt prefix
 rows dropped early) against a loop that decodes one item at a time. Log-likelihood: batched
 scoring (each prompt run once, candidates on its KV cache) against one item at a time, and
 against a naive loop with one full forward pass per candidate. Same items, same run; prints
-items/s and speedups, and whether the outputs agree. Never asserts on time.
+items/s and speedups, and whether the outputs agree. Then how cost grows: batched
+log-likelihood and generation at 1x, 2x and 4x the items (built-in items cycled). Never
+asserts on time.
 
     .venv/bin/python benchmarks/bench_eval.py [--items 32] [--threads 1] [--batch-size 16]
+                                              [--skip-growth]
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def setup(doc: str, extra=None):
+    """(args, model, tokenizer, items, prompts, seqs): SmolLM2 on CPU and `--items` chat
+    prompts split over the four built-in suites (bench_generate.py shares this)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--items", type=int, default=32, help="items (split over the 4 suites)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=24)
+    if extra:
+        extra(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_model("smollm2-135m-instruct", device="cpu")
@@ -44,6 +51,12 @@ def main() -> None:
              for i in get_suite(s, seed=0, limit=per)]
     prompts = [render(i, tok, PromptConfig("chat")) for i in items]
     seqs = encode_prompts(tok, [p.text for p in prompts], [p.add_special_tokens for p in prompts])
+    return args, model, tok, items, prompts, seqs
+
+
+def main() -> None:
+    args, model, tok, items, prompts, seqs = setup(__doc__, lambda ap: ap.add_argument(
+        "--skip-growth", action="store_true", help="skip the 1x/2x/4x table"))
     conts = [[p.answer_prefix + i.counterfactual_answer, p.answer_prefix + i.parametric_answer]
              for p, i in zip(prompts, items, strict=True)]
     n = len(items)
@@ -79,6 +92,24 @@ def main() -> None:
           f"speedup {t_ls / t_lb:5.2f}x")
     print(f"loglik    naive/cand   {n / t_ln:6.2f} items/s  ({t_ln:6.1f} s)  "
           f"speedup {t_ln / t_lb:5.2f}x   max |logprob diff| {diff:.2e}")
+    if not args.skip_growth:
+        growth(model, tok, seqs, conts, args)
+
+
+def growth(model, tok, seqs, conts, args) -> None:
+    """Batched loglik and generation time at 1x, 2x, 4x the items (cycled)."""
+    print(f"\ncost growth   {'items':>6s} {'loglik s':>9s} {'x 1x':>6s} {'generate s':>11s} "
+          f"{'x 1x':>6s}")
+    base = None
+    for mult in (1, 2, 4):
+        s, c = seqs * mult, conts * mult
+        _, t_l = timed(lambda s=s, c=c: score_continuations(model, tok, s, c,
+                                                           batch_size=args.batch_size))
+        _, t_g = timed(lambda s=s: generate(model, tok, s, batch_size=args.batch_size,
+                                            max_new_tokens=args.max_new_tokens))
+        base = base or (t_l, t_g)
+        print(f"  {mult}x        {len(s):6d} {t_l:9.1f} {t_l / base[0]:6.2f} {t_g:11.1f} "
+              f"{t_g / base[1]:6.2f}")
 
 
 if __name__ == "__main__":

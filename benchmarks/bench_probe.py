@@ -2,9 +2,12 @@
 batched (as `knowflow probe knockout` runs it) against the naive loop of one forward pass per
 (prompt, layer, source set). The naive loop runs on a subset and is extrapolated linearly
 (forward passes of one prompt cost the same whatever the prompt); the printout says so.
-Prints figures; never asserts on time.
+Then how cost grows: the batched sweep at 1x, 2x and 4x `--growth-prompts`, on the model and
+on two sizes of knowflow's tiny Llama (random weights over the same tokenizer: cost does not
+depend on the weights). Prints figures; never asserts on time.
 
     .venv/bin/python benchmarks/bench_probe.py [--prompts 100] [--naive-prompts 3]
+                                               [--growth-prompts 8] [--growth-only]
 """
 
 from __future__ import annotations
@@ -59,10 +62,48 @@ def main() -> None:
     parser.add_argument("--replicate-prompts", type=int, default=10)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--growth-prompts", type=int, default=8)
+    parser.add_argument("--growth-only", action="store_true")
+    parser.add_argument("--skip-growth", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     model, tokenizer = load_model(args.model, device=args.device)
+    if not args.growth_only:
+        compare(model, tokenizer, args)
+    if not args.skip_growth:
+        growth(model, tokenizer, args)
+
+
+def growth(model, tokenizer, args) -> None:
+    """Batched knockout sweep time at 1x, 2x, 4x prompts, on `model` and two tiny Llamas."""
+    from knowflow.train.pretrain import TinyModelConfig, make_model
+
+    facts = builtin_facts()
+    vocab = model.get_input_embeddings().weight.shape[0]
+    models = [(args.model, model)]
+    for cfg in (TinyModelConfig(layers=2, heads=4, d_model=64, d_ff=256),
+                TinyModelConfig(layers=4, heads=4, d_model=128, d_ff=512)):
+        tiny = make_model(cfg, vocab, 512, seed=0).to(args.device).eval()
+        models.append((f"tiny llama {cfg.layers}L d{cfg.d_model}", tiny))
+    cfg = KnockoutConfig(known_only=False)
+    print(f"\ncost growth (batched sweep, every layer, {', '.join(SOURCES)})")
+    print(f"{'model':28s} {'params':>8s} {'prompts':>8s} {'seconds':>8s} {'x 1x':>6s}")
+    for name, m in models:
+        params = sum(p.numel() for p in m.parameters())
+        base = None
+        for mult in (1, 2, 4):
+            n = args.growth_prompts * mult
+            examples = [facts[i % len(facts)] for i in range(n)]
+            start = time.perf_counter()
+            knockout(m, tokenizer, examples, cfg)
+            t = time.perf_counter() - start
+            base = base or t
+            print(f"{name:28s} {params / 1e6:7.1f}M {n:8d} {t:8.1f} {t / base:6.2f}")
+
+
+def compare(model, tokenizer, args) -> None:
+    """The batched sweep against full replication and the naive loop."""
     n_layers = arch_of(model).n_layers
     facts = builtin_facts()
     examples = [facts[i % len(facts)] for i in range(args.prompts)]  # cycled to N prompts

@@ -124,12 +124,17 @@ class Prefix:
         return cache
 
 
+PrefillExtra = Callable[[torch.Tensor], dict]  # attention_mask (batch, seq) -> forward kwargs
+
+
 @torch.no_grad()
-def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int):
+def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int,
+            extra: PrefillExtra | None = None):
     """Run prompts `seqs` (which all start with `prefix`) as one left-padded batch.
 
     Returns (last_logits (batch, vocab), cache, attention_mask (batch, seq), next_positions
-    (batch, 1)): what a decoder needs to continue every row.
+    (batch, 1)): what a decoder needs to continue every row. `extra(attention_mask)` may add
+    keyword arguments to the forward pass (e.g. an attention-capture plan, `probes.intercept`).
     """
     device = model_device(model)
     n = prefix.length
@@ -137,7 +142,30 @@ def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int):
     if n:
         mask = torch.cat([mask.new_ones(len(seqs), n), mask], dim=1)         # (batch, seq)
         pos = pos + n
+    more = extra(mask) if extra is not None else {}
     logits, cache = forward(model, past=prefix.expand(len(seqs)), last_only=True,
-                            input_ids=ids, attention_mask=mask, position_ids=pos)
+                            input_ids=ids, attention_mask=mask, position_ids=pos, **more)
     lengths = torch.tensor([len(s) for s in seqs], device=device)
     return logits[:, -1], cache, mask, lengths[:, None]
+
+
+def fit_batch_size(model, longest: int, new_tokens: int = 0, fallback: int = 16,
+                   share: float = 0.5, cap: int = 1024) -> int:
+    """Prompts per batch: on CUDA the most whose KV cache, one layer's activations and the
+    float32 logits for `longest + new_tokens` tokens fit into `share` of the free GPU memory
+    (1 to `cap`); on other devices `fallback` (a CPU gains little from bigger batches)."""
+    dev = model_device(model)
+    if dev.type != "cuda":
+        return fallback
+    free, _ = torch.cuda.mem_get_info(dev)
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    inter = getattr(cfg, "intermediate_size", None) or 4 * cfg.hidden_size
+    nbytes = next(model.parameters()).element_size()
+    tokens = longest + new_tokens
+    kv = 2 * cfg.num_hidden_layers * kv_heads * head_dim * tokens * nbytes
+    act = tokens * (4 * cfg.hidden_size + 2 * inter + heads * tokens) * nbytes
+    logits = cfg.vocab_size * 4 * (1 + new_tokens)
+    return max(1, min(cap, int(share * free / (kv + act + logits))))

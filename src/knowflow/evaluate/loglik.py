@@ -10,11 +10,18 @@ a real token's score. Each score is (summed log-probability, number of tokens).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from knowflow.evaluate.batching import Prefix, Progress, forward, prefill, sorted_batches
+from knowflow.evaluate.batching import (
+    PrefillExtra,
+    Prefix,
+    Progress,
+    forward,
+    prefill,
+    sorted_batches,
+)
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
 
@@ -32,8 +39,8 @@ def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
 
 @torch.no_grad()
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
-                 pad_id: int) -> list[list[Score]]:
-    last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id)  # last: (batch, vocab)
+                 pad_id: int, extra: PrefillExtra | None = None) -> list[list[Score]]:
+    last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id, extra)  # (batch, vocab)
     first_logp = torch.log_softmax(last.float(), dim=-1)                  # (batch, vocab)
     device = last.device
     owner = [b for b, cs in enumerate(conts) for _ in cs]                 # item of each row
@@ -65,8 +72,14 @@ def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], 
 def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
                         continuations: Sequence[Sequence[str]], batch_size: int = 16,
                         progress: Progress | None = None, stage: str = "loglik",
-                        share_prefix: bool = True) -> list[list[Score]]:
-    """Scores of each item's candidate continuations (strings appended to its prompt)."""
+                        share_prefix: bool = True,
+                        prefill_extra: Callable[[list[int]], PrefillExtra] | None = None
+                        ) -> list[list[Score]]:
+    """Scores of each item's candidate continuations (strings appended to its prompt).
+
+    `prefill_extra(batch)`, given the item indices of a batch, may return a `PrefillExtra`
+    that adds keyword arguments to that batch's prompt forward pass: the tracker captures
+    attention there, so one pass gives both the scores and the attention mass."""
     conts = encode_continuations(tokenizer, continuations)
     prefix = Prefix.build(model, prompts, share=share_prefix)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -74,7 +87,7 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     done = 0
     for batch in sorted_batches([len(p) for p in prompts], batch_size):
         res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
-                           prefix, pad_id)
+                           prefix, pad_id, prefill_extra(batch) if prefill_extra else None)
         for i, r in zip(batch, res, strict=True):
             out[i] = r
         done += len(batch)

@@ -155,8 +155,14 @@ def model_folder(name: str) -> Path | str:
     return name
 
 
-def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto"):
-    """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token."""
+def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
+               attn_implementation: str | None = "sdpa"):
+    """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token.
+
+    Attention runs through PyTorch's SDPA (fused kernels on GPU) where the architecture has
+    it, else the model's default; probes that read attention probabilities (attention mass,
+    the tracker's attention) switch to eager attention for those layers only, and knockout
+    edits the mask of the registered attention function over SDPA (`probes.intercept`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -167,8 +173,12 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto"):
     local_only = {"local_files_only": True}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **local_only)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=resolve_dtype(dtype, dev),
-                                                     **local_only)
+        kwargs = dict(dtype=resolve_dtype(dtype, dev), **local_only)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                source, attn_implementation=attn_implementation, **kwargs)
+        except ValueError:  # the architecture has no such attention implementation
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except OSError as exc:
         raise KnowflowError(
             f"model {name!r} is not available locally ({exc.__class__.__name__}); pass a local "

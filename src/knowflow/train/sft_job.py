@@ -52,6 +52,8 @@ class SFTJobConfig:
         self.curate.validate()
         self.mixture.validate()
         self.track.validate()
+        require(self.dtype in ("auto", "float32", "bfloat16", "float16"), "dtype",
+                f"{self.dtype!r} is not one of auto, float32, bfloat16, float16")
         require(self.track_items in ("auto", "heldout", "suites"), "track_items",
                 f"{self.track_items!r} is not one of auto, heldout, suites")
         require(self.track.prompt_format == self.sft.prompt_format, "track.prompt_format",
@@ -87,7 +89,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     out_dir = Path(out_dir)
     rows = load_rows(cfg.data, cfg.mixture)  # a bad file fails before the model loads
     if model is None:
-        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        # trainable weights stay float32 unless asked; the Trainer adds bf16 autocast on GPU
+        dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
+        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype)
     if cfg.sft.train == "lora":
         check_targets(model, cfg.sft.lora_targets)
     save_instructions(out_dir / "data.jsonl", rows)

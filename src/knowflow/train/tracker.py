@@ -106,6 +106,7 @@ class RelianceTracker(EvalCallback):
     """Scores context reliance every `cfg.every` steps; see the module docstring."""
 
     log_prefix = "reliance"
+    one_pass = True  # loglik + attention from one prompt pass (False: a second attention pass)
 
     def __init__(self, tokenizer, cfg: TrackerConfig = TrackerConfig(),
                  out_dir: str | Path | None = None,
@@ -147,7 +148,7 @@ class RelianceTracker(EvalCallback):
             if not items:
                 continue
             mine, real = _shard(items, rank, world)
-            fused = self.cfg.scoring == "loglik" and self.cfg.attention
+            fused = self.one_pass and self.cfg.scoring == "loglik" and self.cfg.attention
             if fused:  # one prompt pass gives both the choice and the attention mass
                 recs, item_mass = loglik_and_attention(model, self.tokenizer, mine, ecfg)
             else:
