@@ -49,10 +49,6 @@ KNOWN_EXCEPTIONS = {
         "decoding work that is editing it",
     ("knowflow.probes.suites", "knowflow.evaluate.prompts"):
         "the same: probe examples are rendered with evaluate's prompts",
-    ("knowflow.evaluate.conditions", "knowflow.report.html"):
-        "the eval-conditions run writes its own report.html (one run contract: the runner "
-        "should write it)",
-    ("knowflow.evaluate.conditions", "knowflow.report.tradeoff"): "the same",
     ("knowflow.curate.criticality", "knowflow.train.sft_data"):
         "curation scores rows with train's tokenization (encode, IGNORE)",
     ("knowflow.curate.criticality", "knowflow.train.tiny_track"):

@@ -221,6 +221,14 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed for suites, sampling and bootstrap.")] = 0,
     no_known_filter: Annotated[bool, typer.Option(
         "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
+    method: Annotated[str, typer.Option(
+        help="Decoding method(s), comma-separated: greedy, cad, adacad, opinion, opinion+cad, "
+             "opinion+adacad (several: one pass each, and a tradeoff figure).")] = "greedy",
+    alpha: Annotated[str, typer.Option(
+        help="CAD's alpha; several (0,0.5,1,2) sweep it.")] = "1.0",
+    conditions: Annotated[str, typer.Option(
+        help="Context conditions, comma-separated: conflicting, agreeing, irrelevant "
+             "(sensitivity and robustness need conflicting and irrelevant).")] = "conflicting",
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
     from_lm_eval: Annotated[list[Path] | None, typer.Option(
         help="Report knowflow's metrics from lm_eval --log_samples files of tasks written by "
@@ -242,7 +250,8 @@ def eval_cmd(
     mapping = parse_fields(fields)
     EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-               max_new_tokens=max_new_tokens).validate()
+               max_new_tokens=max_new_tokens, method=method, alpha=alpha,
+               conditions=conditions).validate()
     check_suites(suite)
     check_device(device)
     check_output_dir(out or Path("runs") / "eval", "output folder")
@@ -265,11 +274,16 @@ def eval_cmd(
             out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
             scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
             context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-            max_new_tokens=max_new_tokens, known_filter=not no_known_filter)
+            max_new_tokens=max_new_tokens, known_filter=not no_known_filter,
+            method=method, alpha=alpha, conditions=conditions)
     finally:
         if tasks:
             bars.stop()
     _print_eval(result.summary)
+    if result.conditions:
+        from knowflow.cli_conditions import show_conditions
+
+        show_conditions(console, result.conditions, result.out_dir)
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
 
 

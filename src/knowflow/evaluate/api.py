@@ -21,7 +21,6 @@ from typing import Literal
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import Progress, encode_prompts
 from knowflow.evaluate.generate import generate
-from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import memorization_ratio, summarize
 from knowflow.evaluate.normalize import alternatives, primary, score_output
 from knowflow.evaluate.prompts import FORMATS, PromptConfig, PromptFormat, render
@@ -46,6 +45,9 @@ class EvalConfig:
     known_filter: bool = True           # also report metrics on facts the model knows
     n_bootstrap: int = 1000
     share_prefix: bool = True           # run the prompts' common prefix once
+    method: str = "greedy"              # decoding method(s), comma-separated (decoding.py)
+    alpha: float | str | tuple[float, ...] = 1.0  # CAD's alpha; several: a sweep
+    conditions: str | tuple[str, ...] = "conflicting"  # context conditions (conditions.py)
 
     def validate(self) -> None:
         if self.scoring not in MODES:
@@ -64,6 +66,9 @@ class EvalConfig:
         if self.context_only and not self.use_context:
             raise ConfigError("asks to answer from the context, but no context is shown",
                               "context_only", "give --no-context or --context-only, not both")
+        from knowflow.evaluate.conditions import validate_sweep
+
+        validate_sweep(self)
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Results:
     out_dir: Path | None = None
     seconds: float = 0.0
     modes: tuple[str, ...] = field(default=("generate", "loglik"))
+    conditions: dict | None = None      # {method: {suite: {mode: per condition}}}, a sweep's
 
 
 def load_suites(suites: str | Sequence[str] | None = None,
@@ -110,7 +116,10 @@ def load_suites(suites: str | Sequence[str] | None = None,
 
 
 def _prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
-    pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only)
+    from knowflow.evaluate.decoding import single_method
+
+    opinion = single_method(cfg.method, cfg.alpha).opinion
+    pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only, opinion)
     prompts = [render(it, tokenizer, pcfg) for it in items]
     seqs = encode_prompts(tokenizer, [p.text for p in prompts],
                           [p.add_special_tokens for p in prompts])
@@ -119,7 +128,11 @@ def _prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
 
 def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: EvalConfig,
                     progress: Progress | None) -> list[dict]:
+    from knowflow.evaluate.decoding import generate_with, score_with, single_method
+
+    method = single_method(cfg.method, cfg.alpha)
     prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
+    base = _prompts(items, tokenizer, cfg, False)[1] if method.contrastive else None
     golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),
               alternatives(it.parametric_answer, it.parametric_aliases),
               alternatives(it.subject) if it.subject else []) for it in items]
@@ -127,8 +140,8 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                for it, p in zip(items, prompts, strict=True)]
     run = dict(batch_size=cfg.batch_size, progress=progress, share_prefix=cfg.share_prefix)
     if "generate" in MODES[cfg.scoring]:
-        outs = generate(model, tokenizer, seqs, max_new_tokens=cfg.max_new_tokens,
-                        stage=f"{name}: generate", **run)
+        outs = generate_with(method, model, tokenizer, seqs, base,
+                             max_new_tokens=cfg.max_new_tokens, stage=f"{name}: generate", **run)
         for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
             hit_cf, hit_par = score_output(out, cf, par, subj)
             rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par}
@@ -136,8 +149,8 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
         conts = [[p.answer_prefix + primary(it.counterfactual_answer),
                   p.answer_prefix + primary(it.parametric_answer)]
                  for it, p in zip(items, prompts, strict=True)]
-        scores = score_continuations(model, tokenizer, seqs, conts, stage=f"{name}: loglik",
-                                     **run)
+        scores = score_with(method, model, tokenizer, seqs, base, conts,
+                            stage=f"{name}: loglik", **run)
         for rec, ((lp_cf, n_cf), (lp_par, n_par)) in zip(records, scores, strict=True):
             rec["loglik"] = {
                 "counterfactual_logprob": lp_cf, "parametric_logprob": lp_par,
@@ -194,19 +207,26 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
         model, tokenizer = load_model(str(model), device=device, dtype=dtype)
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    from knowflow.evaluate.conditions import Sweep
+
+    sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     for name, items in by_suite.items():
         log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
-        records[name] = evaluate_items(model, tokenizer, name, items, cfg, progress)
+        records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress)
         summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
                                 **quality.get(name, {})} for mode in MODES[cfg.scoring]}
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
               "fields": dict(fields or {})}
+    swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active else None
     target = write_results(config, records, summary, out_dir, runs_root)
-    return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring])
+    if swept is not None and target is not None:
+        sweep.write(target, swept)
+    return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring],
+                   swept.summary if swept is not None else None)
 
 
 def write_results(config: dict, records: dict[str, list[dict]], summary: dict,

@@ -10,6 +10,7 @@ inside a chat turn, so generation and log-likelihood both score the word that fo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,6 +22,8 @@ FORMATS: tuple[str, ...] = ("chat", "alpaca", "tulu", "plain")
 
 CONTEXT_ONLY = "Answer based on the context only."
 SHORT_ANSWER = "Answer in a few words."
+NARRATOR = "Bob"
+OPINION_READ = "Read the given information and answer the corresponding question."
 _ALPACA_INPUT = ("Below is an instruction that describes a task, paired with an input that "
                  "provides further context. Write a response that appropriately completes the "
                  "request.\n\n### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n"
@@ -35,6 +38,7 @@ class PromptConfig:
     format: PromptFormat = "chat"
     use_context: bool = True           # False: the question alone (what the model knows)
     context_only: bool = False         # add "Answer based on the context only."
+    opinion: bool = False              # recast the context as a person's statement (Zhou 2023)
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,10 @@ def _chat(tokenizer, body: str) -> str:
 
 def qa_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
     """The instruction of a QA item: the question and the short-answer request."""
-    hint = f"{CONTEXT_ONLY}\n" if cfg.use_context and cfg.context_only and item.context else ""
+    shown = cfg.use_context and item.context
+    hint = f"{CONTEXT_ONLY}\n" if shown and cfg.context_only else ""
+    if shown and cfg.opinion:
+        hint += f"{OPINION_READ}\n"
     return f"{hint}Question: {item.question}\n{SHORT_ANSWER}"
 
 
@@ -91,11 +98,28 @@ def instruction_prompt(tokenizer, instruction: str, context: str, fmt: str) -> P
     return Prompt(_chat(tokenizer, body), "", False)
 
 
+def opinion_item(item: ConflictItem) -> ConflictItem:
+    """Opinion-based prompting (Zhou et al. 2023, "Context-faithful prompting"): the context
+    becomes what a narrator said, the question asks for the answer in the narrator's opinion,
+    and an instruction asks to answer from the given text. Items without a context are kept."""
+    if not item.context:
+        return item
+    said = f'{NARRATOR} said, "{item.context}"'
+    if item.task == "complete":  # the instruction is the narrator's; the text follows it
+        return dataclasses.replace(item, context=f"{said} Complete the text as {NARRATOR} "
+                                                 "asks:")
+    question = item.question.rstrip().rstrip("?").rstrip()
+    return dataclasses.replace(item, context=said,
+                               question=f"{question} in {NARRATOR}'s opinion?")
+
+
 def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
-    """The prompt for `item` in format `cfg.format`."""
+    """The prompt for `item` in format `cfg.format` (`cfg.opinion`: see `opinion_item`)."""
     fmt = cfg.format
     if fmt not in FORMATS:
         raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    if cfg.opinion and cfg.use_context:
+        item = opinion_item(item)
     if item.task == "complete":
         instruction = _complete_instruction(item, cfg)
         if fmt == "plain":

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_jsonl
+from knowflow.worlds.conditions import AGREEING, with_condition_contexts
 from knowflow.worlds.facts import ConflictItem
 from knowflow.worlds.tables import (
     QA_FIELDS,
@@ -70,7 +71,7 @@ def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
     json_text = Path(path).suffix.lower() in (".json", ".jsonl")
     counts = {"n_skipped_same_answers": len(same),
               "n_duplicate_keys": warn_duplicate_keys(Path(path)) if json_text else 0}
-    return [it for it in items if not _same_answers(it)], counts
+    return with_condition_contexts([it for it in items if not _same_answers(it)]), counts
 
 
 def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
@@ -269,7 +270,8 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
             parametric_aliases=_aliases(path, line, rec, "parametric_aliases"),
             task=task, relation=_text(path, line, rec, "relation", required=False,
                                       allow_empty=True),
-            subject=_text(path, line, rec, "subject", required=False, allow_empty=True))
+            subject=_text(path, line, rec, "subject", required=False, allow_empty=True),
+            meta=_agreeing(path, line, rec))
     memory = "memory_answer" if "memory_answer" in rec else "parametric_answer"
     if memory not in rec:
         raise DataError(path, "missing (or 'parametric_answer')", line=line,
@@ -279,7 +281,21 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
         counterfactual_answer=_text(path, line, rec, "answer"),
         parametric_answer=_text(path, line, rec, memory),
         counterfactual_aliases=_aliases(path, line, rec, "answer_aliases"),
-        parametric_aliases=_aliases(path, line, rec, "memory_aliases"))
+        parametric_aliases=_aliases(path, line, rec, "memory_aliases"),
+        meta=_agreeing(path, line, rec))
+
+
+def _agreeing(path: Path, line: int, rec: dict) -> dict:
+    """The record's own agreeing context (`agreeing_context`, NQ-Swap's `org_context`, or
+    the `meta` of knowflow's JSONL)."""
+    meta = rec.get("meta")
+    if rec.get(AGREEING) is None and isinstance(meta, dict) and \
+            isinstance(meta.get(AGREEING), str):
+        rec = meta
+    if rec.get(AGREEING) is None:
+        return {}
+    text = _text(path, line, rec, AGREEING, required=False, allow_empty=True)
+    return {AGREEING: text} if text else {}
 
 
 def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int

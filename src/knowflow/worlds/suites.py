@@ -11,11 +11,11 @@ seed gives the same items on every machine, and adding rows never reshuffles the
 from __future__ import annotations
 
 import random
-import re
-import unicodedata
 from collections.abc import Callable
 
 from knowflow.errors import KnowflowError
+from knowflow.worlds.conditions import AGREEING, with_condition_contexts
+from knowflow.worlds.conditions import text_key as _key
 from knowflow.worlds.facts import ConflictItem, read_table, split_aliases, templates
 
 SuiteFn = Callable[[int], list[ConflictItem]]
@@ -35,10 +35,12 @@ def list_suites() -> dict[str, str]:
 
 
 def get_suite(name: str, seed: int = 0, limit: int | None = None) -> list[ConflictItem]:
-    """The items of suite `name`; with `limit`, a seeded sample of that many (all relations)."""
+    """The items of suite `name`; with `limit`, a seeded sample of that many (all relations).
+    Each item carries its agreeing and irrelevant contexts (`worlds.conditions`), drawn from
+    the whole suite before sampling."""
     if name not in _SUITES:
         raise KnowflowError(f"unknown suite {name!r} (known: {', '.join(_SUITES)})")
-    return sample(_SUITES[name][0](seed), limit, seed, name)
+    return sample(with_condition_contexts(_SUITES[name][0](seed), seed), limit, seed, name)
 
 
 def sample(items: list[ConflictItem], limit: int | None, seed: int, name: str
@@ -53,13 +55,6 @@ def sample(items: list[ConflictItem], limit: int | None, seed: int, name: str
     return [items[i] for i in sorted(order[:limit])]
 
 
-def _key(text: str) -> str:
-    """A comparison key: accents, case and punctuation removed."""
-    text = unicodedata.normalize("NFKD", text).casefold()
-    return re.sub(r"[^0-9a-z]+", " ", "".join(c for c in text if not unicodedata.combining(c))
-                  ).strip()
-
-
 def _pick_other(rng: random.Random, pool: list[str], avoid: list[str]) -> str:
     """A value from `pool` sharing no word-level overlap with any string in `avoid`."""
     bad = {_key(a) for a in avoid if a}
@@ -70,6 +65,11 @@ def _pick_other(rng: random.Random, pool: list[str], avoid: list[str]) -> str:
 
 def _upper_first(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _agreeing(template: str, fields: dict, true_answer: str) -> dict:
+    """The item's agreeing context: its own template filled with the true answer."""
+    return {AGREEING: _upper_first(template.format(**{**fields, "answer": true_answer}))}
 
 
 def _article(word: str) -> str:
@@ -91,13 +91,15 @@ def capitals_suite(seed: int) -> list[ConflictItem]:
         # no second well-known city: move the capital to another country's capital
         answer = row["other_city"] or _pick_other(rng, all_capitals, avoid)
         fields = {"country": row["country"], "answer": answer}
+        context = rng.choice(tpl["context"])
         items.append(ConflictItem(
             id=f"cf-capitals-{len(items):04d}", suite="cf-capitals",
-            context=rng.choice(tpl["context"]).format(**fields),
+            context=context.format(**fields),
             question=rng.choice(tpl["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=row["capital"],
             parametric_aliases=split_aliases(row["aliases"]), relation="capital_of",
-            subject=row["country"]))
+            subject=row["country"],
+            meta=_agreeing(context, fields, row["capital"])))
     return items
 
 
@@ -119,14 +121,15 @@ def world_suite(seed: int) -> list[ConflictItem]:
                                                  *split_aliases(row["aliases"])])
         fields = {"subject": row["subject"], "Subject": _upper_first(row["subject"]),
                   "answer": answer}
+        context = rng.choice(tpl[rel]["context"])
         items.append(ConflictItem(
             id=f"cf-world-{len(items):04d}", suite="cf-world",
-            context=_upper_first(rng.choice(tpl[rel]["context"]).format(**fields)),
+            context=_upper_first(context.format(**fields)),
             question=rng.choice(tpl[rel]["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=row["object"],
             counterfactual_aliases=aliases[rel, answer],
             parametric_aliases=split_aliases(row["aliases"]), relation=rel,
-            subject=row["subject"]))
+            subject=row["subject"], meta=_agreeing(context, fields, row["object"])))
     return items
 
 
@@ -142,13 +145,15 @@ def bio_suite(seed: int) -> list[ConflictItem]:
         rng = random.Random(f"{seed}:cf-bio:{row['name']}")
         answer = _pick_other(rng, names, [row["name"], *split_aliases(row["aliases"])])
         fields = {**row, "answer": answer, "article": _article(row["nationality"])}
+        context = rng.choice(tpl["context"])
         items.append(ConflictItem(
             id=f"cf-bio-{len(items):04d}", suite="cf-bio",
-            context=_upper_first(rng.choice(tpl["context"]).format(**fields)),
+            context=_upper_first(context.format(**fields)),
             question=rng.choice(tpl["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=row["name"],
             counterfactual_aliases=split_aliases(by_name[answer]["aliases"]),
-            parametric_aliases=split_aliases(row["aliases"]), relation="known_for"))
+            parametric_aliases=split_aliases(row["aliases"]), relation="known_for",
+            meta=_agreeing(context, fields, row["name"])))
     return items
 
 
@@ -166,10 +171,11 @@ def quotes_suite(seed: int) -> list[ConflictItem]:
         # the new last word must not occur anywhere in the saying itself
         answer = _pick_other(rng, last_words, saying.split())
         fields = {"answer": answer, "prefix": prefix}
+        context = rng.choice(tpl["context"])
         items.append(ConflictItem(
             id=f"cf-quotes-{len(items):04d}", suite="cf-quotes",
-            context=rng.choice(tpl["context"]).format(**fields),
+            context=context.format(**fields),
             question=rng.choice(tpl["question"]).format(**fields),
             counterfactual_answer=answer, parametric_answer=last, task="complete",
-            relation="saying_ends_with"))
+            relation="saying_ends_with", meta=_agreeing(context, fields, last)))
     return items

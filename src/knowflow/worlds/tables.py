@@ -26,7 +26,7 @@ from pathlib import Path
 from knowflow.errors import ConfigError, DataError
 
 QA_FIELDS = ("context", "question", "answer", "memory_answer")
-OPTIONAL_FIELDS = ("id", "answer_aliases", "memory_aliases")
+OPTIONAL_FIELDS = ("id", "answer_aliases", "memory_aliases", "agreeing_context")
 MEMOTRAP_FIELDS = ("prompt", "classes", "answer_index")
 FIELD_NAMES = QA_FIELDS + OPTIONAL_FIELDS + MEMOTRAP_FIELDS
 
@@ -146,7 +146,9 @@ def known_layout(columns: list[str]) -> tuple[str, dict[str, str]] | None:
         return "memotrap", {k: k for k in MEMOTRAP_FIELDS}
     for layout in LAYOUTS.values():
         if set(layout.values()) <= have:
-            return "qa", dict(layout)
+            # NQ-Swap's original passage states the memorized answer: the agreeing context
+            extra = {"agreeing_context": "org_context"} if "org_context" in have else {}
+            return "qa", {**layout, **extra}
     return None
 
 

@@ -1,0 +1,287 @@
+"""Decoding methods, one registry: greedy, context-aware decoding (CAD), AdaCAD, opinion prompts.
+
+CAD (Shi et al. 2023) contrasts the next-token logits with the context and without it:
+`(1 + alpha) z(y | c, x) - alpha z(y | x)`; alpha 0 is greedy. AdaCAD (Wang et al. 2025) sets
+alpha per token to the Jensen-Shannon divergence between the two next-token distributions
+(in bits, so 0 <= alpha_t <= 1): little correction where context and memory agree, more where
+they conflict. Opinion prompting (Zhou et al. 2023) is a prompt transform (`prompts.opinion_item`)
+and combines with any method (`opinion` alone is opinion + greedy; `opinion+cad`, ...).
+
+Both streams run in one process as two left-padded batches of the same rows, each continuing
+from its own KV cache (and its own shared-prefix cache); the no-context prompt is the same
+renderer's output with the context removed. Generation feeds the chosen token to both streams.
+Log-likelihood scoring teacher-forces each candidate through both streams and sums the tokens'
+log-probabilities under the combined logits, so a candidate's CAD score is the sum of its
+tokens' CAD log-probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from knowflow.errors import ConfigError
+from knowflow.evaluate.batching import Prefix, Progress, forward, prefill, sorted_batches
+from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
+from knowflow.evaluate.loglik import Score, encode_continuations, score_continuations
+
+BASES = {"greedy": "the model's own next-token logits (default)",
+         "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",
+         "adacad": "CAD with alpha_t = JSD(p(.|c,x) || p(.|x)) per token (Wang et al. 2025)"}
+OPINION = "opinion"
+METHODS = {**BASES, OPINION: "opinion-based prompt with an instruction to answer from the "
+                             "text (Zhou et al. 2023); combine as opinion+cad"}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One decoding method: a base (greedy, cad, adacad), CAD's alpha, the opinion prompt."""
+
+    base: str = "greedy"
+    alpha: float = 1.0          # cad only
+    opinion: bool = False
+
+    @property
+    def contrastive(self) -> bool:
+        return self.base != "greedy"
+
+    @property
+    def spec(self) -> str:
+        return f"{OPINION}+{self.base}" if self.opinion else self.base
+
+    @property
+    def label(self) -> str:
+        name = f"cad(a={self.alpha:g})" if self.base == "cad" else self.base
+        if self.opinion:
+            return OPINION if self.base == "greedy" else f"{OPINION}+{name}"
+        return name
+
+    def logits(self, z_ctx: torch.Tensor, z_base: torch.Tensor) -> torch.Tensor:
+        """Combined logits from the with-context and no-context logits (..., vocab)."""
+        if self.base == "cad":
+            return cad_logits(z_ctx, z_base, self.alpha)
+        if self.base == "adacad":
+            return cad_logits(z_ctx, z_base, jsd(z_ctx, z_base)[..., None])
+        return z_ctx
+
+
+def cad_logits(z_ctx: torch.Tensor, z_base: torch.Tensor, alpha) -> torch.Tensor:
+    """(1 + alpha) z_ctx - alpha z_base; alpha a float or a tensor broadcasting to (..., vocab)."""
+    return (1 + alpha) * z_ctx.float() - alpha * z_base.float()
+
+
+def jsd(z_p: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence in bits between softmax(z_p) and softmax(z_q) over the last
+    axis: (..., vocab) -> (...)."""
+    lp = torch.log_softmax(z_p.float(), dim=-1)                    # (..., vocab)
+    lq = torch.log_softmax(z_q.float(), dim=-1)
+    lm = torch.logsumexp(torch.stack([lp, lq]), dim=0) - math.log(2)  # log of the mixture
+    kl_p = (lp.exp() * (lp - lm)).sum(-1)
+    kl_q = (lq.exp() * (lq - lm)).sum(-1)
+    return (0.5 * (kl_p + kl_q) / math.log(2)).clamp(min=0.0)
+
+
+def parse_alphas(alpha) -> tuple[float, ...]:
+    """--alpha: one number or several, comma-separated; each finite and >= 0."""
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
+        parts = [alpha]
+    elif isinstance(alpha, str):
+        parts = [p.strip() for p in alpha.split(",")]
+    else:
+        parts = list(alpha)
+    out = []
+    for p in parts:
+        try:
+            value = float(p)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{p!r} is not a number", "alpha",
+                              "give one or more numbers >= 0, comma-separated (0,0.5,1,2)"
+                              ) from None
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"must be a finite number >= 0, got {p}", "alpha")
+        out.append(value)
+    if not out:
+        raise ConfigError("no value given", "alpha")
+    return tuple(out)
+
+
+def parse_methods(method: str, alpha=1.0) -> list[Method]:
+    """--method NAME[,NAME...] (greedy, cad, adacad, opinion, opinion+BASE); `cad` runs once
+    per alpha of --alpha. Raises ConfigError for an unknown name."""
+    alphas = parse_alphas(alpha)
+    names = [n.strip() for n in str(method).split(",")]
+    out: list[Method] = []
+    for name in names:
+        opinion, base = False, name
+        if name == OPINION:
+            opinion, base = True, "greedy"
+        elif name.startswith(f"{OPINION}+"):
+            opinion, base = True, name.removeprefix(f"{OPINION}+")
+        if base not in BASES:
+            raise ConfigError(f"unknown method {name!r}", "method",
+                              f"give one or more of {', '.join(METHODS)} (or opinion+cad, "
+                              "opinion+adacad), comma-separated")
+        for a in (alphas if base == "cad" else (1.0,)):
+            m = Method(base, a, opinion)
+            if m not in out:
+                out.append(m)
+    return out
+
+
+def single_method(method: str, alpha=1.0) -> Method:
+    """The one method of a spec that names exactly one (an evaluation pass runs one)."""
+    methods = parse_methods(method, alpha)
+    if len(methods) != 1:
+        raise ConfigError("one evaluation pass runs one method", "method")
+    return methods[0]
+
+
+class _Stream:
+    """One left-padded batch of prompts continuing from its own KV cache."""
+
+    def __init__(self, model, seqs: list[list[int]], prefix: Prefix, pad_id: int):
+        self.model = model
+        self.logits, self.past, self.mask, self.pos = prefill(model, seqs, prefix, pad_id)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.past.batch_select_indices(rows)
+        self.mask, self.pos = self.mask[rows], self.pos[rows]
+
+    def advance(self, token: torch.Tensor) -> None:                   # token: (live,)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(token), 1)], dim=1)
+        logits, self.past = forward(self.model, past=self.past, last_only=True,
+                                    input_ids=token[:, None], attention_mask=self.mask,
+                                    position_ids=self.pos)
+        self.logits = logits[:, -1]                                   # (live, vocab)
+        self.pos = self.pos + 1
+
+
+@torch.no_grad()
+def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, table,
+                  method: Method) -> list[list[int]]:
+    """The same stopping rules as `generate`, on the method's combined logits."""
+    ctx = _Stream(model, seqs, prefixes[0], pad_id)
+    base = _Stream(model, base_seqs, prefixes[1], pad_id)
+    device = ctx.logits.device
+    eos, newline = table.eos.to(device), table.newline.to(device)
+    text_first, blank = table.text_first.to(device), table.blank.to(device)
+    rows = torch.arange(len(seqs), device=device)
+    has_text = torch.zeros(len(seqs), dtype=torch.bool, device=device)
+    out: list[list[int]] = [[] for _ in seqs]
+    for step in range(max_new_tokens):
+        token = method.logits(ctx.logits, base.logits).argmax(-1)    # (live,)
+        ends = eos[token]
+        stop = ends | (newline[token] & (has_text | text_first[token]))
+        for r, t, s in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
+            if not s:
+                out[r].append(t)
+        has_text = has_text | ~blank[token]
+        keep = (~stop).nonzero().squeeze(-1)
+        if keep.numel() == 0 or step == max_new_tokens - 1:
+            break
+        if keep.numel() < len(rows):
+            for stream in (ctx, base):
+                stream.keep(keep)
+            rows, has_text, token = rows[keep], has_text[keep], token[keep]
+        for stream in (ctx, base):
+            stream.advance(token)
+    return out
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+def _batches(model, seqs, base_seqs, batch_size: int, share_prefix: bool):
+    if len(seqs) != len(base_seqs):
+        raise ValueError("one no-context prompt per prompt")
+    prefixes = (Prefix.build(model, seqs, share=share_prefix),
+                Prefix.build(model, base_seqs, share=share_prefix))
+    return prefixes, sorted_batches([len(s) for s in seqs], batch_size)
+
+
+def generate_contrastive(model, tokenizer, seqs: Sequence[list[int]],
+                         base_seqs: Sequence[list[int]], method: Method, batch_size: int = 16,
+                         max_new_tokens: int = 24, progress: Progress | None = None,
+                         stage: str = "generate", share_prefix: bool = True) -> list[str]:
+    """Answers decoded with `method` from prompts `seqs` and their no-context `base_seqs`."""
+    prefixes, batches = _batches(model, seqs, base_seqs, batch_size, share_prefix)
+    table = stop_table(tokenizer, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
+    texts = [""] * len(seqs)
+    for n, batch in enumerate(batches):
+        outs = _decode_batch(model, [list(seqs[i]) for i in batch],
+                             [list(base_seqs[i]) for i in batch], prefixes, _pad_id(tokenizer),
+                             max_new_tokens, table, method)
+        for i, toks in zip(batch, outs, strict=True):
+            texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
+        if progress is not None:
+            progress(stage, sum(len(b) for b in batches[:n + 1]), len(seqs))
+    return texts
+
+
+@torch.no_grad()
+def _candidate_logits(model, prompts, flat, owner, prefix: Prefix, pad_id: int):
+    """Next-token logits before each candidate token, (rows, width, vocab), and the padded
+    candidate ids and mask, (rows, width): one row per candidate of the batch."""
+    last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id)  # last: (batch, vocab)
+    device = last.device
+    width = max(len(c) for c in flat)
+    ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
+    cmask = torch.zeros((len(flat), width), dtype=torch.long)
+    for r, c in enumerate(flat):
+        ids[r, :len(c)] = torch.tensor(c)
+        cmask[r, :len(c)] = 1
+    ids, cmask = ids.to(device), cmask.to(device)
+    owner_t = torch.tensor(owner, device=device)
+    logits = last[owner_t][:, None]                                     # (rows, 1, vocab)
+    if width > 1:
+        cache.batch_select_indices(owner_t)
+        full_mask = torch.cat([mask[owner_t], cmask], dim=1)              # (rows, seq + width)
+        pos = lengths[owner_t] + torch.arange(width, device=device)[None]  # (rows, width)
+        rest, _ = forward(model, past=cache, input_ids=ids[:, :-1],
+                          attention_mask=full_mask[:, :-1], position_ids=pos[:, :-1])
+        logits = torch.cat([logits, rest], dim=1)                       # (rows, width, vocab)
+    return logits, ids, cmask
+
+
+def score_contrastive(model, tokenizer, prompts: Sequence[list[int]],
+                      base_prompts: Sequence[list[int]], continuations: Sequence[Sequence[str]],
+                      method: Method, batch_size: int = 16, progress: Progress | None = None,
+                      stage: str = "loglik", share_prefix: bool = True) -> list[list[Score]]:
+    """Each candidate's (summed log-probability under `method`, token count)."""
+    conts = encode_continuations(tokenizer, continuations)
+    prefixes, batches = _batches(model, prompts, base_prompts, batch_size, share_prefix)
+    out: list[list[Score]] = [[] for _ in prompts]
+    for n, batch in enumerate(batches):
+        owner = [b for b, i in enumerate(batch) for _ in conts[i]]
+        flat = [c for i in batch for c in conts[i]]
+        z_c, ids, cmask = _candidate_logits(model, [list(prompts[i]) for i in batch], flat,
+                                            owner, prefixes[0], _pad_id(tokenizer))
+        z_n, _, _ = _candidate_logits(model, [list(base_prompts[i]) for i in batch], flat,
+                                      owner, prefixes[1], _pad_id(tokenizer))
+        logp = torch.log_softmax(method.logits(z_c, z_n).float(), dim=-1)  # (rows, width, vocab)
+        tok = logp.gather(-1, ids[..., None]).squeeze(-1)                  # (rows, width)
+        scores = tok[:, 0] + (tok[:, 1:] * cmask[:, 1:]).sum(-1)
+        for r, (b, c) in enumerate(zip(owner, flat, strict=True)):
+            out[batch[b]].append((float(scores[r]), len(c)))
+        if progress is not None:
+            progress(stage, sum(len(b) for b in batches[:n + 1]), len(prompts))
+    return out
+
+
+def generate_with(method: Method, model, tokenizer, seqs, base_seqs=None, **run) -> list[str]:
+    """`generate` for greedy (and opinion) methods, `generate_contrastive` otherwise."""
+    if not method.contrastive:
+        return generate(model, tokenizer, seqs, **run)
+    return generate_contrastive(model, tokenizer, seqs, base_seqs, method, **run)
+
+
+def score_with(method: Method, model, tokenizer, seqs, base_seqs, continuations, **run
+               ) -> list[list[Score]]:
+    """`score_continuations` for greedy (and opinion) methods, `score_contrastive` otherwise."""
+    if not method.contrastive:
+        return score_continuations(model, tokenizer, seqs, continuations, **run)
+    return score_contrastive(model, tokenizer, seqs, base_seqs, continuations, method, **run)
