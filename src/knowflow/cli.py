@@ -214,13 +214,18 @@ def eval_cmd(
     limit: Annotated[int | None, typer.Option(help="Items per suite (seeded sample).")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Output folder (default: runs/eval/<timestamp>/).")] = None,
-    batch_size: Annotated[int, typer.Option(help="Prompts per forward pass.")] = 16,
+    batch_size: Annotated[int, typer.Option(
+        help="Prompts per forward pass (0: as many as free GPU memory allows).")] = 16,
     max_new_tokens: Annotated[int, typer.Option(help="Longest generated answer.")] = 24,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
     seed: Annotated[int, typer.Option(help="Seed for suites, sampling and bootstrap.")] = 0,
     no_known_filter: Annotated[bool, typer.Option(
         "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
+    known_by: Annotated[str, typer.Option(
+        help="How the no-context pass finds known facts: loglik (the memorized answer is the "
+             "likelier; no decoding), generate (greedy output mentions it), or auto (loglik "
+             "under --scoring loglik, else generate).")] = "auto",
     method: Annotated[str, typer.Option(
         help="Decoding method(s), comma-separated: greedy, cad, adacad, opinion, opinion+cad, "
              "opinion+adacad (several: one pass each, and a tradeoff figure).")] = "greedy",
@@ -250,7 +255,7 @@ def eval_cmd(
     mapping = parse_fields(fields)
     EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
                context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-               max_new_tokens=max_new_tokens, method=method, alpha=alpha,
+               max_new_tokens=max_new_tokens, known_by=known_by, method=method, alpha=alpha,
                conditions=conditions).validate()
     check_suites(suite)
     check_device(device)
@@ -274,7 +279,7 @@ def eval_cmd(
             out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
             scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
             context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-            max_new_tokens=max_new_tokens, known_filter=not no_known_filter,
+            max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
             method=method, alpha=alpha, conditions=conditions)
     finally:
         if tasks:
@@ -284,7 +289,9 @@ def eval_cmd(
         from knowflow.cli_conditions import show_conditions
 
         show_conditions(console, result.conditions, result.out_dir)
-    console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s)", highlight=False)
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())
+    console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s: {stages})",
+                  highlight=False)
 
 
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:

@@ -2,10 +2,13 @@
 
 For each suite (built-in, or an external file) every item is rendered in one prompt format and
 scored by greedy generation (is each answer mentioned?) and/or by log-likelihood (which answer
-is the likelier continuation?). A no-context generation pass marks the items whose memorized
-answer the model produces on its own ("known" facts); metrics are reported on all items and on
-those. Results hold per-item records and a summary {suite: {mode: metrics}}; with an output
-folder they are written as `items.jsonl`, `summary.json` and `config.json`.
+is the likelier continuation?). A no-context pass marks the items whose memorized answer the
+model gives on its own ("known" facts): under log-likelihood scoring alone it scores the two
+answers after the question alone (one prefill per item, no decoding); otherwise, or with
+`known_by="generate"`, greedy generation without the context must mention the memorized answer.
+Metrics are reported on all items and on the known ones. Results hold per-item records and a
+summary {suite: {mode: metrics}}; with an output folder they are written as `items.jsonl`,
+`summary.json` and `config.json`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Literal
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import Progress, encode_prompts
 from knowflow.evaluate.generate import generate
+from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import memorization_ratio, summarize
 from knowflow.evaluate.normalize import alternatives, primary, score_output
 from knowflow.evaluate.prompts import FORMATS, PromptConfig, PromptFormat, render
@@ -40,9 +44,10 @@ class EvalConfig:
     context_only: bool = False          # add "Answer based on the context only."
     limit: int | None = None            # items per suite (a seeded sample)
     seed: int = 0
-    batch_size: int = 16
+    batch_size: int = 16                # 0: by free GPU memory (16 on CPU)
     max_new_tokens: int = 24
     known_filter: bool = True           # also report metrics on facts the model knows
+    known_by: str = "auto"              # auto (loglik under --scoring loglik), loglik, generate
     n_bootstrap: int = 1000
     share_prefix: bool = True           # run the prompts' common prefix once
     method: str = "greedy"              # decoding method(s), comma-separated (decoding.py)
@@ -56,9 +61,14 @@ class EvalConfig:
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
-        for name in ("batch_size", "max_new_tokens", "n_bootstrap"):
+        for name in ("max_new_tokens", "n_bootstrap"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
+        if self.batch_size < 0:
+            raise ConfigError("must be at least 1 (or 0: by free GPU memory)", "batch_size")
+        if self.known_by not in ("auto", "loglik", "generate"):
+            raise ConfigError(f"{self.known_by!r} is not one of auto, loglik, generate",
+                              "known_by")
         if self.limit is not None and self.limit < 1:
             raise ConfigError("must be at least 1", "limit")
         if self.seed < 0:
@@ -79,6 +89,7 @@ class Results:
     out_dir: Path | None = None
     seconds: float = 0.0
     modes: tuple[str, ...] = field(default=("generate", "loglik"))
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # load, score, known facts
     conditions: dict | None = None      # {method: {suite: {mode: per condition}}}, a sweep's
 
 
@@ -127,9 +138,13 @@ def _prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
 
 
 def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: EvalConfig,
-                    progress: Progress | None) -> list[dict]:
+                    progress: Progress | None, timings: dict[str, float] | None = None
+                    ) -> list[dict]:
+    """Per-item records of one suite; `timings`, if given, accumulates seconds per stage
+    ("generate", "loglik", "known facts")."""
     from knowflow.evaluate.decoding import generate_with, score_with, single_method
 
+    clock = _Clock(timings)
     method = single_method(cfg.method, cfg.alpha)
     prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
     base = _prompts(items, tokenizer, cfg, False)[1] if method.contrastive else None
@@ -140,16 +155,16 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                for it, p in zip(items, prompts, strict=True)]
     run = dict(batch_size=cfg.batch_size, progress=progress, share_prefix=cfg.share_prefix)
     if "generate" in MODES[cfg.scoring]:
+        clock.start()
         outs = generate_with(method, model, tokenizer, seqs, base,
                              max_new_tokens=cfg.max_new_tokens, stage=f"{name}: generate", **run)
         for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
             hit_cf, hit_par = score_output(out, cf, par, subj)
             rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par}
+        clock.stop("generate")
     if "loglik" in MODES[cfg.scoring]:
-        conts = [[p.answer_prefix + primary(it.counterfactual_answer),
-                  p.answer_prefix + primary(it.parametric_answer)]
-                 for it, p in zip(items, prompts, strict=True)]
-        scores = score_with(method, model, tokenizer, seqs, base, conts,
+        clock.start()
+        scores = score_with(method, model, tokenizer, seqs, base, _answers(items, prompts),
                             stage=f"{name}: loglik", **run)
         for rec, ((lp_cf, n_cf), (lp_par, n_par)) in zip(records, scores, strict=True):
             rec["loglik"] = {
@@ -158,9 +173,41 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                 "choice": choice(lp_cf, lp_par), "choice_norm": choice(lp_cf / n_cf,
                                                                        lp_par / n_par),
                 "memorization_ratio": memorization_ratio(lp_par, lp_cf)}
+        clock.stop("loglik")
     if cfg.known_filter:
+        clock.start()
         _mark_known(model, tokenizer, name, items, records, golds, cfg, progress)
+        clock.stop("known facts")
     return records
+
+
+class _Clock:
+    """Seconds per stage, added into `timings` (nothing when it is None)."""
+
+    def __init__(self, timings: dict[str, float] | None):
+        self.timings, self.t0 = timings, 0.0
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stop(self, stage: str) -> None:
+        if self.timings is not None:
+            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - self.t0
+
+
+def _answers(items, prompts) -> list[list[str]]:
+    """Each item's two scored continuations: (context's answer, memorized answer)."""
+    return [[p.answer_prefix + primary(it.counterfactual_answer),
+             p.answer_prefix + primary(it.parametric_answer)]
+            for it, p in zip(items, prompts, strict=True)]
+
+
+def known_by(cfg: EvalConfig) -> str:
+    """How the known-facts pass decides: "loglik" (no decoding) under log-likelihood scoring
+    alone, else "generate"; `cfg.known_by` overrides."""
+    if cfg.known_by != "auto":
+        return cfg.known_by
+    return "loglik" if cfg.scoring == "loglik" else "generate"
 
 
 def choice(lp_cf: float, lp_par: float) -> str:
@@ -169,7 +216,23 @@ def choice(lp_cf: float, lp_par: float) -> str:
 
 
 def _mark_known(model, tokenizer, name, items, records, golds, cfg, progress) -> None:
-    """record["known"]: the model produces the memorized answer without the context."""
+    """record["known"]: without the context the model prefers the memorized answer (by
+    log-likelihood: it is the likelier of the two answers; by generation: the greedy output
+    mentions it)."""
+    if known_by(cfg) == "loglik":
+        if not cfg.use_context and "loglik" in records[0]:  # the scores are already without
+            scores = [((r["loglik"]["counterfactual_logprob"], 0),
+                       (r["loglik"]["parametric_logprob"], 0)) for r in records]
+        else:
+            prompts, seqs = _prompts(items, tokenizer, cfg, use_context=False)
+            scores = score_continuations(
+                model, tokenizer, seqs, _answers(items, prompts), batch_size=cfg.batch_size,
+                progress=progress, stage=f"{name}: known facts", share_prefix=cfg.share_prefix)
+        for rec, ((lp_cf, _), (lp_par, _)) in zip(records, scores, strict=True):
+            rec["no_context_loglik"] = {"counterfactual_logprob": lp_cf,
+                                        "parametric_logprob": lp_par}
+            rec["known"] = lp_par > lp_cf
+        return
     if not cfg.use_context and "generate" in records[0]:
         outs = [r["generate"]["output"] for r in records]
     else:
@@ -201,12 +264,17 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     quality: dict[str, dict] = {}
     by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality, fields)  # before loading
     model_name = model if isinstance(model, str) else type(model).__name__
+    timings: dict[str, float] = {}
     if isinstance(model, (str, Path)):
         from knowflow.models.hf import load_model
 
+        loaded = time.perf_counter()
         model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+        timings["load"] = time.perf_counter() - loaded
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    if cfg.batch_size == 0:
+        cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))
     from knowflow.evaluate.conditions import Sweep
 
     sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
@@ -214,7 +282,8 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     summary: dict[str, dict] = {}
     for name, items in by_suite.items():
         log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
-        records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress)
+        records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
+                                       timings)
         summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
                                 **quality.get(name, {})} for mode in MODES[cfg.scoring]}
     param = next(model.parameters())
@@ -226,7 +295,19 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     if swept is not None and target is not None:
         sweep.write(target, swept)
     return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring],
+                   {k: round(v, 2) for k, v in timings.items()},
                    swept.summary if swept is not None else None)
+
+
+def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+               ) -> int:
+    """--batch-size 0: the batch that the longest prompt lets fit in free GPU memory."""
+    from knowflow.evaluate.batching import fit_batch_size
+
+    longest = max(len(p) for items in by_suite.values()
+                  for p in _prompts(items, tokenizer, cfg, cfg.use_context)[1])
+    new = cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few tokens
+    return fit_batch_size(model, longest, new)
 
 
 def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
