@@ -51,3 +51,72 @@ def test_round_trip_through_dict(seed, lr, steps):
     assert config_from_dict(Outer, config_to_dict(cfg)) == cfg
     flat = flatten(config_to_dict(cfg))
     assert apply_overrides(Outer(), {k: v for k, v in flat.items() if k != "names"}) == cfg
+
+
+@dataclass(frozen=True)
+class Leaf:
+    rate: float = 0.5
+
+    def validate(self) -> None:  # names its field without a prefix, as sections do
+        if not 0 < self.rate < 1:
+            raise ConfigError("must lie in (0, 1)", "rate")
+
+
+@dataclass(frozen=True)
+class Middle:
+    leaf: Leaf = field(default_factory=Leaf)
+    eval_every: int = 5
+    steps: int = 10
+
+
+@dataclass(frozen=True)
+class Top:
+    middle: Middle = field(default_factory=Middle)
+    seed: int = 0
+
+
+@pytest.mark.parametrize("override,path", [
+    ({"middle.leaf.rate": 2.0}, "middle.leaf.rate"),
+    ({"middle.eval_every": 20}, "middle.eval_every"),
+    ({"seed": -1}, "seed"),
+    ({"middle.leaf.rate": float("nan")}, "middle.leaf.rate"),
+])
+def test_validator_walks_nested_sections_and_names_the_full_path(override, path):
+    from knowflow.config import validate_config
+
+    validate_config(Top())
+    with pytest.raises(ConfigError) as err:
+        validate_config(apply_overrides(Top(), override) if "nan" not in str(override)
+                        else Top(Middle(Leaf(float("nan")))))
+    assert err.value.field == path
+    assert str(err.value).startswith(f"config field '{path}'")
+
+
+def _lr_paths(cfg, prefix: str = "") -> list[str]:
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _lr_paths(value, f"{prefix}{f.name}.")
+        elif f.name == "lr":
+            out.append(prefix + f.name)
+    return out
+
+
+def test_every_experiment_names_a_bad_nested_lr_by_its_dotted_path():
+    """`knowflow run X --set sft.lr=-1` says "config field 'sft.lr'" (not 'lr')."""
+    from knowflow.experiments.registry import list_experiments
+    from knowflow.experiments.runner import build_config
+
+    nested = []
+    for exp in list_experiments():
+        for path in _lr_paths(exp.config_cls()):
+            if "." not in path:
+                continue
+            nested.append(path)
+            with pytest.raises(ConfigError) as err:
+                build_config(exp.name, [f"{path}=-1"])
+            assert err.value.field == path, exp.name
+    assert "sft.lr" in nested and "finetune.lr" in nested

@@ -4,8 +4,9 @@ Every experiment has one frozen dataclass config (nested dataclasses allowed). O
 field by its dotted path (`finetune.lr=0.5`); the value is parsed to the field's annotated type.
 An unknown key or an unparsable value is a `ConfigError` naming the key. `validate_config`
 checks a whole config: the generic rules every config obeys (finite numbers, `eval_every` no
-larger than `steps`, at least one worker or thread, seeds not negative), then each nested
-section's own `validate()`, with every error naming the field's full dotted path (`sft.lr`).
+larger than `steps`, at least one worker or thread, seeds not negative, learning rates
+positive), then each nested section's own `validate()`, with every error naming the field's
+full dotted path (`sft.lr`).
 """
 
 from __future__ import annotations
@@ -169,12 +170,13 @@ def require(condition: bool, field: str, message: str) -> None:
         raise ConfigError(message, field)
 
 
-# Generic rules every config obeys, by field name: (test, what is wrong).
-_MIN_ONE = (lambda v: v >= 1, "must be at least 1")
-_NAMED_RULES: dict[str, tuple[Any, str]] = {
+# Generic rules every config obeys, by field name: (test, what is wrong, applies to floats).
+_MIN_ONE = (lambda v: v >= 1, "must be at least 1", False)
+_NAMED_RULES: dict[str, tuple[Any, str, bool]] = {
     "threads": _MIN_ONE, "workers": _MIN_ONE,
-    "seed": (lambda v: v >= 0, "must not be negative"),
-    "seeds": (lambda v: v >= 0, "must not be negative"),
+    "seed": (lambda v: v >= 0, "must not be negative", False),
+    "seeds": (lambda v: v >= 0, "must not be negative", False),
+    "lr": (lambda v: v > 0, "must be positive", True),
 }
 
 
@@ -187,7 +189,9 @@ def _generic_checks(cfg: Any, prefix: str) -> None:
                 raise ConfigError(f"{v!r} is not a finite number", prefix + name,
                                   "give an ordinary number such as 0.001")
             rule = _NAMED_RULES.get(name)
-            if rule and isinstance(v, int) and not isinstance(v, bool) and not rule[0](v):
+            number = isinstance(v, int) or (rule is not None and rule[2] and
+                                             isinstance(v, float))
+            if rule and number and not isinstance(v, bool) and not rule[0](v):
                 raise ConfigError(f"{rule[1]}, got {v}", prefix + name)
     every, steps = values.get("eval_every"), values.get("steps")
     if isinstance(every, int) and isinstance(steps, int) and every > steps >= 1:
