@@ -103,6 +103,9 @@ def sft_cmd(
                                                  "steps.")] = None,
     curate_fraction: Annotated[float | None, Opt(help="With --curate dynamic: share of rows "
                                                       "dropped at each re-scoring.")] = None,
+    curate_threshold: Annotated[float | None, Opt(help="With --curate dynamic: drop only rows "
+                                                       "whose no-context loss is below this "
+                                                       "(answered from memory).")] = None,
     set_: Annotated[list[str] | None, Opt("--set", help="Any other field: key=value "
                                                         "(see `knowflow config sft`).")] = None,
     runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
@@ -110,6 +113,8 @@ def sft_cmd(
     = False,
     run_dir: Annotated[Path | None, Opt(help="With --resume: the run to continue.")] = None,
     device: Annotated[str | None, Opt(help="auto, cpu, cuda, mps.")] = None,
+    dtype: Annotated[str | None, Opt(help="Weights: auto (float32; bf16 mixed precision on "
+                                          "GPU), float32, bfloat16, float16.")] = None,
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
@@ -117,14 +122,16 @@ def sft_cmd(
 
     from knowflow.experiments.runner import run_experiment
 
-    given = {"model": model, "data": data, "device": device, "sft.train": train,
+    given = {"model": model, "data": data, "device": device, "dtype": dtype,
+             "sft.train": train,
              "sft.trainer": trainer,
              "sft.lora_r": lora_r, "sft.lora_alpha": lora_alpha, "sft.lora_targets":
              lora_targets, "sft.lr": lr, "sft.steps": steps, "sft.batch_size": batch_size,
              "sft.max_length": max_length, "sft.seed": seed, "mixture.seed": seed,
              "track.suites": track, "track.every": track_every, "track.limit": track_limit,
              "track.stop_drop": stop_drop, "curate.mode": curate,
-             "curate.every": curate_every, "curate.fraction": curate_fraction}
+             "curate.every": curate_every, "curate.fraction": curate_fraction,
+             "curate.threshold": curate_threshold}
     if prompt_format is not None:
         given["sft.prompt_format"] = given["track.prompt_format"] = prompt_format
     overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
@@ -172,6 +179,7 @@ def curate_cmd(
     batch_size: Annotated[int, Opt(help="Examples per forward pass.")] = 8,
     seed: Annotated[int, Opt(help="Seed of the built-in mixture.")] = 0,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
+    dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Score each example's context-criticality with the model; drop the least critical."""
@@ -199,7 +207,7 @@ def curate_cmd(
         raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
                             "their 'input'); chat 'messages' rows have no separate context",
                             "convert them to instruction/input/output rows")
-    mdl, tok = load_model(model, device=device)
+    mdl, tok = load_model(model, device=device, dtype=dtype)
     with _Bar("scoring") as progress:
         kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
     n_dropped = len(rows) - len(kept)

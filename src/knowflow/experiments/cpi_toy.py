@@ -5,7 +5,10 @@
 (3) `with_s`: (1) plus S points on memorized facts — more attention on the subject (Prop. 2).
 (4) `train_v`: (1) with W_V trainable too — fact memorization in the values (Prop. 3).
 (5) `mitigations`: against the inversion setting (W_KQ only): training all weights instead,
-    counterfactual augmentation, and dropping the examples with the lowest no-context loss.
+    counterfactual augmentation, dropping the examples with the lowest no-context loss once
+    (`filtered`, the paper's filter), and dynamic curation (`dynamic`: re-scoring that loss
+    under the current weights every `part.dynamic_every` steps); each arm also reports the
+    in-distribution accuracy it keeps (accuracy on the mixture's C and C+S points).
 Parts are independent runs on one seeded world; each finished part is checkpointed, so
 `--resume` redoes only what is missing. Parts run in parallel processes, one torch thread each.
 """
@@ -59,6 +62,9 @@ class PartsConfig:
     with_s_points: int = 100  # part 3: S points (memorized facts) added to the mixture
     aug_points: int = 60  # part 5: counterfactual-augmentation points added
     filter_fraction: float = 0.25  # part 5: share dropped (lowest no-context loss); paper: 25%
+    dynamic_every: int = 50  # part 5, dynamic curation: re-score every N steps
+    dynamic_fraction: float = 0.25  # ... and leave out this share (lowest no-context loss)
+    dynamic_threshold: float | None = None  # ... of those, only the ones below this loss
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,10 @@ class CpiToyConfig:
         require(p.with_s_points >= 0, "part.with_s_points", "must not be negative")
         require(p.aug_points >= 0, "part.aug_points", "must not be negative")
         require(0 <= p.filter_fraction < 1, "part.filter_fraction", "must lie in [0, 1)")
+        require(p.dynamic_every >= 1, "part.dynamic_every", "must be at least 1")
+        require(0 < p.dynamic_fraction < 1, "part.dynamic_fraction", "must lie in (0, 1)")
+        require(p.dynamic_threshold is None or p.dynamic_threshold > 0,
+                "part.dynamic_threshold", "must be positive")
         require(self.workers >= 1, "workers", "must be at least 1")
 
 
@@ -111,6 +121,7 @@ class Arm:
     mixture: MixtureConfig
     train_v: bool
     filter_fraction: float = 0.0
+    dynamic: tuple | None = None  # dynamic curation: (every, fraction, threshold)
 
 
 def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
@@ -128,7 +139,9 @@ def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
     return [Arm(part, "baseline", m, False),
             Arm(part, "all_weights", m, True),
             Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), False),
-            Arm(part, "filtered", m, False, p.filter_fraction)]
+            Arm(part, "filtered", m, False, p.filter_fraction),
+            Arm(part, "dynamic", m, False, dynamic=(p.dynamic_every, p.dynamic_fraction,
+                                                  p.dynamic_threshold))]
 
 
 def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:
@@ -177,13 +190,13 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     """Build the world, the pretrained model and the arm's data; finetune; summarize."""
     import torch
 
-    from knowflow.curate.toy import drop_lowest_no_context_loss
+    from knowflow.curate.criticality import drop_lowest_no_context_loss
     from knowflow.models.toy_cpi import (
         OneLayerCPI,
         pretrained_value_matrix,
         train_value_matrix,
     )
-    from knowflow.train.toy_cpi import finetune
+    from knowflow.train.toy_cpi import finetune, indist_accuracy
     from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
 
     torch.set_num_threads(1)
@@ -200,7 +213,8 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     m = arm.mixture
     train = finetune_set(world, m.n_c, m.n_cs, m.n_s_seen, m.n_s_unseen, m.n_aug, cfg.seed)
     test = counterfactual_test_set(world, cfg.seed)
-    extra: dict = {"n_train": len(train)}
+    extra: dict = {"n_train": len(train), **indist_accuracy(model, train, "start")}
+    full_train = train
     if arm.filter_fraction > 0:
         n_before = len(train)
         kept = drop_lowest_no_context_loss(model, train, arm.filter_fraction)
@@ -208,7 +222,11 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
                      n_dropped_cs=int((train.kind == CS).sum() - (kept.kind == CS).sum()),
                      n_train=len(kept))
         train = kept
-    records = finetune(model, train, test, cfg.finetune, arm.train_v)
+    records = finetune(model, train, test, cfg.finetune, arm.train_v, arm.dynamic)
+    extra.update(indist_accuracy(model, full_train, "final"))
+    if arm.dynamic is not None:
+        extra["n_dropped_final"] = records[-1]["n_dropped"]
+        extra["n_dropped_cs_final"] = records[-1]["n_dropped_CS"]
     with torch.no_grad():
         probs = model.value_probs(test.subject)
         extra["delta_m_measured"] = float(probs[torch.arange(len(test)), test.fact].mean())
@@ -219,7 +237,8 @@ def _arm_key(arm: Arm) -> str:
     """Arms that train the same thing share a key (and one computation)."""
     m = arm.mixture
     return (f"c{m.n_c}-cs{m.n_cs}-s{m.n_s_seen}-u{m.n_s_unseen}-a{m.n_aug}"
-            f"-v{int(arm.train_v)}-f{arm.filter_fraction:g}")
+            f"-v{int(arm.train_v)}-f{arm.filter_fraction:g}"
+            + ("-d{}x{:g}t{}".format(*arm.dynamic) if arm.dynamic else ""))
 
 
 # The inversion criterion inversion-tiny's findings use: M_C rises, then falls; C-only does not.
@@ -282,6 +301,7 @@ def findings(summary: dict) -> dict:
         for name, arm in mit.items():
             if name != "baseline":
                 out[f"{name}_final_mc_gain"] = arm["mc_final"] - base
+        out.update(mitigation_findings(mit))
     return out
 
 
@@ -355,3 +375,26 @@ def phase_verdict(rows: list[dict], phase: PhaseConfig) -> str:
     inv = [f"({row['cs_share']:g}, {row['reliability']:g})" for row in rows if row["inverts"]]
     return (f"The theory model inverts (seed-mean M_C fall >= {phase.threshold:g}) in "
             f"{len(inv)} of {len(rows)} cells (C+S share, delta_C): {', '.join(inv) or 'none'}.")
+
+
+# The mitigation goal: remove at least this share of the fall, keep in-distribution accuracy
+# within this much of the unmitigated arm.
+GOAL_REMOVED, GOAL_INDIST = 0.8, 0.02
+
+
+def mitigation_findings(mit: dict) -> dict:
+    """Per mitigation arm: the share of the baseline's M_C fall it removes, the change in
+    in-distribution accuracy, and whether both meet the goal."""
+    base = mit["baseline"]
+    out: dict = {}
+    for name, arm in mit.items():
+        if name == "baseline":
+            continue
+        removed = 1 - max(arm["mc_fall"], 0.0) / base["mc_fall"] if base["mc_fall"] > 0 \
+            else None
+        change = arm.get("indist_final", float("nan")) - base.get("indist_final", float("nan"))
+        out[f"{name}_fall_removed"] = removed
+        out[f"{name}_indist_change"] = change
+        out[f"{name}_goal_met"] = removed is not None and removed >= GOAL_REMOVED and \
+            change >= -GOAL_INDIST - 1e-12
+    return out

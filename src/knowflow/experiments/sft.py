@@ -42,7 +42,8 @@ def check(cfg: SFTJobConfig) -> None:
         from knowflow.train.curation import DynamicCurationConfig
 
         require(cfg.curate == DynamicCurationConfig(), "curate.mode",
-                "--curate-every and --curate-fraction need --curate dynamic")
+                "--curate-every, --curate-fraction and --curate-threshold need "
+                "--curate dynamic")
     else:
         require(s.trainer == "hf", "curate.mode", "dynamic curation needs --trainer hf")
     check_device(cfg.device)

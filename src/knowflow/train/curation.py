@@ -5,8 +5,9 @@ Goyal et al. (ICLR 2025) drop the finetuning examples with the lowest loss *with
 context, scored once with the pretrained model. But C+S points only turn harmful once the C
 points are fit and the model starts to answer them from memory. `DynamicCuration` re-scores
 every training row's no-context loss under the *current* weights every `every` optimizer steps
-(and at step 0) and drops the `fraction` with the lowest loss until the next re-scoring, when
-rows may be re-admitted. Three pieces do it:
+(and at step 0) and drops the `fraction` with the lowest loss (with `threshold`: of those, only
+the rows whose loss is below it, i.e. that the model now answers from memory alone) until the
+next re-scoring, when rows may be re-admitted. Three pieces do it:
 
 - `ActiveSampler` draws training rows from the active (not dropped) rows only;
 - `CuratedTrainer` uses that sampler and also masks the labels of a row dropped after its batch
@@ -52,7 +53,8 @@ Scorer = Callable[[object], Sequence[float] | torch.Tensor]
 class DynamicCurationConfig:
     mode: str = "none"               # none | dynamic
     every: int = 50                  # re-score every N optimizer steps (and at step 0)
-    fraction: float = 0.25           # share of rows dropped at each re-scoring
+    fraction: float = 0.25           # share of rows dropped at each re-scoring (at most)
+    threshold: float | None = None   # drop only rows whose no-context loss is below this
     batch_size: int = 16             # rows per scoring forward pass
 
     def validate(self, prefix: str = "curate.") -> None:
@@ -62,6 +64,8 @@ class DynamicCurationConfig:
         require(0 < self.fraction < 1, f"{prefix}fraction",
                 f"must lie in (0, 1), got {self.fraction}")
         require(self.batch_size >= 1, f"{prefix}batch_size", "must be at least 1")
+        require(self.threshold is None or self.threshold > 0, f"{prefix}threshold",
+                f"must be positive, got {self.threshold}")
 
 
 class ActiveSampler(torch.utils.data.Sampler):
@@ -162,8 +166,8 @@ class DynamicCuration(TrainerCallback):
         if len(losses) != self.sampler.n:
             raise ValueError(f"the scorer returned {len(losses)} losses for "
                              f"{self.sampler.n} rows")
-        n_max = self.sampler.n - 1
-        drop = sorted(lowest_share(losses, self.cfg.fraction)[:n_max])
+        drop = sorted(drop_set(losses, self.cfg.fraction, self.cfg.threshold,
+                               self.sampler.n - 1))
         before = self.dropped
         self.sampler.set_dropped(drop)
         kept = [float(v) for i, v in enumerate(losses) if i not in set(drop)]
@@ -194,6 +198,18 @@ class DynamicCuration(TrainerCallback):
         if "dropped_by_kind" in last:
             out["curation_final_dropped_by_kind"] = last["dropped_by_kind"]
         return out
+
+
+def drop_set(losses, fraction: float, threshold: float | None = None,
+             most: int | None = None) -> list[int]:
+    """The rows to drop: the `fraction` with the lowest no-context loss, of those only the
+    ones below `threshold` (the model answers them from memory: loss < -ln p for answer
+    probability p) when it is given, and at most `most`."""
+    losses = torch.as_tensor(losses, dtype=torch.float64)  # (n,)
+    drop = lowest_share(losses, fraction)
+    if threshold is not None:
+        drop = [i for i in drop if losses[i] < threshold]
+    return drop[:most] if most is not None else drop
 
 
 class IndexedCollator:

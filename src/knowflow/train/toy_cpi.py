@@ -75,12 +75,21 @@ def trajectory_record(model: OneLayerCPI, train: ToyData, test: ToyData,
 
 
 def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetuneConfig,
-             train_v: bool) -> list[dict]:
+             train_v: bool, curation: tuple[int, float, float | None] | None = None
+             ) -> list[dict]:
     """Full-batch training of W_KQ (and W_V if `train_v`) on `train`; returns the trajectory.
 
     Step t's record describes the model *before* update t (step 0 is the pretrained model; the
     projections use the gradient that update t applies); the last record is the final model.
+    `curation=(every, fraction, threshold)`: dynamic curation (`train.curation.drop_set`) —
+    every `every` steps (from step 0) the no-context loss of every training example is
+    re-scored under the current weights and the `fraction` with the lowest (those below
+    `threshold` only, if not None) is left out of the loss until the next re-scoring; records
+    then carry `n_dropped` and `n_dropped_CS`.
     """
+    from knowflow.curate.criticality import no_context_loss
+    from knowflow.train.curation import drop_set
+
     model.w_v.requires_grad_(train_v)
     groups = [{"params": [model.w_kq], "lr": cfg.lr}]
     if train_v:
@@ -88,16 +97,40 @@ def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetune
     opt = torch.optim.SGD(groups) if cfg.optimizer == "gd" else torch.optim.Adam(groups)
     frozen_table = None if train_v else model.value_table().detach()
     records = []
+    active = torch.ones(len(train), dtype=torch.bool)  # (N,) rows in the loss
     for step in range(cfg.steps + 1):
+        if curation is not None and step % curation[0] == 0:
+            active = torch.ones(len(train), dtype=torch.bool)
+            active[drop_set(no_context_loss(model, train), curation[1], curation[2],
+                            len(train) - 1)] = False
         opt.zero_grad()
         table = model.value_table() if train_v else frozen_table  # (n_tokens + 1, A)
         logits, attn = model(train.tokens, train.mask, table)
-        F.cross_entropy(logits, train.answer).backward()
+        F.cross_entropy(logits[active], train.answer[active]).backward()
         if step % cfg.eval_every == 0 or step == cfg.steps:
             proj_s, proj_c = gradient_projections(model, model.w_kq.grad)
             records.append({"step": step, **trajectory_record(
                 model, train, test, logits.detach(), attn.detach(), table.detach()),
                 "proj_theta_S": proj_s, "proj_theta_C": proj_c})
+            if curation is not None:
+                records[-1].update(n_dropped=int((~active).sum()),
+                                   n_dropped_CS=int((~active & (train.kind == CS)).sum()))
         if step < cfg.steps:
             opt.step()
     return records
+
+
+def indist_accuracy(model, data, when: str) -> dict:
+    """Accuracy (argmax = answer) on the mixture's own C and C+S points: what finetuning is
+    for, and what a mitigation must keep."""
+    with torch.no_grad():
+        logits, _ = model(data.tokens, data.mask)  # (N, A)
+    hit = (logits.argmax(-1) == data.answer).double()  # (N,)
+    out = {}
+    for kind, name in ((KIND_C, "C"), (CS, "CS")):
+        if (data.kind == kind).any():
+            out[f"indist_{name}_{when}"] = float(hit[data.kind == kind].mean())
+    sel = (data.kind == KIND_C) | (data.kind == CS)
+    if sel.any():
+        out[f"indist_{when}"] = float(hit[sel].mean())
+    return out
