@@ -137,7 +137,6 @@ def test_attention_probe_needs_a_context(model_dir, data):
 
 
 def test_attention_probe_over_a_suite(model_dir, tmp_path):
-    pytest.importorskip("knowflow.worlds.suites")
     out = tmp_path / "suite"
     result, output = _run("attention", "--model", model_dir, "--suite", "cf-capitals",
                           "--limit", 3, "--out", out)
@@ -148,7 +147,6 @@ def test_attention_probe_over_a_suite(model_dir, tmp_path):
 
 
 def test_recall_probe_over_a_suite(model_dir, tmp_path):
-    pytest.importorskip("knowflow.worlds.suites")
     args = ["knockout", "--model", model_dir, "--suite", "cf-capitals", "--limit", 2,
             "--window", 2]
     # a random tiny model knows no capital: probing only known facts leaves nothing
