@@ -154,7 +154,7 @@ def test_prompt_formats(tokenizer, items):
 
 def test_eval_config_validation():
     with pytest.raises(KnowflowError, match="batch_size"):
-        EvalConfig(batch_size=0).validate()
+        EvalConfig(batch_size=-1).validate()  # 0 means: by free GPU memory
     with pytest.raises(KnowflowError, match="prompt_format"):
         EvalConfig(prompt_format="xml").validate()
 
