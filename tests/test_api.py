@@ -106,10 +106,10 @@ def test_suites_and_experiments_are_listed():
 
 
 def _tiny():
-    from test_probe_fixtures import byte_bpe, tiny_llama
+    from conftest import byte_tokenizer, tiny_llama
 
-    tok = byte_bpe()
-    return tiny_llama(len(tok)), tok
+    tok = byte_tokenizer()
+    return tiny_llama(tok), tok
 
 
 FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
