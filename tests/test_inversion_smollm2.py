@@ -18,7 +18,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
             "sft.batch_size=4", "sft.prompt_format=chat", "track.prompt_format=chat",
             "track.every=1", "track.limit=2", "track.batch_size=2", "sft.max_length=512",
             "arms=lora,full,curated,qk_only,augmented,dynamic", "dynamic.every=1",
-            "indist_n=2"]
+            "indist_n=2", "curate_drop=0.25", "dynamic.fraction=0.25"]
     result = run_experiment("inversion-smollm2", sets, runs_root=tmp_path)
     summary = read_json(result.run_dir / "summary.json")
     records = read_jsonl(result.run_dir / "metrics.jsonl")
