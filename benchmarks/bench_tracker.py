@@ -1,15 +1,17 @@
 """RelianceTracker overhead on a LoRA `knowflow sft` run (SmolLM2-135M-Instruct, built-in
-mixture, CPU): the same run, same length, without the tracker, with the tracker as it is
-(default settings: every 20 steps, 32 held-out items per suite of cf-capitals and cf-world,
-log-likelihood scoring, attention mass read from the same prompt pass), and with the tracker
-as it was before (a second, attention-only pass over the prompts). Prints each run's wall
-time and CPU time (this process's; on a shared machine wall time also counts other
-people's jobs, CPU time does not) and the tracker's share of each; never asserts on time.
+mixture, CPU, default tracker settings: every 20 steps, 32 held-out items per suite of
+cf-capitals and cf-world, log-likelihood scoring, attention mass).
 
-Every run evaluates at step 0, every 20 steps and at the end, so a 40-step run evaluates 3
-times (a default 100-step run 6 times: a smaller share than printed here).
+Two runs of the same length: without the tracker, and with it (the log-likelihood choice and
+the attention mass read from one prompt pass). Then one evaluation of the tracker as it is
+and as it was before (a second, attention-only pass over the prompts) on the same model, so
+the "before" run is the measured no-tracker run plus as many two-pass evaluations. Times are
+CPU seconds of this process (on a shared machine wall time also counts other people's jobs;
+wall times are printed too). A run evaluates at step 0, every 20 steps and at the end: a
+`--steps 20` run evaluates twice, a default 100-step run 6 times; the table gives both.
+Never asserts on time.
 
-    .venv/bin/python benchmarks/bench_tracker.py [--steps 40] [--threads 1]
+    .venv/bin/python benchmarks/bench_tracker.py [--steps 20] [--threads 1]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from knowflow.models.hf import load_model
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.worlds.instructions import MixtureConfig, heldout_items
 
 
 class CpuClock:
@@ -57,11 +60,22 @@ def one_run(cfg: SFTJobConfig) -> tuple[float, float, float, float, dict]:
     return seconds, cpu, summary.get("tracking_seconds", 0.0), CpuClock.seconds, summary
 
 
+def one_evaluation(one_pass: bool, track: TrackerConfig) -> float:
+    """CPU seconds of one tracker evaluation on the untrained model."""
+    model, tok = load_model(device="cpu")
+    tracker = RelianceTracker(tok, track, items=heldout_items(MixtureConfig(), track.suites,
+                                                             track.limit))
+    tracker.one_pass = one_pass
+    tracker.measure(model)  # warm-up (first-call costs)
+    start = time.process_time()
+    tracker.measure(model)
+    return time.process_time() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--skip-before", action="store_true", help="skip the two-pass tracker run")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     track = TrackerConfig()
@@ -69,28 +83,30 @@ def main() -> None:
                         track=track)
     print(f"LoRA sft, {args.steps} steps, batch {base.sft.batch_size}, {args.threads} thread(s); "
           f"tracker every {track.every} steps, {track.limit} items x {len(track.suites)} "
-          f"suites, scoring {track.scoring}, attention {track.attention}")
-    runs = [("no tracker", dataclasses.replace(base, tracking=False), True),
-            ("tracker (one pass)", base, True)]
-    if not args.skip_before:
-        runs.append(("tracker (two passes)", base, False))
+          f"suites, scoring {track.scoring}, attention {track.attention}", flush=True)
     CpuClock.wrap()
-    rows = []
-    for name, cfg, one_pass in runs:
-        RelianceTracker.one_pass = one_pass
-        rows.append((name, *one_run(cfg)))
-        print(f"  {name}: done", flush=True)
-    RelianceTracker.one_pass = True
-    bare, bare_cpu = rows[0][1], rows[0][2]
-    print(f"\n{'run':22s} {'wall':>8s} {'CPU':>8s} {'tracking wall/CPU':>18s} "
-          f"{'CPU vs none':>12s} {'tracker share wall/CPU':>23s}  cf acc start/final")
-    for name, wall, cpu, t_wall, t_cpu, s in rows:
-        accs = f"{s['cf_acc_start']:.3f}/{s['cf_acc_final']:.3f}" if "cf_acc_start" in s \
-            else "-"
-        print(f"{name:22s} {wall:7.1f}s {cpu:7.1f}s {t_wall:8.1f}s/{t_cpu:7.1f}s "
-              f"{cpu / bare_cpu:11.2f}x {100 * t_wall / wall:10.1f}% / {100 * t_cpu / cpu:5.1f}%"
-              f"  {accs}")
-    print(f"(no-tracker run: {bare:.1f} s wall, {bare_cpu:.1f} s CPU)")
+    bare_wall, bare, _, _, _ = one_run(dataclasses.replace(base, tracking=False))
+    wall, cpu, t_wall, t_cpu, s = one_run(base)
+    n_evals = s["n_evaluations"]
+    after, before = one_evaluation(True, track), one_evaluation(False, track)
+    step = bare / args.steps
+    print(f"\n{'run':34s} {'wall s':>8s} {'CPU s':>8s} {'tracking CPU s':>15s} "
+          f"{'tracker share':>14s}")
+    print(f"{'no tracker':34s} {bare_wall:8.1f} {bare:8.1f} {'-':>15s} {'-':>14s}")
+    print(f"{'tracker, one pass (measured)':34s} {wall:8.1f} {cpu:8.1f} {t_cpu:15.1f} "
+          f"{100 * t_cpu / cpu:13.1f}%")
+    b_cpu = bare + n_evals * before
+    print(f"{'tracker, two passes (before)':34s} {'':8s} {b_cpu:8.1f} {n_evals * before:15.1f} "
+          f"{100 * n_evals * before / b_cpu:13.1f}%  (no-tracker run + {n_evals} x one "
+          "two-pass evaluation)")
+    n_items = sum(len(v) for v in heldout_items(MixtureConfig(), track.suites,
+                                                track.limit).values())
+    print(f"\none evaluation ({n_items} items): one pass {after:.1f} s CPU, two passes "
+          f"{before:.1f} s CPU; one LoRA step (run CPU / steps) {step:.2f} s; cf acc "
+          f"start/final {s['cf_acc_start']:.3f}/{s['cf_acc_final']:.3f}")
+    print("tracker share of a default 100-step run (6 evaluations, from these measurements): "
+          f"now {100 * 6 * after / (6 * after + 100 * step):.1f}%, before "
+          f"{100 * 6 * before / (6 * before + 100 * step):.1f}%")
 
 
 if __name__ == "__main__":
