@@ -168,3 +168,34 @@ def test_callback_works_on_a_peft_model(tmp_path, tok, rows, data):
     assert [h["step"] for h in history] == [0, 3]
     # LoRA starts as the identity, so step 0 drops the base model's lowest no-context losses
     assert history[0]["dropped"] == sorted(lowest_share(base, 0.25))
+
+
+def test_tiny_world_rows_plug_in(tmp_path):
+    """The inversion-tiny wiring: tiny-world examples scored by `no_context_loss` (their
+    `<bos> question s r` version), trained through `train.sft.finetune`."""
+    from conftest import TINY_WORLD
+    from knowflow.train.tiny_track import encode, per_example_loss, training_rows
+    from knowflow.worlds.tiny_tokenizer import build_tokenizer
+    from knowflow.worlds.tiny_world import (
+        Mixture,
+        TinyWorldConfig,
+        finetuning_set,
+        make_world,
+        no_context,
+    )
+
+    world = make_world(TinyWorldConfig(**TINY_WORLD), 0)
+    tok = build_tokenizer(world.vocab)
+    train = finetuning_set(world, Mixture(n=16, share_c=0.25, share_cs=0.5, share_s=0.25), 0)
+    model = tiny_llama(tok)
+    ref = per_example_loss(model.eval(), encode(tok, [no_context(ex) for ex in train]))
+    assert torch.allclose(no_context_loss(model, train, tok), ref)
+    cur = DynamicCuration(lambda m: no_context_loss(m, train, tok), len(train),
+                          DynamicCurationConfig("dynamic", every=2, fraction=0.25), tmp_path,
+                          kinds=[ex.kind for ex in train])
+    finetune(model, tok, training_rows(tok, train),
+             SFTConfig(train="full", steps=3, batch_size=4, lr=1e-3, save_every=50),
+             tmp_path, [cur])
+    history = read_jsonl(tmp_path / CURATION)
+    assert [h["step"] for h in history] == [0, 2]
+    assert history[0]["dropped"] == sorted(lowest_share(ref, 0.25))
