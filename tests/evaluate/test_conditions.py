@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.evaluate.conditions import condition_summary, parse_conditions
+from knowflow.report.tradeoff import pool_runs
 from knowflow.worlds.conditions import condition_item, names, text_key
 from knowflow.worlds.loaders import load_items
 from knowflow.worlds.suites import get_suite, list_suites
@@ -99,6 +100,10 @@ def test_eval_sweep_writes_tradeoff_figure(tiny_model_dir, tmp_path):
     assert "tradeoff" in (out / "report.html").read_text()
     lines = (out / "conditions.jsonl").read_text().splitlines()
     assert len(lines) == 5 * 3 * 4
+    # pooling runs reads the records back: one run pools to its own summary
+    pooled = pool_runs([out], tmp_path / "pooled")
+    assert pooled == summary
+    assert (tmp_path / "pooled" / "figures" / "tradeoff.png").exists()
 
 
 @pytest.mark.parametrize("args, fragment", [

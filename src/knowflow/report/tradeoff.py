@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.io import read_json
+from knowflow.io import atomic_write_json, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.report.html import write_report
 
@@ -68,3 +68,34 @@ def write_eval_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     tradeoff_from_run(run_dir)
     return write_report([run_dir], run_dir / "report.html", title="knowflow eval")
+
+
+_SCORES = {"generate": ("counterfactual", "parametric"),
+           "loglik": ("choice", "choice_norm", "memorization_ratio")}
+
+
+def pool_runs(run_dirs: list[str | Path], out_dir: str | Path, n_boot: int = 1000,
+              seed: int = 0) -> dict:
+    """One conditions.json (each suite, and "all" pooled over every run's items) and its
+    tradeoff figure, in `out_dir`, from the conditions.jsonl of several eval runs (e.g. one
+    process per suite)."""
+    from knowflow.evaluate.conditions import ALL, condition_summary
+
+    groups: dict[str, dict[str, dict[str, list[dict]]]] = {}  # method -> suite -> condition
+    modes: list[str] = []
+    for run_dir in run_dirs:
+        for flat in read_jsonl(Path(run_dir) / "conditions.jsonl"):
+            rec = {mode: {k: flat[f"{mode}_{k}"] for k in keys}
+                   for mode, keys in _SCORES.items() if f"{mode}_{keys[0]}" in flat}
+            modes += [m for m in rec if m not in modes]
+            by_suite = groups.setdefault(flat["method"], {})
+            for suite in (flat["suite"], ALL):
+                by_suite.setdefault(suite, {}).setdefault(flat["condition"], []).append(rec)
+    summary = {method: {suite: {mode: condition_summary(suites[suite], mode, n_boot, seed)
+                                for mode in modes}
+                        for suite in [*(s for s in suites if s != ALL), ALL]}
+               for method, suites in groups.items()}
+    out = Path(out_dir)
+    atomic_write_json(out / "conditions.json", summary)
+    tradeoff_figure(summary, out / "figures" / FIGURE)
+    return summary
