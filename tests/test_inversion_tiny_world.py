@@ -137,3 +137,25 @@ def test_quiz_lines_ask_memory_and_keep_the_length():
     assert plain == pretraining_documents(world, 50, 3, 1.0, random.Random(0), lookup_facts=2,
                                           lookup_memorized=1.0, quiz_share=0.0)
     assert not any("question" in d for d in plain)
+
+
+def _stated(ex) -> str:
+    """The value the context states for the question's (subject, relation)."""
+    s, r = ex.tokens[ex.subject], ex.tokens[ex.subject + 1]
+    ctx = ex.tokens[ex.context[0]:ex.context[1]]
+    i = next(j for j in range(0, len(ctx), 4) if ctx[j:j + 2] == (s, r))
+    return ctx[i + 2]
+
+
+def test_c_reliability_makes_that_share_of_c_answers_differ_from_the_context():
+    world = make_world(CFG, 2)
+    reliable = finetuning_set(world, Mixture(400, 0.5, 0.4, 0.1, 0), seed=2)
+    noisy = finetuning_set(world, Mixture(400, 0.5, 0.4, 0.1, 0, c_reliability=0.7), seed=2)
+    # the same prompts: only C answers change, and only where the draw says so
+    assert [ex.tokens for ex in reliable] == [ex.tokens for ex in noisy]
+    assert all(ex.answer == _stated(ex) for ex in reliable if ex.kind != "S")
+    changed = [b for a, b in zip(reliable, noisy, strict=True) if a.answer != b.answer]
+    assert {ex.kind for ex in changed} == {"C"}
+    assert all(ex.answer != _stated(ex) for ex in changed)
+    n_c = sum(ex.kind == "C" for ex in noisy)
+    assert 0.2 < len(changed) / n_c < 0.4  # 200 C examples, 30% expected

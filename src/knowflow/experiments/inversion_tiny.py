@@ -55,6 +55,7 @@ ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
 class TinyTrackConfig:
     every: int = 20  # evaluate every N finetuning steps (and at 0 and the end)
     train_examples: int = 480  # training examples (evenly spaced) whose loss each record has
+    mechanism_arms: tuple[str, ...] = ("mixed",)  # arms that also record gradient projections
 
 
 def tiny_sft_defaults() -> SFTConfig:
@@ -116,6 +117,7 @@ class InversionTinyConfig:
             require(getattr(mix, name) >= 0, f"mixture.{name}", "must not be negative")
         require(abs(mix.share_c + mix.share_cs + mix.share_s - 1) < 1e-6, "mixture",
                 "share_c + share_cs + share_s must be 1")
+        require(0 < mix.c_reliability <= 1, "mixture.c_reliability", "must lie in (0, 1]")
         require(mix.n >= 1, "mixture.n", "must be at least 1")
         try:
             s.validate()
@@ -129,7 +131,7 @@ def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, f
     """(mixture, finetuning config, filter fraction) of an arm."""
     mix, sft = cfg.mixture, cfg.sft
     if arm == "c_only":
-        return Mixture(mix.n, 1.0, 0.0, 0.0, 0), sft, 0.0
+        return dataclasses.replace(mix, share_c=1.0, share_cs=0.0, share_s=0.0, aug=0), sft, 0.0
     if arm == "filtered":
         return mix, sft, cfg.filter_fraction
     if arm == "augmented":
@@ -184,8 +186,9 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
                                           - sum(ex.kind == kind for ex in kept))
         train = kept
         extra["n_train"] = len(train)
-    tracker = EvalCallback(TinyEvaluator(tokenizer, train, evaluation_sets(world, seed),
-                                         cfg.track.train_examples), cfg.track.every, job_dir)
+    evaluator = TinyEvaluator(tokenizer, train, evaluation_sets(world, seed),
+                              cfg.track.train_examples, arm in cfg.track.mechanism_arms)
+    tracker = EvalCallback(evaluator, cfg.track.every, job_dir)
     finetune(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, [tracker], resume=True)
     return [_strip(r) for r in tracker.records], extra

@@ -18,13 +18,13 @@ from knowflow.experiments.phase import agreement, cell_key, cells, phase_summary
 from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.report.phase import PHASE
 from knowflow.runs import METRICS, PartStore
-from knowflow.worlds.tiny_world import Mixture
 
 
 def cell_config(cfg, share: float, reliability: float):
     """The inversion-tiny config of one cell: C+S share `share`, lookup reliability
     `reliability`, one arm."""
-    mix = Mixture(cfg.mixture.n, round(1 - share, 12), share, 0.0, 0)
+    mix = dataclasses.replace(cfg.mixture, share_c=round(1 - share, 12), share_cs=share,
+                              share_s=0.0, aug=0)
     pre = dataclasses.replace(cfg.pretrain, lookup_reliability=reliability)
     return dataclasses.replace(cfg, mixture=mix, pretrain=pre, arms=("mixed",))
 

@@ -152,19 +152,22 @@ def training_rows(tokenizer, examples: Sequence[Example]) -> list[dict[str, list
 class TinyEvaluator:
     """The evaluator a tiny-world finetuning run's `EvalCallback` calls: `tracking_record` on
     fixed held-out sets and on an evenly spaced subset of the training examples (scoring all
-    of a large training set at every evaluation would cost more than the training itself)."""
+    of a large training set at every evaluation would cost more than the training itself),
+    plus, with `mechanism`, the per-kind gradient projections (about half the cost)."""
 
     def __init__(self, tokenizer, train: Sequence[Example], evals: dict[str, list[Example]],
-                 track_train: int):
+                 track_train: int, mechanism: bool = True):
         tracked = torch.linspace(0, len(train) - 1, min(len(train), track_train)).long()
         self.train_batch = encode(tokenizer, [train[i] for i in tracked.tolist()])
         self.kinds = [train[i].kind for i in tracked.tolist()]
         self.eval_batches = {name: (encode(tokenizer, exs), exs) for name, exs in evals.items()}
+        self.mechanism = mechanism
 
     def __call__(self, model) -> dict:
         from knowflow.train.tiny_mechanism import gradient_projections
 
         rec = tracking_record(model, self.eval_batches, self.train_batch, self.kinds)
-        rec.update(gradient_projections(model, *self.eval_batches["cf"], self.train_batch,
-                                        self.kinds))
+        if self.mechanism:
+            rec.update(gradient_projections(model, *self.eval_batches["cf"], self.train_batch,
+                                            self.kinds))
         return rec

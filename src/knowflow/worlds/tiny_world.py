@@ -29,6 +29,7 @@ Finetuning prompts use a layout never seen in pretraining:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -194,18 +195,23 @@ def no_context(ex: Example) -> Example:
 @dataclass(frozen=True)
 class Mixture:
     """Finetuning set composition: `n` examples split into C, C+S and S by shares, plus
-    `aug` counterfactual-augmentation examples (memorized subjects, conflicting context)."""
+    `aug` counterfactual-augmentation examples (memorized subjects, conflicting context).
+    `c_reliability` is the share of C examples whose answer is the value their context
+    states (the rest answer another value): how far a context can be trusted in the
+    finetuning data, the finetuning-time delta_C of the theory model."""
 
     n: int = 4800
     share_c: float = 0.05
     share_cs: float = 0.75
     share_s: float = 0.2
     aug: int = 0
+    c_reliability: float = 1.0
 
 
 def finetuning_set(world: World, mix: Mixture, seed: int) -> list[Example]:
     """Examples from `mem_train` and `unk_train` subjects only (never the eval groups)."""
     rng = random.Random(f"tiny-sft-{world.seed}-{seed}")
+    noise = random.Random(f"tiny-sft-noise-{world.seed}-{seed}")  # apart: same set at 1.0
     n_c = round(mix.n * mix.share_c)
     n_s = round(mix.n * mix.share_s)
     n_cs = mix.n - n_c - n_s if mix.share_cs > 0 else 0
@@ -218,7 +224,10 @@ def finetuning_set(world: World, mix: Mixture, seed: int) -> list[Example]:
             if i % len(pairs[group]) == 0:
                 rng.shuffle(pairs[group])
             s, r = pairs[group][i % len(pairs[group])]
-            out.append(make_example(world, kind, s, r, rng))
+            ex = make_example(world, kind, s, r, rng)
+            if kind == "C" and noise.random() >= mix.c_reliability:  # an unreliable context
+                ex = dataclasses.replace(ex, answer=_other_value(world, ex.answer, noise))
+            out.append(ex)
     rng.shuffle(out)
     return out
 
