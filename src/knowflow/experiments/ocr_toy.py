@@ -21,8 +21,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -30,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from knowflow.config import require
+from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_bytes, atomic_write_jsonl
 from knowflow.report.ocr_toy import OV_BLOCKS, plot_ocr_toy
@@ -383,15 +382,9 @@ def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     todo = [p for p in parts if store.load(p.name) is None]
     if len(todo) < len(parts):
         log.info("resuming: %d of %d parts already done", len(parts) - len(todo), len(parts))
-    workers = min(cfg.workers, len(todo))
-    if workers > 1 and len(todo) > 2:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_run_one, cfg, p) for p in todo]
-            done = (fut.result() for fut in futures)
-            _store_all(store, done)
-    else:
-        _store_all(store, (_run_one(cfg, p) for p in todo))
+    workers = cfg.workers if len(todo) > 2 else 1  # two parts: cheaper in this process
+    run_jobs(_run_one, [(cfg, p) for p in todo], workers,
+             lambda job, result: _store_part(store, *result))
     records: list[dict] = []
     summary: dict = {"study": cfg.study}
     blocks: dict[str, np.ndarray] = {}
@@ -413,11 +406,10 @@ def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     return summary
 
 
-def _store_all(store: PartStore, results) -> None:
-    for part, records, summary, blocks in results:
-        _save_blocks(store, part.name, blocks)
-        store.save(part.name, records, summary)  # last: its presence marks the part done
-        log.info("part %s done", part.name)
+def _store_part(store: PartStore, part: Part, records, summary, blocks) -> None:
+    _save_blocks(store, part.name, blocks)
+    store.save(part.name, records, summary)  # last: its presence marks the part done
+    log.info("part %s done", part.name)
 
 
 def _sweep_tables(cfg: OcrToyConfig, summary: dict) -> None:
