@@ -177,6 +177,12 @@ def test_tiny_run_writes_every_record(tmp_path):
     assert summary["qk_only"] == summary["mixed"]
     assert not (run_dir / "checkpoints" / "qk_only-seed0.json").exists()
     assert summary["augmented"]["n_train_seeds"] == [25, 25]  # + 25% counterfactual
+    # dynamic curation re-scored at step 0 only (curate_every 50 > 5 steps), 25% of 20 left out
+    assert summary["dynamic"]["curation_rescorings_seeds"] == [1, 1]
+    assert [sum(summary["dynamic"][f"n_dropped_{k}_seeds"][i] for k in ("C", "C+S", "S"))
+            for i in (0, 1)] == [5, 5]
+    # gradient projections only where asked (track.mechanism_arms: mixed)
+    assert all(("grad_ctx_C+S" in r) == (r["arm"] in ("mixed", "qk_only")) for r in records)
     assert "inversion_shown" in summary["findings"]
     assert summary["findings"]["verdict"] and summary["findings"]["mechanism_verdict"]
     assert summary["mechanism"]["peak_step"] == summary["mixed"]["cf_acc_peak_step"]

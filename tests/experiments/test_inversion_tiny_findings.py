@@ -10,9 +10,10 @@ from knowflow.experiments.inversion_tiny_findings import (
 from knowflow.worlds.tiny_world import Mixture
 
 
-def _arm(rises, falls):
+def _arm(rises, falls, c_acc=1.0, cs_acc=1.0):
     return {"rise": sum(rises) / len(rises), "fall": sum(falls) / len(falls),
-            "rise_seeds": rises, "fall_seeds": falls}
+            "rise_seeds": rises, "fall_seeds": falls, "c_acc_final": c_acc,
+            "cs_acc_final": cs_acc}
 
 
 def test_the_criterion_holds_only_when_every_seed_inverts():
@@ -34,6 +35,21 @@ def test_mitigation_reduces_the_fall_on_every_seed_or_not():
     assert out["filtered_reduces_fall_every_seed"] is False
     assert out["augmented_reduces_fall_every_seed"] is True
     assert out["augmented_fall_minus_mixed"] == pytest.approx(-0.275)
+
+
+def test_dynamic_curation_goal_needs_the_fall_gone_and_in_distribution_kept():
+    mixed = _arm([0.6, 0.5], [0.3, 0.2], c_acc=0.98, cs_acc=1.0)
+    good = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.04, 0.0], 0.97, 0.99)})
+    assert good["dynamic_fall_removed"] == pytest.approx(1 - 0.02 / 0.25)
+    assert good["dynamic_in_dist_minus_mixed"] == pytest.approx(-0.01)
+    assert good["dynamic_meets_goal"] is True
+    weak = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.1, 0.0], 0.98, 1.0)})
+    assert weak["dynamic_fall_removed"] == pytest.approx(0.8)  # exactly 80% counts
+    assert weak["dynamic_meets_goal"] is True
+    weaker = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.12, 0.0], 0.98, 1.0)})
+    assert weaker["dynamic_meets_goal"] is False
+    forgets = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.0, 0.0], 0.9, 1.0)})
+    assert forgets["dynamic_meets_goal"] is False  # in-distribution 4 points down
 
 
 def _curve(cf, ctx, subj, grad_cs, grad_c):

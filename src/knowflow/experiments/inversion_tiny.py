@@ -13,7 +13,10 @@ instruction-finetuned on `context + question -> answer` in six arms, each for ev
   context, answer from the context);
 - `qk_only`: the mixture with only q_proj/k_proj trainable (the same job as `mixed` when
   `sft.train` is `qk_only`: its records are then `mixed`'s, not a second run);
-- `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too).
+- `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too);
+- `dynamic`: the mixture under dynamic curation (`train.curation`): every `curate_every`
+  steps each example's no-context loss is re-scored under the *current* model and the
+  `filter_fraction` with the lowest loss is left out until the next re-scoring.
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
 (arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
@@ -48,7 +51,7 @@ from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
 
 log = logging.getLogger(__name__)
 
-ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
+ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class InversionTinyConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = ARMS
     workers: int = 2  # processes; each uses one torch thread
-    filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
+    filter_fraction: float = 0.25  # `filtered`, `dynamic`: share dropped (lowest no-context loss)
+    curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
     aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of n
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -91,6 +95,7 @@ class InversionTinyConfig:
         require(self.workers >= 1, "workers", "must be at least 1")
         require(0 <= self.filter_fraction < 1, "filter_fraction", "must lie in [0, 1)")
         require(self.aug_share >= 0, "aug_share", "must not be negative")
+        require(self.curate_every >= 1, "curate_every", "must be at least 1")
         require(w.n_relations >= 1, "world.n_relations", "must be at least 1")
         require(w.n_values >= 2, "world.n_values", "must be at least 2")
         for g in ("mem_train", "mem_eval", "unk_train", "unk_eval"):
@@ -127,20 +132,18 @@ class InversionTinyConfig:
         require(self.track.train_examples >= 1, "track.train_examples", "must be at least 1")
 
 
-def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, float]:
-    """(mixture, finetuning config, filter fraction) of an arm."""
+def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, float, bool]:
+    """(mixture, finetuning config, static filter fraction, dynamic curation) of an arm."""
     mix, sft = cfg.mixture, cfg.sft
     if arm == "c_only":
-        return dataclasses.replace(mix, share_c=1.0, share_cs=0.0, share_s=0.0, aug=0), sft, 0.0
-    if arm == "filtered":
-        return mix, sft, cfg.filter_fraction
-    if arm == "augmented":
-        return dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n)), sft, 0.0
-    if arm == "qk_only":
-        return mix, dataclasses.replace(sft, train="qk_only"), 0.0
-    if arm == "lora":
-        return mix, dataclasses.replace(sft, train="lora", lora_targets=ALL_PROJECTIONS), 0.0
-    return mix, sft, 0.0
+        mix = dataclasses.replace(mix, share_c=1.0, share_cs=0.0, share_s=0.0, aug=0)
+    elif arm == "augmented":
+        mix = dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n))
+    elif arm == "qk_only":
+        sft = dataclasses.replace(sft, train="qk_only")
+    elif arm == "lora":
+        sft = dataclasses.replace(sft, train="lora", lora_targets=ALL_PROJECTIONS)
+    return mix, sft, cfg.filter_fraction if arm == "filtered" else 0.0, arm == "dynamic"
 
 
 def job_arm(cfg: InversionTinyConfig, arm: str) -> str:
@@ -165,15 +168,17 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
     path of `knowflow sft` (checkpoints in `job_dir`, resumed if there); (records, extra)."""
     import torch
 
+    from knowflow.curate.criticality import no_context_loss
     from knowflow.curate.tiny import drop_lowest_no_context_loss
     from knowflow.train.callback import EvalCallback
+    from knowflow.train.curation import DynamicCuration, DynamicCurationConfig
     from knowflow.train.pretrain import load_pretrained, pretrained_path
     from knowflow.train.sft import finetune
     from knowflow.train.tiny_track import TinyEvaluator, training_rows
     from knowflow.worlds.tiny_world import evaluation_sets, finetuning_set, make_world
 
     torch.set_num_threads(1)
-    mix, sft, fraction = arm_setup(cfg, arm)
+    mix, sft, fraction, dynamic = arm_setup(cfg, arm)
     world = make_world(cfg.world, seed)
     model, tokenizer, _ = load_pretrained(pretrained_path(cfg.world, cfg.model, cfg.pretrain,
                                                           seed))
@@ -188,10 +193,20 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
         extra["n_train"] = len(train)
     evaluator = TinyEvaluator(tokenizer, train, evaluation_sets(world, seed),
                               cfg.track.train_examples, arm in cfg.track.mechanism_arms)
-    tracker = EvalCallback(evaluator, cfg.track.every, job_dir)
+    callbacks = [EvalCallback(evaluator, cfg.track.every, job_dir)]
+    if dynamic:
+        callbacks.append(DynamicCuration(
+            lambda m: no_context_loss(m, train, tokenizer), len(train),
+            DynamicCurationConfig("dynamic", every=cfg.curate_every,
+                                  fraction=cfg.filter_fraction),
+            job_dir, kinds=[ex.kind for ex in train], seed=seed))
     finetune(model, tokenizer, training_rows(tokenizer, train),
-             dataclasses.replace(sft, seed=seed), job_dir, [tracker], resume=True)
-    return [_strip(r) for r in tracker.records], extra
+             dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)
+    if dynamic:  # the drop set at the last re-scoring, by kind (wall times left out)
+        last = callbacks[1].history[-1]
+        extra.update(curation_rescorings=len(callbacks[1].history),
+                     **{f"n_dropped_{k}": n for k, n in last["dropped_by_kind"].items()})
+    return [_strip(r) for r in callbacks[0].records], extra
 
 
 def _strip(record: dict) -> dict:

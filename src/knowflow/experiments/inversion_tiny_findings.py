@@ -9,6 +9,7 @@ from knowflow.worlds.tiny_world import Mixture
 # The criterion of issue 12, on every seed: `mixed` rises by RISE and then falls by FALL,
 # while `c_only` falls by less than NO_FALL.
 RISE, FALL, NO_FALL = 0.3, 0.2, 0.05
+GOAL_REMOVED, GOAL_IN_DIST = 0.8, 0.02  # dynamic curation: 80% of the fall gone, in-dist kept
 
 
 def findings(summary: dict) -> dict:
@@ -32,16 +33,28 @@ def findings(summary: dict) -> dict:
             f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {RISE} and fall >= "
             f"{FALL} on {k} of {n} seeds, while C-only finetuning falls "
             f"{max(c_only['fall_seeds']):.2f} at most (< {NO_FALL} needed).")
-    for arm in ("filtered", "augmented", "qk_only", "lora"):
+    for arm in ("filtered", "augmented", "qk_only", "lora", "dynamic"):
         if mixed and summary.get(arm):
-            out[f"{arm}_fall_minus_mixed"] = summary[arm]["fall"] - mixed["fall"]
+            row = summary[arm]
+            out[f"{arm}_fall_minus_mixed"] = row["fall"] - mixed["fall"]
             out[f"{arm}_reduces_fall_every_seed"] = all(
-                a < m for a, m in zip(summary[arm]["fall_seeds"], mixed["fall_seeds"],
-                                      strict=True))
+                a < m for a, m in zip(row["fall_seeds"], mixed["fall_seeds"], strict=True))
+            # in-distribution accuracy: held-out C and C+S items at the end, as mixed keeps it
+            out[f"{arm}_in_dist_minus_mixed"] = _in_dist(row) - _in_dist(mixed)
+            if mixed["fall"] > 0:
+                out[f"{arm}_fall_removed"] = 1 - row["fall"] / mixed["fall"]
+    if "dynamic_fall_removed" in out:  # issue 13's goal for dynamic curation
+        out["dynamic_meets_goal"] = (out["dynamic_fall_removed"] >= GOAL_REMOVED
+                                     and out["dynamic_in_dist_minus_mixed"] >= -GOAL_IN_DIST)
     mech = summary.get("mechanism")
     if mech:
         out["mechanism_verdict"] = mechanism_verdict(mech)
     return out
+
+
+def _in_dist(row: dict) -> float:
+    """Mean final accuracy on held-out C and C+S items (seed-mean curve)."""
+    return (row["c_acc_final"] + row["cs_acc_final"]) / 2
 
 
 def _corr(xs: list[float], ys: list[float]) -> float:
