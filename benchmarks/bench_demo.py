@@ -2,7 +2,7 @@
 (inversion-tiny, cpi-toy, one combined report), in a temporary cache and runs folder.
 
 Target (issue 12): under 6 minutes on a 2-core CPU. Prints figures only, never asserts.
-Usage: python benchmarks/bench_demo.py
+Usage: python benchmarks/bench_demo.py [--keep DIR]   (--keep: leave the cache and runs in DIR)
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ def timed(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+def main(keep: str | None = None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = keep or scratch
         env = {**os.environ, "KNOWFLOW_CACHE": os.path.join(tmp, "cache")}
         runs = os.path.join(tmp, "runs")
         times = {name: timed([KNOWFLOW, "run", name, "--runs-dir", runs], env)
@@ -40,4 +41,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    args = sys.argv[1:]
+    main(args[1] if args[:1] == ["--keep"] and len(args) == 2 else None)
