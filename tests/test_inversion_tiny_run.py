@@ -214,6 +214,9 @@ def test_resumed_run_gives_the_same_metrics(tmp_path):
     ({"mixture.share_c": 0.5}, "mixture"),
     ({"model.d_model": 30, "model.heads": 4}, "model.d_model"),
     ({"filter_fraction": 1.0}, "filter_fraction"),
+    ({"curate_fraction": 0.0}, "curate_fraction"),
+    ({"curate_threshold": -1.0}, "curate_threshold"),
+    ({"mixture.c_reliability": 0.0}, "mixture.c_reliability"),
     ({"sft.train": "everything"}, "sft.train"),
     ({"sft.stepz": 3}, "sft.stepz"),
 ])

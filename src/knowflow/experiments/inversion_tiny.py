@@ -15,8 +15,9 @@ instruction-finetuned on `context + question -> answer` in six arms, each for ev
   `sft.train` is `qk_only`: its records are then `mixed`'s, not a second run);
 - `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too);
 - `dynamic`: the mixture under dynamic curation (`train.curation`): every `curate_every`
-  steps each example's no-context loss is re-scored under the *current* model and the
-  `filter_fraction` with the lowest loss is left out until the next re-scoring.
+  steps each example's no-context loss is re-scored under the *current* model, and of the
+  `curate_fraction` with the lowest loss those below `curate_threshold` (the model answers
+  them from memory alone) are left out until the next re-scoring.
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
 (arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
@@ -73,8 +74,10 @@ class InversionTinyConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = ARMS
     workers: int = 2  # processes; each uses one torch thread
-    filter_fraction: float = 0.25  # `filtered`, `dynamic`: share dropped (lowest no-context loss)
+    filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
     curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
+    curate_fraction: float = 0.25  # `dynamic`: at most this share is left out ...
+    curate_threshold: float | None = None  # ... of it only no-context losses below this
     aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of n
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -96,6 +99,9 @@ class InversionTinyConfig:
         require(0 <= self.filter_fraction < 1, "filter_fraction", "must lie in [0, 1)")
         require(self.aug_share >= 0, "aug_share", "must not be negative")
         require(self.curate_every >= 1, "curate_every", "must be at least 1")
+        require(0 < self.curate_fraction < 1, "curate_fraction", "must lie in (0, 1)")
+        require(self.curate_threshold is None or self.curate_threshold > 0,
+                "curate_threshold", "must be positive (a no-context loss)")
         require(w.n_relations >= 1, "world.n_relations", "must be at least 1")
         require(w.n_values >= 2, "world.n_values", "must be at least 2")
         for g in ("mem_train", "mem_eval", "unk_train", "unk_eval"):
@@ -198,7 +204,8 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
         callbacks.append(DynamicCuration(
             lambda m: no_context_loss(m, train, tokenizer), len(train),
             DynamicCurationConfig("dynamic", every=cfg.curate_every,
-                                  fraction=cfg.filter_fraction),
+                                  fraction=cfg.curate_fraction,
+                                  threshold=cfg.curate_threshold),
             job_dir, kinds=[ex.kind for ex in train], seed=seed))
     finetune(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)
