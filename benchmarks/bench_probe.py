@@ -86,12 +86,12 @@ def growth(model, tokenizer, args) -> None:
                 TinyModelConfig(layers=4, heads=4, d_model=128, d_ff=512)):
         tiny = make_model(cfg, vocab, 512, seed=0).to(args.device).eval()
         models.append((f"tiny llama {cfg.layers}L d{cfg.d_model}", tiny))
-    cfg = KnockoutConfig(known_only=False)
-    print(f"\ncost growth (batched sweep, every layer, {', '.join(SOURCES)}; CPU seconds of this "
-          "process, after a one-prompt warm-up)")
+    print(f"\ncost growth (batched sweep, every layer, {', '.join(SOURCES)}, window min(9, "
+          "layers); CPU seconds of this process, after a one-prompt warm-up)")
     print(f"{'model':28s} {'params':>8s} {'prompts':>8s} {'CPU s':>8s} {'x 1x':>6s}")
     for name, m in models:
         params = sum(p.numel() for p in m.parameters())
+        cfg = KnockoutConfig(known_only=False, window=min(9, arch_of(m).n_layers))
         knockout(m, tokenizer, facts[:1], cfg)  # warm-up: first-call costs
         base = None
         for mult in (1, 2, 4):
