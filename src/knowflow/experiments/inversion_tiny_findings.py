@@ -41,8 +41,9 @@ def findings(summary: dict) -> dict:
                 a < m for a, m in zip(row["fall_seeds"], mixed["fall_seeds"], strict=True))
             # in-distribution accuracy: held-out C and C+S items at the end, as mixed keeps it
             out[f"{arm}_in_dist_minus_mixed"] = _in_dist(row) - _in_dist(mixed)
-            if mixed["fall"] > 0:
-                out[f"{arm}_fall_removed"] = 1 - row["fall"] / mixed["fall"]
+            base = _mean(mixed["fall_seeds"])  # per-seed falls, as the 95% intervals use
+            if base > 0:
+                out[f"{arm}_fall_removed"] = 1 - _mean(row["fall_seeds"]) / base
     if "dynamic_fall_removed" in out:  # issue 13's goal for dynamic curation
         out["dynamic_meets_goal"] = (out["dynamic_fall_removed"] >= GOAL_REMOVED
                                      and out["dynamic_in_dist_minus_mixed"] >= -GOAL_IN_DIST)
@@ -50,6 +51,10 @@ def findings(summary: dict) -> dict:
     if mech:
         out["mechanism_verdict"] = mechanism_verdict(mech)
     return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _in_dist(row: dict) -> float:
