@@ -26,7 +26,12 @@ import torch
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import Prefix, Progress, forward, prefill, sorted_batches
 from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
-from knowflow.evaluate.loglik import Score, encode_continuations, score_continuations
+from knowflow.evaluate.loglik import (
+    Score,
+    encode_continuations,
+    right_pad,
+    score_continuations,
+)
 
 BASES = {"greedy": "the model's own next-token logits (default)",
          "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",
@@ -228,13 +233,8 @@ def _candidate_logits(model, prompts, flat, owner, prefix: Prefix, pad_id: int):
     candidate ids and mask, (rows, width): one row per candidate of the batch."""
     last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id)  # last: (batch, vocab)
     device = last.device
-    width = max(len(c) for c in flat)
-    ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
-    cmask = torch.zeros((len(flat), width), dtype=torch.long)
-    for r, c in enumerate(flat):
-        ids[r, :len(c)] = torch.tensor(c)
-        cmask[r, :len(c)] = 1
-    ids, cmask = ids.to(device), cmask.to(device)
+    ids, cmask = right_pad(flat, pad_id, device)                          # (rows, width)
+    width = ids.shape[1]
     owner_t = torch.tensor(owner, device=device)
     logits = last[owner_t][:, None]                                     # (rows, 1, vocab)
     if width > 1:

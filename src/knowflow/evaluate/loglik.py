@@ -37,6 +37,18 @@ def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
     return out
 
 
+def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask), each (rows, longest), padded on the right: candidate blocks."""
+    width = max(len(c) for c in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, c in enumerate(seqs):
+        ids[r, :len(c)] = torch.tensor(c)
+        mask[r, :len(c)] = 1
+    return ids.to(device), mask.to(device)
+
+
 @torch.no_grad()
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
                  pad_id: int, extra: PrefillExtra | None = None) -> list[list[Score]]:
@@ -45,13 +57,8 @@ def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], 
     device = last.device
     owner = [b for b, cs in enumerate(conts) for _ in cs]                 # item of each row
     flat = [c for cs in conts for c in cs]
-    width = max(len(c) for c in flat)
-    ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
-    cmask = torch.zeros((len(flat), width), dtype=torch.long)
-    for r, c in enumerate(flat):
-        ids[r, :len(c)] = torch.tensor(c)
-        cmask[r, :len(c)] = 1
-    ids, cmask = ids.to(device), cmask.to(device)                         # (rows, width)
+    ids, cmask = right_pad(flat, pad_id, device)                          # (rows, width)
+    width = ids.shape[1]
     owner_t = torch.tensor(owner, device=device)
     scores = first_logp[owner_t, ids[:, 0]]                              # (rows,)
     if width > 1:
