@@ -5,13 +5,13 @@ import math
 import torch
 
 from knowflow.curate.toy import drop_lowest_no_context_loss, no_context_loss
-from knowflow.models.toy_cpi import (
+from knowflow.models.cpi_toy import (
     OneLayerCPI,
     pretrained_value_matrix,
     target_logit,
     train_value_matrix,
 )
-from knowflow.train.toy_cpi import gradient_projections
+from knowflow.train.cpi_toy import gradient_projections
 from knowflow.worlds.cpi_toy import (
     CS,
     ToyVocab,

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from knowflow.models.toy_ocr import ToyOCR
-from knowflow.train.toy_ocr import OcrTrainConfig, _ce, frozen_attention_grads, train
+from knowflow.models.ocr_toy import ToyOCR
+from knowflow.train.ocr_toy import OcrTrainConfig, _ce, frozen_attention_grads, train
 from knowflow.worlds.ocr_toy import (
     FACT,
     IMPL,

@@ -13,9 +13,9 @@ from knowflow.curate.criticality import (
     no_context_loss,
     score_examples,
 )
-from knowflow.models.toy_cpi import OneLayerCPI, pretrained_value_matrix
+from knowflow.models.cpi_toy import OneLayerCPI, pretrained_value_matrix
+from knowflow.train.cpi_toy import ToyFinetuneConfig, finetune
 from knowflow.train.curation import drop_set
-from knowflow.train.toy_cpi import ToyFinetuneConfig, finetune
 from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
 
 

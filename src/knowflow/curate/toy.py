@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from knowflow.curate import criticality
-from knowflow.models.toy_cpi import OneLayerCPI
+from knowflow.models.cpi_toy import OneLayerCPI
 from knowflow.worlds.cpi_toy import ToyData
 
 

@@ -29,7 +29,7 @@ from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.report.cpi_toy import plot_cpi_toy
 from knowflow.report.phase import PHASE, with_phase
 from knowflow.runs import METRICS, PartStore
-from knowflow.train.toy_cpi import ToyFinetuneConfig
+from knowflow.train.cpi_toy import ToyFinetuneConfig
 
 log = logging.getLogger(__name__)
 
@@ -191,12 +191,12 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     import torch
 
     from knowflow.curate.criticality import drop_lowest_no_context_loss
-    from knowflow.models.toy_cpi import (
+    from knowflow.models.cpi_toy import (
         OneLayerCPI,
         pretrained_value_matrix,
         train_value_matrix,
     )
-    from knowflow.train.toy_cpi import finetune, indist_accuracy
+    from knowflow.train.cpi_toy import finetune, indist_accuracy
     from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
 
     torch.set_num_threads(1)

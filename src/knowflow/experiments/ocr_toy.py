@@ -33,7 +33,7 @@ from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_bytes, atomic_write_jsonl
 from knowflow.report.ocr_toy import OV_BLOCKS, plot_ocr_toy
 from knowflow.runs import METRICS, PartStore
-from knowflow.train.toy_ocr import OcrTrainConfig
+from knowflow.train.ocr_toy import OcrTrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,8 @@ def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str,
     """Build each seed's world, train the part's model on all seeds at once, summarize."""
     import torch
 
-    from knowflow.models.toy_ocr import ToyOCR
-    from knowflow.train.toy_ocr import train
+    from knowflow.models.ocr_toy import ToyOCR
+    from knowflow.train.ocr_toy import train
     from knowflow.worlds.ocr_toy import OcrData, datasets, make_world
 
     torch.set_num_threads(1)

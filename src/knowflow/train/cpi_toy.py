@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
-from knowflow.models.toy_cpi import OneLayerCPI
+from knowflow.models.cpi_toy import OneLayerCPI
 from knowflow.worlds.cpi_toy import AUG, CS, KIND_NAMES, S, ToyData, theta_directions
 from knowflow.worlds.cpi_toy import C as KIND_C
 

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.models.toy_ocr import ToyOCR
+from knowflow.models.ocr_toy import ToyOCR
 from knowflow.worlds.ocr_toy import FACT, IMPL, OcrData
 
 
