@@ -15,7 +15,7 @@ from knowflow.errors import ConfigError, DataError
 from knowflow.worlds.loaders import json_records, load_items
 from knowflow.worlds.tables import parse_fields
 
-LAYOUTS = Path(__file__).parent / "data" / "layouts"
+LAYOUTS = Path(__file__).parents[1] / "data" / "layouts"
 NQ_FIELDS = "context=sub_context,question=question,answer=sub_answer,memory_answer=org_answer"
 
 

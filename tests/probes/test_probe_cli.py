@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_probe_fixtures import byte_bpe, tiny_llama
 from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.io import read_json, read_jsonl
-from test_probe_fixtures import byte_bpe, tiny_llama
 
 runner = CliRunner()
 FACTS = [

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from test_probe_fixtures import byte_bpe, tiny_llama
 
 from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample
@@ -17,7 +18,6 @@ from knowflow.probes.sublayer import (
     summarize_sublayer,
     zeroed_sublayers,
 )
-from test_probe_fixtures import byte_bpe, tiny_llama
 
 PROMPT = ProbeExample(prompt="The capital of France is", subject="France", answer="Paris")
 

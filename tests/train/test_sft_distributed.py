@@ -17,7 +17,7 @@ from knowflow.worlds.suites import get_suite
 
 @pytest.mark.slow
 def test_tracker_under_torchrun(tmp_path):
-    script = Path(__file__).parent / "ddp_sft_script.py"
+    script = Path(__file__).parents[1] / "ddp_sft_script.py"
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", str(script), str(tmp_path)],
                           capture_output=True, text=True, timeout=600)

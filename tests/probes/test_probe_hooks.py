@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_probe_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 from knowflow.errors import KnowflowError
 from knowflow.probes.hooks import captured, hook_name, hook_points, hooked
 from knowflow.probes.sweep import layer_curves
-from test_probe_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 TEXT = "The Eiffel Tower is located in the city of"
 
