@@ -76,7 +76,7 @@ def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[Co
         avoid = _forbidden(it)
         donors = [j for j in by_relation.get(it.relation, [])
                   if items[j].id != it.id and not any(names(keys[j], a) for a in avoid)]
-        if donors:
+        if donors and "irrelevant_context" not in meta:  # a saved item keeps its own
             donor = items[random.Random(f"{seed}:{it.id}:irrelevant").choice(donors)]
             meta.update(irrelevant_context=donor.context,
                         irrelevant_answer=donor.counterfactual_answer,

@@ -271,7 +271,8 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
             task=task, relation=_text(path, line, rec, "relation", required=False,
                                       allow_empty=True),
             subject=_text(path, line, rec, "subject", required=False, allow_empty=True),
-            meta=_agreeing(path, line, rec))
+            meta={**(rec["meta"] if isinstance(rec.get("meta"), dict) else {}),
+                  **_agreeing(path, line, rec)})
     memory = "memory_answer" if "memory_answer" in rec else "parametric_answer"
     if memory not in rec:
         raise DataError(path, "missing (or 'parametric_answer')", line=line,
