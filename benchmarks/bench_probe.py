@@ -77,7 +77,7 @@ def main() -> None:
 
 def growth(model, tokenizer, args) -> None:
     """Batched knockout sweep time at 1x, 2x, 4x prompts, on `model` and two tiny Llamas."""
-    from knowflow.train.pretrain import TinyModelConfig, make_model
+    from knowflow.models.tiny import TinyModelConfig, make_model
 
     facts = builtin_facts()
     vocab = model.get_input_embeddings().weight.shape[0]

@@ -9,10 +9,10 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
+from knowflow.models.tiny import TinyModelConfig
 from knowflow.train.callback import EvalCallback
 from knowflow.train.pretrain import (
     PretrainConfig,
-    TinyModelConfig,
     load_pretrained,
     pretrained_path,
 )

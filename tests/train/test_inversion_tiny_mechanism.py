@@ -6,9 +6,9 @@ import torch
 
 from conftest import TINY_WORLD
 from knowflow.models.adapt import TrainableConfig, prepare_trainable
+from knowflow.models.tiny import TinyModelConfig
 from knowflow.train.pretrain import (
     PretrainConfig,
-    TinyModelConfig,
     load_pretrained,
     pretrained_path,
 )

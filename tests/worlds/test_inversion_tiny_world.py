@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from knowflow.worlds.tiny_tokenizer import build_tokenizer, encode_words
+from knowflow.models.tiny import build_tokenizer, encode_words
 from knowflow.worlds.tiny_world import (
     GROUPS,
     Mixture,

@@ -43,10 +43,11 @@ from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
 from knowflow.models.adapt import ALL_PROJECTIONS
+from knowflow.models.tiny import TinyModelConfig
 from knowflow.report.inversion_tiny import plot_inversion_tiny
 from knowflow.report.phase import with_phase
 from knowflow.runs import METRICS, PartStore
-from knowflow.train.pretrain import PretrainConfig, TinyModelConfig
+from knowflow.train.pretrain import PretrainConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
 

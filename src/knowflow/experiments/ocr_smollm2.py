@@ -12,7 +12,7 @@ If causal and non-causal families fall alike, generalization and hallucination a
 mechanism, as the paper argues.
 
 `model` is any HF causal LM (name or folder) or `tiny`: a knowflow tiny Llama
-(`train.pretrain.make_model`, sized by `tiny`) with a word-level tokenizer over this world's
+(`models.tiny.make_model`, sized by `tiny`) with a word-level tokenizer over this world's
 words, trained from scratch on the same text: no prior knowledge, so every family is an
 arbitrary pairing for it (400 steps at lr 3e-3 take ~15 s:
 `knowflow run ocr-smollm2 --set model=tiny --set sft.lr=3e-3 --set sft.steps=400
@@ -34,8 +34,8 @@ from knowflow.errors import ConfigError
 from knowflow.evaluate.rank_table import family_table
 from knowflow.experiments.registry import Summary, register
 from knowflow.models.hf import SMOLLM2
+from knowflow.models.tiny import TinyModelConfig
 from knowflow.report.ocr_smollm2 import plot_ocr_smollm2
-from knowflow.train.pretrain import TinyModelConfig
 from knowflow.train.sft import CHECKPOINTS, SFTConfig
 from knowflow.worlds.ocr_people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate
 
@@ -106,7 +106,7 @@ def tiny_model(cfg: OcrSmolConfig, data: OcrPeopleData):
     from tokenizers.pre_tokenizers import Whitespace
     from transformers import PreTrainedTokenizerFast
 
-    from knowflow.train.pretrain import make_model
+    from knowflow.models.tiny import make_model
     from knowflow.worlds.tiny_world import BOS, EOS, PAD, SPECIALS, UNK
 
     texts = [*data.train_texts, *(it.sentence(c) for it in data.eval_items

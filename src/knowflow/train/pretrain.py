@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from knowflow.io import atomic_write_folder
 from knowflow.models.hf import cache_dir
-from knowflow.worlds.tiny_tokenizer import build_tokenizer, encode_words
+from knowflow.models.tiny import TinyModelConfig, build_tokenizer, encode_words, make_model
 from knowflow.worlds.tiny_world import (
     BOS,
     TinyWorldConfig,
@@ -41,14 +41,6 @@ from knowflow.worlds.tiny_world import (
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 4  # bump when pretraining changes in a way the config does not show
-
-
-@dataclass(frozen=True)
-class TinyModelConfig:
-    layers: int = 2
-    heads: int = 4
-    d_model: int = 64
-    d_ff: int = 256
 
 
 @dataclass(frozen=True)
@@ -66,23 +58,6 @@ class PretrainConfig:
     recall_target: float = 0.98  # warn if recall of memorized facts ends below this
     lookup_target: float = 0.95  # ... or lookup accuracy ends below this
     eval_every: int = 100
-
-
-def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: int,
-               attn_implementation: str = "sdpa"):
-    """A randomly initialized Llama of `model_cfg`'s size. SDPA attention trains about a
-    quarter faster on CPU; probes that read attention weights switch to eager
-    (`tiny_track.eager_attention`)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=model_cfg.d_model,
-        intermediate_size=model_cfg.d_ff, num_hidden_layers=model_cfg.layers,
-        num_attention_heads=model_cfg.heads, num_key_value_heads=model_cfg.heads,
-        max_position_embeddings=max(64, max_len), bos_token_id=2, eos_token_id=3,
-        pad_token_id=0, tie_word_embeddings=False, attn_implementation=attn_implementation)
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
 
 
 def _ids(tokenizer, docs: list[list[str]]) -> torch.Tensor:

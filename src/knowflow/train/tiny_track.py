@@ -17,8 +17,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.nn import functional as F
 
+from knowflow.models.tiny import encode_words
 from knowflow.train.sft_data import IGNORE
-from knowflow.worlds.tiny_tokenizer import encode_words
 from knowflow.worlds.tiny_world import Example
 
 
