@@ -50,7 +50,7 @@ EVAL_CASES = [
     C("eval --prompt-format yaml", 2, "'prompt_format'"),
     C("eval --limit 0", 2, "'limit': must be at least 1"),
     C("eval --limit -3", 2, "'limit'"),
-    C("eval --batch-size 0", 2, "'batch_size'"),
+    C("eval --batch-size -1", 2, "'batch_size'"),
     C("eval --max-new-tokens 0", 2, "'max_new_tokens'"),
     C("eval --method beam", 2, "unknown method 'beam'"),
     C("eval --method cad,", 2, "unknown method ''"),
