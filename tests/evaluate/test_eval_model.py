@@ -88,6 +88,23 @@ def test_batched_loglik_equals_full_forward(model, tokenizer, items):
             assert lp_s == pytest.approx(lp_ref, abs=1e-4)
 
 
+def test_identical_requests_are_scored_once(model, tokenizer, items, monkeypatch):
+    from knowflow.evaluate import loglik
+
+    prompts, seqs = _seqs(items, tokenizer)
+    conts = [[p.answer_prefix + i.counterfactual_answer, p.answer_prefix + i.parametric_answer]
+             for p, i in zip(prompts, items, strict=True)]
+    once = score_continuations(model, tokenizer, seqs, conts, batch_size=4)
+    rows = []
+    real = loglik._score_batch
+    monkeypatch.setattr(loglik, "_score_batch",
+                        lambda model, ps, *a: rows.extend(ps) or real(model, ps, *a))
+    twice = score_continuations(model, tokenizer, seqs + seqs[::-1], conts + conts[::-1],
+                                batch_size=4)
+    assert len(rows) == len(seqs)  # the repeats never reach the model
+    assert twice == once + once[::-1]
+
+
 def test_metrics_helpers():
     assert memorization_ratio(math.log(0.3), math.log(0.1)) == pytest.approx(0.75)
     assert memorization_ratio(0.0, -1e6) == pytest.approx(1.0)

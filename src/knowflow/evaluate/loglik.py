@@ -86,7 +86,22 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
 
     `prefill_extra(batch)`, given the item indices of a batch, may return a `PrefillExtra`
     that adds keyword arguments to that batch's prompt forward pass: the tracker captures
-    attention there, so one pass gives both the scores and the attention mass."""
+    attention there, so one pass gives both the scores and the attention mass.
+
+    Identical requests (same prompt ids, same candidates) are scored once, as lm-eval does;
+    not with `prefill_extra`, whose batches name items."""
+    if prefill_extra is None:
+        keys = [(tuple(p), tuple(c)) for p, c in zip(prompts, continuations, strict=True)]
+        first: dict[tuple, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        if len(first) < len(keys):
+            uniq = list(first.values())
+            scored = score_continuations(model, tokenizer, [prompts[i] for i in uniq],
+                                         [continuations[i] for i in uniq], batch_size,
+                                         progress, stage, share_prefix)
+            by_key = {keys[i]: r for i, r in zip(uniq, scored, strict=True)}
+            return [list(by_key[key]) for key in keys]
     conts = encode_continuations(tokenizer, continuations)
     prefix = Prefix.build(model, prompts, share=share_prefix)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
