@@ -4,7 +4,7 @@ same numbers as the per-model filters it replaced, and dynamic curation in the t
 import torch
 
 from conftest import tiny_llama
-from knowflow.curate import criticality, tiny, toy
+from knowflow.curate import criticality
 from knowflow.curate.criticality import (
     CurateConfig,
     drop_lowest_no_context_loss,
@@ -52,10 +52,10 @@ def test_toy_filter_is_the_old_rule():
         bare_mask[:, 0] = False
         logits, _ = model(data.tokens, bare_mask)
         ref = torch.nn.functional.cross_entropy(logits, data.answer, reduction="none")
-    assert torch.equal(toy.no_context_loss(model, data), ref)
+    assert torch.equal(criticality.no_context_loss(model, data), ref)
     keep = torch.ones(len(data), dtype=torch.bool)
     keep[torch.argsort(ref, stable=True)[:round(0.4 * len(data))]] = False
-    kept = toy.drop_lowest_no_context_loss(model, data, 0.4)
+    kept = criticality.drop_lowest_no_context_loss(model, data, 0.4)
     assert torch.equal(kept.subject, data.subject[keep])
     assert torch.equal(drop_lowest_no_context_loss(model, data, 0.4).subject, kept.subject)
 
@@ -71,18 +71,6 @@ def test_instruction_rule_matches_criticality_scores(tok, rows):
                           atol=1e-6)
     expected = set(lowest_share(losses, 0.25, ties="later"))
     assert dropped_indices(scores, cfg) == expected
-
-
-def test_tiny_alias_passes_the_tokenizer_through(monkeypatch):
-    seen = {}
-
-    def fake(model, data, tokenizer=None, **kw):
-        seen.update(model=model, data=data, tokenizer=tokenizer)
-        return torch.tensor([0.3, 0.1, 0.2])
-
-    monkeypatch.setattr(criticality, "no_context_loss", fake)
-    assert tiny.drop_lowest_no_context_loss("m", "t", ["a", "b", "c"], 1 / 3) == ["a", "c"]
-    assert seen == {"model": "m", "data": ["a", "b", "c"], "tokenizer": "t"}
 
 
 def test_toy_dynamic_curation():

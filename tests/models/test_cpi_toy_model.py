@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from knowflow.curate.toy import drop_lowest_no_context_loss, no_context_loss
+from knowflow.curate.criticality import drop_lowest_no_context_loss, no_context_loss
 from knowflow.models.cpi_toy import (
     OneLayerCPI,
     pretrained_value_matrix,

@@ -175,8 +175,7 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
     path of `knowflow sft` (checkpoints in `job_dir`, resumed if there); (records, extra)."""
     import torch
 
-    from knowflow.curate.criticality import no_context_loss
-    from knowflow.curate.tiny import drop_lowest_no_context_loss
+    from knowflow.curate.criticality import drop_lowest_no_context_loss, no_context_loss
     from knowflow.train.callback import EvalCallback
     from knowflow.train.curation import DynamicCuration, DynamicCurationConfig
     from knowflow.train.pretrain import load_pretrained, pretrained_path
@@ -192,7 +191,7 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
     train = finetuning_set(world, mix, seed)
     extra: dict = {"n_train": len(train)}
     if fraction > 0:
-        kept = drop_lowest_no_context_loss(model, tokenizer, train, fraction)
+        kept = drop_lowest_no_context_loss(model, train, fraction, tokenizer)
         for kind in ("C", "C+S", "S"):
             extra[f"n_dropped_{kind}"] = (sum(ex.kind == kind for ex in train)
                                           - sum(ex.kind == kind for ex in kept))
