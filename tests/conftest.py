@@ -13,6 +13,7 @@ settings.load_profile("knowflow")
 # A tiny-world config small enough for tests that pretrain and finetune (seconds).
 TINY_WORLD = dict(n_relations=2, n_values=6, mem_train=8, mem_eval=4, unk_train=8, unk_eval=4,
                   scratch=6, context_facts=2)
+TINY_MODEL = dict(layers=2, heads=2, d_model=16, d_ff=32)  # the tiny Llama those tests train
 
 TEST_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
                       "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")

@@ -5,18 +5,13 @@ batch size 0 resolves by device."""
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import tiny_llama
 from knowflow.errors import ConfigError
 from knowflow.evaluate.api import EvalConfig, evaluate, known_by
 from knowflow.evaluate.batching import encode_prompts, fit_batch_size
 from knowflow.evaluate.loglik import score_naive
 from knowflow.evaluate.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return byte_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ contract, resume after an interruption, and bad input."""
 import pytest
 import torch
 
-from conftest import TINY_WORLD
+from conftest import TINY_MODEL, TINY_WORLD
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
 from knowflow.experiments.runner import build_config, run_experiment
@@ -27,7 +27,7 @@ from knowflow.worlds.tiny_world import (
 )
 
 WORLD = TinyWorldConfig(**TINY_WORLD)
-MODEL = TinyModelConfig(layers=2, heads=2, d_model=16, d_ff=32)
+MODEL = TinyModelConfig(**TINY_MODEL)
 PRE = PretrainConfig(steps=5, eval_every=5, batch_size=4)
 TINY = {"world.mem_train": 8, "world.mem_eval": 4, "world.unk_train": 8, "world.unk_eval": 4,
         "world.scratch": 6, "world.n_values": 6, "model.layers": 2, "model.heads": 2,

@@ -4,7 +4,7 @@ finite differences, on a small pretrained tiny-world model."""
 import pytest
 import torch
 
-from conftest import TINY_WORLD
+from conftest import TINY_MODEL, TINY_WORLD
 from knowflow.models.adapt import TrainableConfig, prepare_trainable
 from knowflow.models.tiny import TinyModelConfig
 from knowflow.train.pretrain import (
@@ -34,8 +34,7 @@ def setup(tmp_path_factory):
 
 def _pretrained():
     pre = PretrainConfig(steps=150, eval_every=150, batch_size=8, lr=3e-3)
-    path = pretrained_path(WORLD, TinyModelConfig(layers=2, heads=2, d_model=16, d_ff=32),
-                           pre, 0)
+    path = pretrained_path(WORLD, TinyModelConfig(**TINY_MODEL), pre, 0)
     model, tok, _ = load_pretrained(path)
     model = model.double()
     world = make_world(WORLD, 0)
