@@ -22,7 +22,7 @@ from knowflow.evaluate.batching import encode_prompts
 from knowflow.evaluate.decoding import Method, generate_contrastive, score_contrastive
 from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
 from knowflow.evaluate.loglik import score_continuations
-from knowflow.evaluate.prompts import PromptConfig, render
+from knowflow.worlds.prompts import PromptConfig, render
 
 
 @torch.no_grad()

@@ -22,8 +22,8 @@ import torch
 from knowflow.evaluate.batching import encode_prompts
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations, score_naive
-from knowflow.evaluate.prompts import PromptConfig, render
 from knowflow.models.hf import load_model
+from knowflow.worlds.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
 
 

@@ -4,10 +4,10 @@ above it.
 The order is the flow of data in DESIGN.md, lowest first:
 
     foundation (errors, io, config, schema, runs: no knowflow imports but each other)
-    worlds       facts, items, instruction rows, suites, loaders: what everything reads
+    worlds       facts, items, prompts, instruction rows, suites, loaders: what everything reads
     models       the theory toys and HF models, built over a world's vocabulary
     evaluate, probes   score and dissect a model (siblings; neither imports the other)
-    curate       scores finetuning rows with a model (uses evaluate's prompts)
+    curate       scores finetuning rows with a model
     train        finetunes, tracks (with evaluate and probes) and curates (with curate)
     report       reads run folders and draws; never touches a model
     experiments  wire all of the above (and register their report's figures)
@@ -44,11 +44,6 @@ SIBLINGS_APART = {("evaluate", "probes"), ("probes", "evaluate")}
 
 # (importing module, imported module) -> why it is still allowed
 KNOWN_EXCEPTIONS = {
-    ("knowflow.worlds.instructions", "knowflow.evaluate.prompts"):
-        "prompt rendering (evaluate/prompts.py) belongs in worlds; moving it waits for the "
-        "decoding work that is editing it",
-    ("knowflow.probes.suites", "knowflow.evaluate.prompts"):
-        "the same: probe examples are rendered with evaluate's prompts",
     ("knowflow.curate.criticality", "knowflow.train.sft_data"):
         "curation scores rows with train's tokenization (encode, IGNORE)",
     ("knowflow.curate.criticality", "knowflow.train.tiny_track"):

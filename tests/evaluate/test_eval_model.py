@@ -18,7 +18,7 @@ from knowflow.evaluate.batching import common_prefix_len, encode_prompts, sorted
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations, score_naive
 from knowflow.evaluate.metrics import bootstrap_ci, memorization_ratio
-from knowflow.evaluate.prompts import CONTEXT_ONLY, PromptConfig, render
+from knowflow.worlds.prompts import CONTEXT_ONLY, PromptConfig, render
 from knowflow.worlds.suites import get_suite
 
 

@@ -13,9 +13,9 @@ import torch
 from knowflow.evaluate.batching import encode_prompts
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations
-from knowflow.evaluate.prompts import PromptConfig, render
 from knowflow.models import hf
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
 
 CACHED = (hf.cache_dir() / "models" / hf.SMOLLM2 / "config.json").exists()

@@ -10,7 +10,7 @@ from knowflow.errors import ConfigError
 from knowflow.evaluate.api import EvalConfig, evaluate, known_by
 from knowflow.evaluate.batching import encode_prompts, fit_batch_size
 from knowflow.evaluate.loglik import score_naive
-from knowflow.evaluate.prompts import PromptConfig, render
+from knowflow.worlds.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
 
 

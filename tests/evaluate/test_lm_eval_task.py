@@ -13,8 +13,8 @@ from knowflow.cli import app
 from knowflow.errors import DataError
 from knowflow.evaluate.api import evaluate, from_lm_eval, load_suites
 from knowflow.evaluate.lm_eval_task import export_lm_eval, read_lm_eval_samples, task_docs
-from knowflow.evaluate.prompts import PromptConfig, render
 from knowflow.models.hf import load_model
+from knowflow.worlds.prompts import PromptConfig, render
 
 SUITES = "cf-capitals,cf-quotes"
 

@@ -27,8 +27,8 @@ from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import memorization_ratio, summarize
 from knowflow.evaluate.normalize import alternatives, primary, score_output
-from knowflow.evaluate.prompts import FORMATS, PromptConfig, PromptFormat, render
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.prompts import FORMATS, PromptConfig, PromptFormat, render
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from knowflow.errors import DataError
 from knowflow.evaluate.metrics import memorization_ratio
 from knowflow.evaluate.normalize import primary
-from knowflow.evaluate.prompts import PromptConfig, render
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.prompts import PromptConfig, render
 
 TASK_PREFIX = "knowflow_"
 LOADER = "knowflow_lmeval_loader"

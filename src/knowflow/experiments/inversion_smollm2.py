@@ -132,7 +132,7 @@ def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> d
     """Share of held-out C and C+S rows whose answer the model's greedy output mentions."""
     from knowflow.evaluate.generate import generate
     from knowflow.evaluate.normalize import alternatives, answers_present
-    from knowflow.evaluate.prompts import instruction_prompt
+    from knowflow.worlds.prompts import instruction_prompt
 
     if not rows:
         return {}

@@ -15,7 +15,7 @@ from knowflow.probes.examples import ProbeExample, find_text
 def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str = "plain",
                    limit: int | None = None, seed: int = 0) -> list[ProbeExample]:
     try:
-        from knowflow.evaluate.prompts import PromptConfig, render
+        from knowflow.worlds.prompts import PromptConfig, render
         from knowflow.worlds.suites import get_suite
     except ImportError as exc:
         raise KnowflowError(f"--suite needs knowflow's suites ({exc.name} is missing); use "

@@ -24,7 +24,6 @@ import torch
 from transformers import TrainerCallback
 
 from knowflow.errors import ConfigError
-from knowflow.evaluate.prompts import FORMATS
 from knowflow.models.adapt import (
     DEFAULT_LORA_TARGETS,
     TrainableConfig,
@@ -33,6 +32,7 @@ from knowflow.models.adapt import (
     prepare_trainable,
 )
 from knowflow.train.sft_data import IGNORE
+from knowflow.worlds.prompts import FORMATS
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ A file is JSONL (or a JSON list) in one of two forms, which may not be mixed:
 - Alpaca: `instruction`, `input` (the context; may be empty or absent), `output`;
 - chat: `messages`, a list of {"role", "content"} ending with an assistant turn.
 Extra fields (`kind`, `meta`, ...) are kept for curation and augmentation. Prompts are
-rendered by `evaluate.prompts.instruction_prompt`, the same function evaluation uses, so a
+rendered by `worlds.prompts.instruction_prompt`, the same function evaluation uses, so a
 model is tracked in the layout it is trained in. Chat rows use the tokenizer's own template.
 """
 
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from knowflow.errors import ConfigError, DataError
-from knowflow.evaluate.prompts import FORMATS, instruction_prompt
 from knowflow.io import atomic_write_jsonl
 from knowflow.worlds.facts import Instruction
 from knowflow.worlds.loaders import json_records
+from knowflow.worlds.prompts import FORMATS, instruction_prompt
 
 IGNORE = -100  # label of tokens that carry no loss
 _ROLES = ("system", "user", "assistant")

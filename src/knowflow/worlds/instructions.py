@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass
 
 from knowflow.config import require
-from knowflow.evaluate.prompts import SHORT_ANSWER
 from knowflow.worlds.facts import ConflictItem, Instruction, read_table, templates
 from knowflow.worlds.ocr_people import known_words, make_names
+from knowflow.worlds.prompts import SHORT_ANSWER
 from knowflow.worlds.suites import get_suite
 
 KINDS = ("C", "C+S", "S")
