@@ -25,7 +25,7 @@ from knowflow.models.hf import load_model, resolve_device
 from knowflow.probes.examples import builtin_facts
 from knowflow.probes.knockout import KnockoutConfig, knockout
 from knowflow.train.sft import SFTConfig, finetune
-from knowflow.train.sft_data import encode_all
+from knowflow.worlds.instruction_rows import encode_all
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
 
 

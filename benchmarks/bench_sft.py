@@ -16,8 +16,8 @@ import torch
 
 from knowflow.models.hf import load_model
 from knowflow.train.sft import SFTConfig, StepTimer, finetune
-from knowflow.train.sft_data import encode_all
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.worlds.instruction_rows import encode_all
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
 
 

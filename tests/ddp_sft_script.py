@@ -9,8 +9,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import byte_tokenizer, tiny_llama  # noqa: E402
 from knowflow.train.sft import SFTConfig, finetune  # noqa: E402
-from knowflow.train.sft_data import encode_all  # noqa: E402
 from knowflow.train.tracker import RelianceTracker, TrackerConfig  # noqa: E402
+from knowflow.worlds.instruction_rows import encode_all  # noqa: E402
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture  # noqa: E402
 from knowflow.worlds.suites import get_suite  # noqa: E402
 

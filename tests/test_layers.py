@@ -44,8 +44,6 @@ SIBLINGS_APART = {("evaluate", "probes"), ("probes", "evaluate")}
 
 # (importing module, imported module) -> why it is still allowed
 KNOWN_EXCEPTIONS = {
-    ("knowflow.curate.criticality", "knowflow.train.sft_data"):
-        "curation scores rows with train's tokenization (encode, IGNORE)",
     ("knowflow.curate.criticality", "knowflow.train.tiny_track"):
         "curation scores tiny-world rows with train's tiny tracking code",
 }

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.io import read_json, read_jsonl
-from knowflow.train.sft_data import load_instructions
+from knowflow.worlds.instruction_rows import load_instructions
 
 runner = CliRunner()
 

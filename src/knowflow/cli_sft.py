@@ -191,7 +191,7 @@ def curate_cmd(
     from knowflow.io import atomic_write_jsonl
     from knowflow.models.hf import check_device, check_model, load_model
     from knowflow.report.curation import curation_figure
-    from knowflow.train.sft_data import save_instructions
+    from knowflow.worlds.instruction_rows import save_instructions
 
     check_threads(threads)
     cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
@@ -240,7 +240,7 @@ def augment_cmd(
 ) -> None:
     """Add entity-substituted counterfactual examples (context and answer changed together)."""
     from knowflow.curate.augment import augment
-    from knowflow.train.sft_data import save_instructions
+    from knowflow.worlds.instruction_rows import save_instructions
 
     if seed < 0:
         raise ConfigError(f"must not be negative, got {seed}", "--seed")

@@ -16,7 +16,7 @@ from knowflow.train.curation import (
     no_context_scorer,
 )
 from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
-from knowflow.train.sft_data import encode_all
+from knowflow.worlds.instruction_rows import encode_all
 
 CFG = SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=3, log_every=1, max_length=512)
 DYN = DynamicCurationConfig(mode="dynamic", every=3, fraction=0.25, batch_size=8)

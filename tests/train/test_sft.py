@@ -15,8 +15,8 @@ from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.io import read_jsonl
 from knowflow.models.adapt import TrainableConfig, prepare_trainable, query_key_parameters
 from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
-from knowflow.train.sft_data import Instruction, encode, encode_all, load_instructions
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, _shard
+from knowflow.worlds.instruction_rows import Instruction, encode, encode_all, load_instructions
 from knowflow.worlds.instructions import (
     MixtureConfig,
     builtin_mixture,

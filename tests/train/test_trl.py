@@ -11,8 +11,8 @@ from conftest import tiny_llama
 from knowflow.errors import ConfigError
 from knowflow.io import read_jsonl
 from knowflow.train.sft import SFTConfig, finetune
-from knowflow.train.sft_data import encode_all, prompt_and_response
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.worlds.instruction_rows import encode_all, prompt_and_response
 from knowflow.worlds.suites import get_suite
 
 trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install '.[trl]'")

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from knowflow.config import require
-from knowflow.train.sft_data import IGNORE, Instruction, encode
+from knowflow.worlds.facts import Instruction
+from knowflow.worlds.instruction_rows import IGNORE, encode
 from knowflow.worlds.prompts import FORMATS
 
 BY = ("no_context_loss", "criticality")

@@ -103,7 +103,7 @@ class InversionSmolConfig:
 
 def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
     """The training file of `arm` (written once into its folder)."""
-    from knowflow.train.sft_data import save_instructions
+    from knowflow.worlds.instruction_rows import save_instructions
     from knowflow.worlds.instructions import builtin_mixture
 
     if arm in (*MODES, "dynamic"):

@@ -39,7 +39,7 @@ from transformers import Trainer, TrainerCallback
 from knowflow.config import require
 from knowflow.curate.criticality import lowest_share
 from knowflow.io import atomic_write_jsonl, read_jsonl
-from knowflow.train.sft_data import IGNORE
+from knowflow.worlds.instruction_rows import IGNORE
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from knowflow.models.adapt import (
     count_trainable,
     prepare_trainable,
 )
-from knowflow.train.sft_data import IGNORE
+from knowflow.worlds.instruction_rows import IGNORE
 from knowflow.worlds.prompts import FORMATS
 
 log = logging.getLogger(__name__)

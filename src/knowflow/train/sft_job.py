@@ -20,8 +20,13 @@ from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig, finetune
-from knowflow.train.sft_data import Instruction, encode_all, load_instructions, save_instructions
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.worlds.instruction_rows import (
+    Instruction,
+    encode_all,
+    load_instructions,
+    save_instructions,
+)
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
 
 log = logging.getLogger(__name__)

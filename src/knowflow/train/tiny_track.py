@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 
 from knowflow.models.tiny import encode_words
-from knowflow.train.sft_data import IGNORE
+from knowflow.worlds.instruction_rows import IGNORE
 from knowflow.worlds.tiny_world import Example
 
 

@@ -1,11 +1,11 @@
-"""Instruction data for `knowflow sft`: load a file, render prompts, tokenize with the loss on
-the response only.
+"""Instruction rows (what `knowflow sft` trains on and curation scores): load and save a file,
+render prompts, tokenize with the loss on the response only.
 
 A file is JSONL (or a JSON list) in one of two forms, which may not be mixed:
 - Alpaca: `instruction`, `input` (the context; may be empty or absent), `output`;
 - chat: `messages`, a list of {"role", "content"} ending with an assistant turn.
 Extra fields (`kind`, `meta`, ...) are kept for curation and augmentation. Prompts are
-rendered by `worlds.prompts.instruction_prompt`, the same function evaluation uses, so a
+rendered by `prompts.instruction_prompt`, the same function evaluation uses, so a
 model is tracked in the layout it is trained in. Chat rows use the tokenizer's own template.
 """
 
