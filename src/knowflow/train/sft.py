@@ -54,6 +54,8 @@ class SFTConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0       # gradient clipping (0: none)
     scheduler: str = "constant"      # any transformers lr_scheduler_type
+    optim: str | None = None         # a transformers optimizer name (sgd: the theory's GD);
+                                     # None: transformers' default AdamW
     max_length: int = 256            # longer examples are dropped (and counted)
     prompt_format: str = "chat"
     save_every: int = 50             # Trainer checkpoint interval (steps)
@@ -79,6 +81,11 @@ class SFTConfig:
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
+        from transformers.training_args import OptimizerNames
+
+        if self.optim is not None and self.optim not in {o.value for o in OptimizerNames}:
+            raise ConfigError(f"{self.optim!r} is not a transformers optimizer", "optim",
+                              "e.g. adamw_torch, sgd, adafactor")
         if self.trainer not in ("hf", "trl"):
             raise ConfigError(f"{self.trainer!r} is not one of hf, trl", "trainer")
         if self.trainer == "trl":
@@ -153,7 +160,8 @@ def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, **overrides):
         save_strategy="steps", save_steps=cfg.save_every, save_total_limit=cfg.save_limit,
         seed=cfg.seed, data_seed=cfg.seed, report_to=[], disable_tqdm=True,
         remove_unused_columns=False, use_cpu=use_cpu, dataloader_pin_memory=not use_cpu,
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(), **overrides)
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        **({"optim": cfg.optim} if cfg.optim else {}), **overrides)
 
 
 def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: str | Path,
