@@ -5,7 +5,7 @@ The order is the flow of data in DESIGN.md, lowest first:
 
     foundation (errors, io, config, schema, runs: no knowflow imports but each other)
     worlds       facts, items, prompts, instruction rows, suites, loaders: what everything reads
-    models       the theory toys and HF models, built over a world's vocabulary
+    models       the theory toys, the tiny Llama (its tokenizer, answer scoring), HF models
     evaluate, probes   score and dissect a model (siblings; neither imports the other)
     curate       scores finetuning rows with a model
     train        finetunes, tracks (with evaluate and probes) and curates (with curate)
@@ -13,10 +13,9 @@ The order is the flow of data in DESIGN.md, lowest first:
     experiments  wire all of the above (and register their report's figures)
     cli          the `knowflow` command and the Python API façade (knowflow/__init__.py)
 
-Imports are read from the source (module level and inside functions alike). A few imports
-that point the wrong way live in files other work owns right now; they are listed in
-KNOWN_EXCEPTIONS with the reason, and fail the test once they are no longer needed (delete
-the entry then).
+Imports are read from the source (module level and inside functions alike). An import that
+must point the wrong way for a while goes in KNOWN_EXCEPTIONS with the reason (none does now);
+an entry fails the test once it is no longer needed (delete it then).
 """
 
 from __future__ import annotations
@@ -43,10 +42,7 @@ LAYERS = (
 SIBLINGS_APART = {("evaluate", "probes"), ("probes", "evaluate")}
 
 # (importing module, imported module) -> why it is still allowed
-KNOWN_EXCEPTIONS = {
-    ("knowflow.curate.criticality", "knowflow.train.tiny_track"):
-        "curation scores tiny-world rows with train's tiny tracking code",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _unit(module: str) -> str:

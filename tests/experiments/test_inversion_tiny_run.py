@@ -102,7 +102,7 @@ def test_training_rows_put_the_loss_on_the_answer_token_only():
 
 
 def test_trainer_loss_is_the_answer_token_cross_entropy():
-    from knowflow.train.tiny_track import encode, per_example_loss
+    from knowflow.models.tiny import encode, per_example_loss
 
     world, model, tok, train, evals = _setup()
     rows = training_rows(tok, train[:4])

@@ -174,8 +174,8 @@ def test_tiny_world_rows_plug_in(tmp_path):
     """The inversion-tiny wiring: tiny-world examples scored by `no_context_loss` (their
     `<bos> question s r` version), trained through `train.sft.finetune`."""
     from conftest import TINY_WORLD
-    from knowflow.models.tiny import build_tokenizer
-    from knowflow.train.tiny_track import encode, per_example_loss, training_rows
+    from knowflow.models.tiny import build_tokenizer, encode, per_example_loss
+    from knowflow.train.tiny_track import training_rows
     from knowflow.worlds.tiny_world import (
         Mixture,
         TinyWorldConfig,

@@ -6,14 +6,13 @@ import torch
 
 from conftest import TINY_MODEL, TINY_WORLD
 from knowflow.models.adapt import TrainableConfig, prepare_trainable
-from knowflow.models.tiny import TinyModelConfig
+from knowflow.models.tiny import TinyModelConfig, encode
 from knowflow.train.pretrain import (
     PretrainConfig,
     load_pretrained,
     pretrained_path,
 )
 from knowflow.train.tiny_mechanism import context_attention, gradient_projections, kind_loss
-from knowflow.train.tiny_track import encode
 from knowflow.worlds.tiny_world import (
     Mixture,
     TinyWorldConfig,

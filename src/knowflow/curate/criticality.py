@@ -155,8 +155,8 @@ def no_context_loss(model, data, tokenizer=None, prompt_format: str = "chat",
             pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
                 tokenizer.eos_token_id
             return torch.tensor(response_losses(model, rows, pad, batch_size))
-        from knowflow.train.tiny_track import encode as encode_tiny
-        from knowflow.train.tiny_track import per_example_loss
+        from knowflow.models.tiny import encode as encode_tiny
+        from knowflow.models.tiny import per_example_loss
         from knowflow.worlds.tiny_world import no_context
         with torch.no_grad():
             return per_example_loss(model, encode_tiny(tokenizer, [no_context(ex)

@@ -5,16 +5,22 @@ size (the model `inversion-tiny` pretrains and `ocr-smollm2 --set model=tiny` fi
 The tokenizer is a `tokenizers` WordLevel model (one id per word, split on whitespace)
 wrapped in `PreTrainedTokenizerFast`, so it is saved with `save_pretrained` next to the model
 and loads back with `AutoTokenizer.from_pretrained`.
+
+`encode` turns tiny-world examples into one right-padded batch; `answer_logits` and
+`per_example_loss` score it at the answer position (the last prompt token). Tracking
+(`train.tiny_track`) and curation (`curate.criticality`) both score through them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
-from knowflow.worlds.tiny_world import BOS, EOS, PAD, UNK
+from knowflow.worlds.tiny_world import BOS, EOS, PAD, UNK, Example
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: 
                attn_implementation: str = "sdpa"):
     """A randomly initialized Llama of `model_cfg`'s size. SDPA attention trains about a
     quarter faster on CPU; probes that read attention weights switch to eager
-    (`tiny_track.eager_attention`)."""
+    (`eager_attention`)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -61,3 +67,60 @@ def build_tokenizer(vocab: Sequence[str]):
 def encode_words(tokenizer, words: Sequence[str]) -> list[int]:
     """Ids of pre-split words (no special tokens added; <bos> is part of the words)."""
     return tokenizer.convert_tokens_to_ids(list(words))
+
+
+def encode(tokenizer, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
+    """Right-padded ids, mask, last prompt position, answer and memory ids."""
+    rows = [encode_words(tokenizer, ex.tokens) for ex in examples]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (n, seq)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (n, seq)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    return {"ids": ids, "mask": mask, "last": mask.sum(1) - 1,
+            "answer": torch.tensor(encode_words(tokenizer, [ex.answer for ex in examples])),
+            "memory": torch.tensor(encode_words(tokenizer, [ex.memory for ex in examples]))}
+
+
+@contextmanager
+def eager_attention(model):
+    """Run the model with eager attention inside the block (attention weights are only
+    returned by eager; SDPA, faster, is restored after)."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = "eager"
+    try:
+        yield model
+    finally:
+        config._attn_implementation = before
+
+
+def answer_logits(model, batch: dict[str, torch.Tensor], output_attentions: bool = False):
+    """Logits at each row's last prompt position (batch, vocab), and the attentions if asked
+    (read with eager attention)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    with eager_attention(base) if output_attentions else nullcontext():
+        out = base.model(input_ids=batch["ids"], attention_mask=batch["mask"],
+                         output_attentions=output_attentions)
+    hidden = out.last_hidden_state  # (batch, seq, d_model)
+    rows = torch.arange(hidden.shape[0])
+    logits = base.lm_head(hidden[rows, batch["last"]])  # (batch, vocab)
+    return logits, out.attentions
+
+
+def select_rows(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rows `idx` of every tensor of an encoded batch."""
+    return {k: v[idx] for k, v in batch.items()}
+
+
+@torch.no_grad()
+def per_example_loss(model, batch: dict[str, torch.Tensor], chunk: int = 256) -> torch.Tensor:
+    """Answer loss of every row. (n,)"""
+    out = []
+    for start in range(0, len(batch["ids"]), chunk):
+        part = select_rows(batch, torch.arange(start, min(start + chunk, len(batch["ids"]))))
+        logits, _ = answer_logits(model, part)
+        out.append(F.cross_entropy(logits, part["answer"], reduction="none"))
+    return torch.cat(out)

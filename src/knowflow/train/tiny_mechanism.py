@@ -24,7 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from knowflow.train.tiny_track import answer_attention, answer_logits, select_rows, span_masks
+from knowflow.models.tiny import answer_logits, select_rows
+from knowflow.train.tiny_track import answer_attention, span_masks
 from knowflow.worlds.tiny_world import Example
 
 
