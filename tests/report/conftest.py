@@ -33,3 +33,32 @@ def inversion_run(tmp_path, browser_check) -> Path:
 @pytest.fixture
 def cpi_run(tmp_path, browser_check) -> Path:
     return browser_check.fake_cpi_toy_run(tmp_path)
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """Every matplotlib Figure saved while the test runs, in order: the report functions close
+    their figures after writing the PNG, so a test inspects the panels and lines through this."""
+    from matplotlib.figure import Figure
+
+    figures: list = []
+    real = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        figures.append(fig)
+        return real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
+@pytest.fixture
+def png_shape():
+    """(height, width, channels) of a nonempty PNG file, read back with matplotlib."""
+    import matplotlib.image
+
+    def shape(path: Path) -> tuple[int, ...]:
+        assert path.stat().st_size > 0, path
+        return matplotlib.image.imread(path).shape
+
+    return shape
