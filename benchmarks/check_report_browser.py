@@ -193,7 +193,7 @@ def fake_cpi_toy_run(root: Path, verdict: str | None = VERDICTS["cpi-toy"]) -> P
     run_dir = _run_dir(root, "cpi-toy")
     keys = ("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
             "attn_ctx_start", "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final",
-            "proj_theta_C_start", "proj_theta_S_start", "value_conf_CS_final", "steps")
+            "proj_theta_C_start", "proj_theta_S_start", "value_conf_C+S_final", "steps")
     rng = random.Random(0)
 
     def part() -> dict:

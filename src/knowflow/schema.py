@@ -5,7 +5,25 @@ memorized subject; the context agrees with memory), `S` (no context; memory only
 (a memorized subject; the context contradicts memory: the counterfactual items that measure
 context reliance, and the augmentation examples that train it). A curve over finetuning steps
 is summarized one way everywhere: start, peak, peak step, final, rise (peak - start) and fall
-(peak - final); the earliest step wins a tied peak.
+(peak - final); the earliest step wins a tied peak. `named_curve` prefixes those parts with the
+metric's name: `cf_acc_start`, `cf_acc_peak`, ..., `cf_acc_fall`.
+
+Metric names, the same in every experiment, the tracker and the reports (one record per
+evaluation step, keyed by `step`):
+- `cf_acc` / `param_acc`: counterfactual accuracy (the answer follows the context) and
+  parametric accuracy (it follows memory) on the counterfactual items; `_gen` suffix: scored by
+  generation instead of log-likelihood.
+- `mc`: the theory model's M_C, the mean probability of the context's answer on the
+  counterfactual test set (a probability, not an accuracy; cpi-toy's headline curve).
+- `c_acc`, `cs_acc`, `recall_acc`: accuracy on held-out C and C+S items and no-context recall.
+- `attn_context` / `attn_subject` (/ `attn_relation`): attention mass on the context and on the
+  subject (one value, or one per layer); `_<kind>` or `_test` suffix: on that kind's training
+  examples or on the test items; shortened to `attn_ctx` / `attn_subj` in summaries.
+- `loss_<kind>`, `grad_ctx_<kind>`, `n_dropped_<kind>`, `value_conf_<kind>`, `indist_<kind>`:
+  a per-kind quantity, with `<kind>` one of `KINDS` (e.g. `loss_C+S`); without the suffix, over
+  all kinds.
+A summary of a curve is `<metric>_<part>` (`named_curve`); a value at one point is
+`<metric>_start` / `<metric>_final` / `<metric>_at_<event>` (e.g. `attn_ctx_at_mc_peak`).
 """
 
 from __future__ import annotations
@@ -23,6 +41,11 @@ def curve_summary(steps: Sequence[int], values: Sequence[float]) -> dict:
     return {"start": values[0], "peak": values[peak], "peak_step": steps[peak],
             "final": values[-1], "rise": values[peak] - values[0],
             "fall": values[peak] - values[-1]}
+
+
+def named_curve(metric: str, steps: Sequence[int], values: Sequence[float]) -> dict:
+    """`curve_summary` with keys `<metric>_start`, `<metric>_peak`, ..., `<metric>_fall`."""
+    return {f"{metric}_{part}": v for part, v in curve_summary(steps, values).items()}
 
 
 # Student t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96)

@@ -90,6 +90,6 @@ def test_toy_dynamic_curation():
     assert [r["mc"] for r in plain] == [r["mc"] for r in none_dropped]
     assert all(r["n_dropped"] == 0 for r in none_dropped)
     dyn = run((5, 0.25, None))
-    assert all(r["n_dropped"] == round(0.25 * 14) == r["n_dropped_CS"] for r in dyn)
+    assert all(r["n_dropped"] == round(0.25 * 14) == r["n_dropped_C+S"] for r in dyn)
     assert [r["mc"] for r in dyn] != [r["mc"] for r in plain]
     assert (train.kind == CS).sum() == 6

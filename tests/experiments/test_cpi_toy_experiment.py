@@ -8,6 +8,7 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.cpi_toy import PARTS
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
+from knowflow.schema import KINDS, named_curve
 
 TINY = {
     "world.n_answers": 12, "world.n_heldout_answers": 3, "world.n_test": 10,
@@ -38,12 +39,33 @@ def test_tiny_run_writes_the_whole_contract(tmp_path):
     records = read_jsonl(run_dir / "metrics.jsonl")
     arms = {(r["part"], r["arm"]) for r in records}
     assert len(arms) == 9
+    _check_schema_names(summary, records)
     assert len(records) == 9 * 21  # every step of every arm, step 0 included
     figures = sorted(p.name for p in (run_dir / "figures").glob("*.png"))
     assert figures == ["1_inversion.png", "2_c_only.png", "3_with_s.png", "4_train_v.png",
                        "5_mitigations.png"]
     html = (run_dir / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5 and "mc_peak" in html
+
+
+def _check_schema_names(summary: dict, records: list[dict]) -> None:
+    """Per-kind keys use the schema's kinds (C+S, CF), and M_C's summary is the schema's."""
+    per_kind = ("loss_", "attn_context_", "attn_subject_", "attn_relation_", "value_conf_",
+                "n_dropped_")
+    keys = {k for r in records for k in r}
+    for key in keys:
+        for prefix in per_kind:
+            if key.startswith(prefix):
+                assert key[len(prefix):] in (*KINDS, "test"), key
+    assert {"loss_C", "loss_C+S", "loss_S", "loss_CF", "attn_subject_C+S", "value_conf_C+S",
+            "n_dropped_C+S"} <= keys
+    inversion = [r for r in records if r["part"] == "inversion"]
+    curve = named_curve("mc", [r["step"] for r in inversion], [r["mc"] for r in inversion])
+    assert {k: summary["inversion"][k] for k in curve} == curve
+    mit = summary["mitigations"]
+    assert {"n_dropped_C+S", "indist_C+S_final"} <= set(mit["filtered"])
+    assert {"value_conf_C+S_start", "n_dropped_C+S_final"} <= set(mit["dynamic"])
+    assert "train_v_value_conf_C+S_gain" in summary["findings"]
 
 
 def test_same_seed_same_numbers_and_workers_do_not_matter(tmp_path):

@@ -29,6 +29,7 @@ from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.report.cpi_toy import plot_cpi_toy
 from knowflow.report.phase import PHASE, with_phase
 from knowflow.runs import METRICS, PartStore
+from knowflow.schema import named_curve
 from knowflow.train.cpi_toy import ToyFinetuneConfig
 
 log = logging.getLogger(__name__)
@@ -161,23 +162,22 @@ def _share(flags: list[bool]) -> float:
 
 
 def trajectory_summary(records: list[dict]) -> dict:
-    """mc_start/peak/peak_step/final and the same for counterfactual accuracy and attention."""
-    mc = [r["mc"] for r in records]
-    peak = max(range(len(mc)), key=mc.__getitem__)
+    """The M_C curve (`schema.named_curve`: mc_start, mc_peak, ..., mc_fall); counterfactual
+    and parametric accuracy and attention at its start, peak and end; the projections."""
+    out = named_curve("mc", [r["step"] for r in records], [r["mc"] for r in records])
+    peak = next(i for i, r in enumerate(records) if r["step"] == out["mc_peak_step"])
     first_quarter = [r for r in records if r["step"] <= records[-1]["step"] / 4]
-    out = {"mc_start": mc[0], "mc_peak": mc[peak], "mc_peak_step": records[peak]["step"],
-           "mc_final": mc[-1], "steps": records[-1]["step"],
-           "mc_fall": mc[peak] - mc[-1],
-           "proj_theta_S_start": records[0]["proj_theta_S"],
-           "proj_theta_C_start": records[0]["proj_theta_C"],
-           "proj_theta_C_after_peak_negative_share": _share(
-               [r["proj_theta_C"] < 0 for r in records[peak + 1:]]),
-           "attn_subj_mean_first_quarter": _mean([r["attn_subject_test"]
-                                                  for r in first_quarter]),
-           "attn_subj_mean": _mean([r["attn_subject_test"] for r in records])}
-    if "value_conf_CS" in records[0]:
-        out["value_conf_CS_start"] = records[0]["value_conf_CS"]
-        out["value_conf_CS_final"] = records[-1]["value_conf_CS"]
+    out.update(steps=records[-1]["step"],
+               proj_theta_S_start=records[0]["proj_theta_S"],
+               proj_theta_C_start=records[0]["proj_theta_C"],
+               proj_theta_C_after_peak_negative_share=_share(
+                   [r["proj_theta_C"] < 0 for r in records[peak + 1:]]),
+               attn_subj_mean_first_quarter=_mean([r["attn_subject_test"]
+                                                   for r in first_quarter]),
+               attn_subj_mean=_mean([r["attn_subject_test"] for r in records]))
+    if "value_conf_C+S" in records[0]:
+        out["value_conf_C+S_start"] = records[0]["value_conf_C+S"]
+        out["value_conf_C+S_final"] = records[-1]["value_conf_C+S"]
     for key, short in (("cf_acc", "cf_acc"), ("param_acc", "param_acc"),
                        ("attn_context_test", "attn_ctx"), ("attn_subject_test", "attn_subj")):
         out[f"{short}_start"] = records[0][key]
@@ -218,15 +218,14 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     if arm.filter_fraction > 0:
         n_before = len(train)
         kept = drop_lowest_no_context_loss(model, train, arm.filter_fraction)
-        extra.update(n_dropped=n_before - len(kept),
-                     n_dropped_cs=int((train.kind == CS).sum() - (kept.kind == CS).sum()),
-                     n_train=len(kept))
+        extra.update({"n_dropped": n_before - len(kept), "n_dropped_C+S": int(
+            (train.kind == CS).sum() - (kept.kind == CS).sum()), "n_train": len(kept)})
         train = kept
     records = finetune(model, train, test, cfg.finetune, arm.train_v, arm.dynamic)
     extra.update(indist_accuracy(model, full_train, "final"))
     if arm.dynamic is not None:
         extra["n_dropped_final"] = records[-1]["n_dropped"]
-        extra["n_dropped_cs_final"] = records[-1]["n_dropped_CS"]
+        extra["n_dropped_C+S_final"] = records[-1]["n_dropped_C+S"]
     with torch.no_grad():
         probs = model.value_probs(test.subject)
         extra["delta_m_measured"] = float(probs[torch.arange(len(test)), test.fact].mean())
@@ -293,8 +292,8 @@ def findings(summary: dict) -> dict:
         out["train_v_peak_step_minus_qk_only"] = (summary["train_v"]["mc_peak_step"]
                                                   - inv["mc_peak_step"])
         out["train_v_final_mc_minus_qk_only"] = summary["train_v"]["mc_final"] - inv["mc_final"]
-        out["train_v_value_conf_CS_gain"] = (summary["train_v"]["value_conf_CS_final"]
-                                             - summary["train_v"]["value_conf_CS_start"])
+        out["train_v_value_conf_C+S_gain"] = (summary["train_v"]["value_conf_C+S_final"]
+                                              - summary["train_v"]["value_conf_C+S_start"])
     mit = summary.get("mitigations")
     if mit:
         base = mit["baseline"]["mc_final"]

@@ -31,6 +31,7 @@ from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from knowflow.report.reliance import plot_arms
 from knowflow.runs import METRICS, SUMMARY
+from knowflow.schema import curve_summary
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.tracker import TrackerConfig
@@ -145,7 +146,7 @@ def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> d
     for ex, out in zip(rows, outs, strict=True):
         hit = answers_present(out, [alternatives(ex.output)])[0]
         hits.setdefault(ex.extra["kind"], []).append(float(hit))
-    acc = {f"indist_{k.replace('+', '')}": sum(v) / len(v) for k, v in hits.items()}
+    acc = {f"indist_{k}": sum(v) / len(v) for k, v in hits.items()}
     acc["indist"] = sum(sum(v) for v in hits.values()) / len(rows)
     return acc
 
@@ -178,17 +179,14 @@ def run_arm(cfg: InversionSmolConfig, arm: str, out_dir: Path) -> dict:
 
 
 def curves(records: list[dict]) -> dict:
-    """start / peak / peak step / final of every counterfactual-accuracy series (overall and
-    per suite; `_gen`: generation scoring), from the tracker's records."""
+    """`schema.curve_summary` of every counterfactual-accuracy series (overall and per suite;
+    `_gen`: generation scoring), from the tracker's records."""
     keys = sorted({k for r in records for k in r
                    if k.endswith("cf_acc") or k.endswith("cf_acc_gen")})
     out = {}
     for key in keys:
         pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-        peak = max(range(len(pts)), key=lambda i: (pts[i][1], -pts[i][0]))
-        out[key] = {"start": pts[0][1], "peak": pts[peak][1], "peak_step": pts[peak][0],
-                    "final": pts[-1][1], "rise": pts[peak][1] - pts[0][1],
-                    "fall": pts[peak][1] - pts[-1][1]}
+        out[key] = curve_summary(*zip(*pts, strict=True))
     return out
 
 
@@ -196,15 +194,13 @@ def _row(s: dict) -> dict:
     keys = ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
             "param_acc_start", "param_acc_final", "attn_context_start", "attn_context_final",
             "train_loss", "n_examples", "trainable_params", "seconds", "tracking_seconds",
-            "indist_start", "indist_final", "indist_C_final", "indist_CS_final",
+            "indist_start", "indist_final", "indist_C_final", "indist_C+S_final",
             "curation_rescorings", "curation_seconds", "curation_final_dropped_by_kind")
     row = {k: s.get(k) for k in keys if k in s or k.startswith("cf_acc")}
-    row["rise"] = s["cf_acc_peak"] - s["cf_acc_start"]
-    row["fall"] = s["cf_acc_peak"] - s["cf_acc_final"]
+    row["rise"], row["fall"] = s["cf_acc_rise"], s["cf_acc_fall"]
     gen = s.get("curves", {}).get("cf_acc_gen")
     if gen:
-        row.update(cf_acc_gen_start=gen["start"], cf_acc_gen_peak=gen["peak"],
-                   cf_acc_gen_peak_step=gen["peak_step"], cf_acc_gen_final=gen["final"],
+        row.update({f"cf_acc_gen_{k}": gen[k] for k in ("start", "peak", "peak_step", "final")},
                    fall_gen=gen["fall"])
     if "dropped_by_kind" in s:
         row["dropped_by_kind"] = s["dropped_by_kind"]

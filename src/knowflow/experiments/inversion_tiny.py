@@ -225,11 +225,10 @@ def _strip(record: dict) -> dict:
 def curve_summary(records: list[dict]) -> dict:
     """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
     accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
-    cf = [r["cf_acc"] for r in records]
-    curve = schema.curve_summary([r["step"] for r in records], cf)
-    out = {f"cf_acc_{k}": v for k, v in curve.items() if k not in ("rise", "fall")}
-    out.update(rise=curve["rise"], fall=curve["fall"])
-    peak = next(i for i, r in enumerate(records) if r["step"] == curve["peak_step"])
+    out = schema.named_curve("cf_acc", [r["step"] for r in records],
+                             [r["cf_acc"] for r in records])
+    out["rise"], out["fall"] = out.pop("cf_acc_rise"), out.pop("cf_acc_fall")
+    peak = next(i for i, r in enumerate(records) if r["step"] == out["cf_acc_peak_step"])
 
     def layer_mean(r: dict, key: str) -> float:
         return sum(r[key]) / len(r[key])

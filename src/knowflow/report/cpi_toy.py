@@ -67,13 +67,13 @@ def plot_cpi_toy(run_dir: Path) -> list[Path]:
     if ("with_s", "with_s") in arms:
         paths.append(_compare({**base, "+ S points": arms[("with_s", "with_s")]},
                               [("mc", "M_C"), ("attn_subject_test", "attention on subject (test)"),
-                               ("attn_subject_CS", "attention on subject (C+S train)")],
+                               ("attn_subject_C+S", "attention on subject (C+S train)")],
                               out / "3_with_s.png", "memorized S points (Prop. 2)"))
     if ("train_v", "train_v") in arms:
         paths.append(_compare({"W_KQ only": mixed or [], "W_KQ + W_V": arms[("train_v",
                                                                               "train_v")]},
                               [("mc", "M_C"), ("attn_context_test", "attention on context"),
-                               ("value_conf_CS", "C+S subject value: p(its context)")],
+                               ("value_conf_C+S", "C+S subject value: p(its context)")],
                               out / "4_train_v.png", "trainable W_V (Prop. 3)"))
     mitigations = {name: recs for (part, name), recs in arms.items() if part == "mitigations"}
     if mitigations:

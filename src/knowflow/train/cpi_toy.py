@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 
 from knowflow.models.cpi_toy import OneLayerCPI
-from knowflow.worlds.cpi_toy import AUG, CS, KIND_NAMES, S, ToyData, theta_directions
+from knowflow.worlds.cpi_toy import CS, KIND_NAMES, ToyData, theta_directions
 from knowflow.worlds.cpi_toy import C as KIND_C
 
 POSITIONS = {"context": 0, "subject": 1, "relation": 2}  # input layout [c, s, r]
@@ -48,10 +48,9 @@ def trajectory_record(model: OneLayerCPI, train: ToyData, test: ToyData,
     rec: dict[str, float] = {}
     losses = F.cross_entropy(train_logits, train.answer, reduction="none")  # (N,)
     rec["loss"] = float(losses.mean())
-    for kind in (KIND_C, CS, S, AUG):
+    for kind, name in KIND_NAMES.items():
         sel = train.kind == kind
         if sel.any():
-            name = KIND_NAMES[kind]
             rec[f"loss_{name}"] = float(losses[sel].mean())
             for part, pos in POSITIONS.items():
                 rec[f"attn_{part}_{name}"] = float(train_attn[sel, pos].mean())
@@ -68,7 +67,7 @@ def trajectory_record(model: OneLayerCPI, train: ToyData, test: ToyData,
     cs = train.kind == CS
     if cs.any():
         vp = model.value_probs(train.subject[cs], value_table)
-        rec["value_conf_CS"] = float(vp[torch.arange(int(cs.sum())), train.answer[cs]].mean())
+        rec["value_conf_C+S"] = float(vp[torch.arange(int(cs.sum())), train.answer[cs]].mean())
     vp = model.value_probs(test.subject, value_table)
     rec["value_conf_test"] = float(vp[idx, test.fact].mean())
     return rec
@@ -85,7 +84,7 @@ def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetune
     every `every` steps (from step 0) the no-context loss of every training example is
     re-scored under the current weights and the `fraction` with the lowest (those below
     `threshold` only, if not None) is left out of the loss until the next re-scoring; records
-    then carry `n_dropped` and `n_dropped_CS`.
+    then carry `n_dropped` and `n_dropped_C+S`.
     """
     from knowflow.curate.criticality import no_context_loss
     from knowflow.train.curation import drop_set
@@ -113,8 +112,8 @@ def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetune
                 model, train, test, logits.detach(), attn.detach(), table.detach()),
                 "proj_theta_S": proj_s, "proj_theta_C": proj_c})
             if curation is not None:
-                records[-1].update(n_dropped=int((~active).sum()),
-                                   n_dropped_CS=int((~active & (train.kind == CS)).sum()))
+                records[-1].update({"n_dropped": int((~active).sum()),
+                                    "n_dropped_C+S": int((~active & (train.kind == CS)).sum())})
         if step < cfg.steps:
             opt.step()
     return records
@@ -127,7 +126,8 @@ def indist_accuracy(model, data, when: str) -> dict:
         logits, _ = model(data.tokens, data.mask)  # (N, A)
     hit = (logits.argmax(-1) == data.answer).double()  # (N,)
     out = {}
-    for kind, name in ((KIND_C, "C"), (CS, "CS")):
+    for kind in (KIND_C, CS):
+        name = KIND_NAMES[kind]
         if (data.kind == kind).any():
             out[f"indist_{name}_{when}"] = float(hit[data.kind == kind].mean())
     sel = (data.kind == KIND_C) | (data.kind == CS)

@@ -36,6 +36,7 @@ from knowflow.errors import ConfigError
 from knowflow.evaluate.api import EvalConfig, evaluate_items, load_suites
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
+from knowflow.schema import named_curve
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
 from knowflow.worlds.facts import ConflictItem
@@ -127,9 +128,9 @@ class RelianceTracker(EvalCallback):
     def summary(self) -> dict:
         if not self.records:
             return {}
-        first, last, peak = self.records[0], self.records[-1], self.peak
-        return {"cf_acc_start": first["cf_acc"], "cf_acc_peak": peak["cf_acc"],
-                "cf_acc_peak_step": peak["step"], "cf_acc_final": last["cf_acc"],
+        first, last = self.records[0], self.records[-1]
+        steps = [r["step"] for r in self.records]
+        return {**named_curve("cf_acc", steps, [r["cf_acc"] for r in self.records]),
                 "param_acc_start": first["param_acc"], "param_acc_final": last["param_acc"],
                 "attn_context_start": first.get("attn_context"),
                 "attn_context_final": last.get("attn_context"),

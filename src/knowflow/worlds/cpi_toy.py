@@ -18,9 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-# kinds of examples
-C, CS, S, AUG, TEST = 0, 1, 2, 3, 4
-KIND_NAMES = {C: "C", CS: "CS", S: "S", AUG: "AUG", TEST: "test"}
+from knowflow.schema import KINDS
+
+# kinds of examples, as codes in `ToyData.kind`: the schema's C, C+S, S and CF (counterfactual
+# augmentation), and the counterfactual test set
+C, CS, S, CF, TEST = 0, 1, 2, 3, 4
+KIND_NAMES = dict(zip((C, CS, S, CF), KINDS, strict=True))  # code -> schema kind
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class ToyData:
     tokens: torch.Tensor  # (N, 3) token ids, `[c, s, r]` or `[pad, s, r]`
     mask: torch.Tensor  # (N, 3) True where a real token is
     answer: torch.Tensor  # (N,) index into A (0..n_answers-1)
-    kind: torch.Tensor  # (N,) C, CS, S, AUG or TEST
+    kind: torch.Tensor  # (N,) C, CS, S, CF or TEST
     subject: torch.Tensor  # (N,) subject token id
     fact: torch.Tensor  # (N,) the subject's memorized fact (index into A), -1 if none
 
@@ -166,7 +169,7 @@ def finetune_set(world: ToyWorld, n_c: int, n_cs: int, n_s_seen: int = 0, n_s_un
 
     C: unmemorized subject, random context, answer = context.  C+S: memorized subject, context =
     its fact.  S: no context, answer = the fact (seen: memorized; unseen: not in pretraining).
-    AUG (counterfactual augmentation): memorized subject, a context that differs from its fact,
+    CF (counterfactual augmentation): memorized subject, a context that differs from its fact,
     answer = context.
     """
     gen = torch.Generator().manual_seed(seed + 1)
@@ -190,7 +193,7 @@ def finetune_set(world: ToyWorld, n_c: int, n_cs: int, n_s_seen: int = 0, n_s_un
     if n_aug:
         subj = g["augment"][:n_aug]
         ctx = _other_answer(world.facts[subj], n_answers, gen)
-        parts.append(_examples(world, subj, ctx, ctx, AUG))
+        parts.append(_examples(world, subj, ctx, ctx, CF))
     if not parts:
         raise ValueError("empty finetuning mixture")
     return ToyData.concat(parts)
