@@ -132,8 +132,6 @@ def test_attached_to_a_real_trainer_it_logs_through_the_trainer(tmp_path, tok):
     assert len(losses) == 3  # logging the records kept the loss logs due at each step
 
 
-@pytest.mark.xfail(strict=True, reason="train.sft.finetune attaches only RelianceTracker, so a "
-                   "plain EvalCallback (inversion-tiny, ocr-smollm2) never reaches the loggers")
 def test_finetune_forwards_any_eval_callback_to_the_loggers(tmp_path, tok):
     logs = _Logs()
     cb = EvalCallback(lambda m: {"norm": _norm(m)}, every=1,

@@ -168,15 +168,16 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
              callbacks: Sequence = (), resume: bool = False, **args_overrides) -> FinetuneResult:
     """Train `model` on encoded `dataset` for `cfg.steps` steps; see the module docstring.
 
-    `callbacks` are TrainerCallbacks; a `RelianceTracker` among them is attached so that its
-    metrics reach the Trainer's loggers; a `DynamicCuration` among them samples the rows
-    (see `train.curation`). `args_overrides` set other TrainingArguments.
+    `callbacks` are TrainerCallbacks; every `EvalCallback` among them (the reliance tracker,
+    the tiny-world and rank trackers) is attached so that its metrics reach the Trainer's
+    loggers; a `DynamicCuration` among them samples the rows (see `train.curation`).
+    `args_overrides` set other TrainingArguments.
     """
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
     from transformers.trainer_callback import PrinterCallback
 
+    from knowflow.train.callback import EvalCallback
     from knowflow.train.curation import DynamicCuration
-    from knowflow.train.tracker import RelianceTracker
 
     cfg.validate()
     if not dataset:
@@ -190,11 +191,11 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
         tokenizer.pad_token = tokenizer.eos_token
     collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE,
                                       return_tensors="pt")
-    trackers = [c for c in callbacks if isinstance(c, RelianceTracker)]
+    trackers = [c for c in callbacks if isinstance(c, EvalCallback)]
     curation = next((c for c in callbacks if isinstance(c, DynamicCuration)), None)
     if curation is not None and cfg.trainer != "hf":
         raise ConfigError("dynamic curation needs the HF Trainer", "trainer", "use trainer=hf")
-    others = [c for c in callbacks if not isinstance(c, RelianceTracker)]
+    others = [c for c in callbacks if not isinstance(c, EvalCallback)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         if cfg.trainer == "trl":
