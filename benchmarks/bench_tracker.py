@@ -5,7 +5,8 @@ cf-capitals and cf-world, log-likelihood scoring, attention mass).
 Two runs of the same length: without the tracker, and with it (the log-likelihood choice and
 the attention mass read from one prompt pass). Then one evaluation of the tracker as it is
 and as it was before (a second, attention-only pass over the prompts) on the same model, so
-the "before" run is the measured no-tracker run plus as many two-pass evaluations. Times are
+the "before" run is the measured no-tracker run plus as many two-pass evaluations; and one
+evaluation at `track.dtype=bfloat16` (autocast), with its accuracy next to float32's. Times are
 CPU seconds of this process (on a shared machine wall time also counts other people's jobs;
 wall times are printed too). A run evaluates at step 0, every 20 steps and at the end: a
 `--steps 20` run evaluates twice, a default 100-step run 6 times; the table gives both.
@@ -60,16 +61,16 @@ def one_run(cfg: SFTJobConfig) -> tuple[float, float, float, float, dict]:
     return seconds, cpu, summary.get("tracking_seconds", 0.0), CpuClock.seconds, summary
 
 
-def one_evaluation(one_pass: bool, track: TrackerConfig) -> float:
-    """CPU seconds of one tracker evaluation on the untrained model."""
+def one_evaluation(one_pass: bool, track: TrackerConfig) -> tuple[float, dict]:
+    """(CPU seconds, record) of one tracker evaluation on the untrained model."""
     model, tok = load_model(device="cpu")
     tracker = RelianceTracker(tok, track, items=heldout_items(MixtureConfig(), track.suites,
                                                              track.limit))
     tracker.one_pass = one_pass
     tracker.measure(model)  # warm-up (first-call costs)
     start = time.process_time()
-    tracker.measure(model)
-    return time.process_time() - start
+    record = tracker.measure(model)
+    return time.process_time() - start, record
 
 
 def main() -> None:
@@ -88,7 +89,8 @@ def main() -> None:
     bare_wall, bare, _, _, _ = one_run(dataclasses.replace(base, tracking=False))
     wall, cpu, t_wall, t_cpu, s = one_run(base)
     n_evals = s["n_evaluations"]
-    after, before = one_evaluation(True, track), one_evaluation(False, track)
+    (after, rec32), (before, _) = one_evaluation(True, track), one_evaluation(False, track)
+    low, rec16 = one_evaluation(True, dataclasses.replace(track, dtype="bfloat16"))
     step = bare / args.steps
     print(f"\n{'run':34s} {'wall s':>8s} {'CPU s':>8s} {'tracking CPU s':>15s} "
           f"{'tracker share':>14s}")
@@ -107,6 +109,11 @@ def main() -> None:
     print("tracker share of a default 100-step run (6 evaluations, from these measurements): "
           f"now {100 * 6 * after / (6 * after + 100 * step):.1f}%, before "
           f"{100 * 6 * before / (6 * before + 100 * step):.1f}%")
+    print(f"bfloat16 evaluation (track.dtype=bfloat16): one evaluation {low:.1f} s CPU "
+          f"({after / low:.2f}x faster), share of a default 100-step run "
+          f"{100 * 6 * low / (6 * low + 100 * step):.1f}%; cf acc {rec16['cf_acc']:.4f} vs "
+          f"{rec32['cf_acc']:.4f} (float32), attention mass {rec16['attn_context']:.4f} vs "
+          f"{rec32['attn_context']:.4f}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,31 @@ from knowflow.worlds.facts import ConflictItem
 log = logging.getLogger(__name__)
 
 
+DTYPES = ("float32", "bfloat16", "auto")
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 matrices natively (CUDA with bf16 support; a CPU
+    with AVX512-BF16 or AMX, as oneDNN reports it)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def evaluation_precision(model, dtype: str):
+    """A context in which to evaluate `model` at `dtype`: bfloat16 autocast for float32
+    weights, or nothing (float32, weights already in low precision, or `auto` without fast
+    bf16)."""
+    param = next(model.parameters())
+    low = dtype == "bfloat16" or (dtype == "auto" and fast_bf16(param.device))
+    if not low or param.dtype != torch.float32:
+        return nullcontext()
+    return torch.autocast(param.device.type, dtype=torch.bfloat16)
+
+
 @dataclass(frozen=True)
 class TrackerConfig:
     suites: tuple[str, ...] = ("cf-capitals", "cf-world")
@@ -56,6 +82,9 @@ class TrackerConfig:
     keep_peak: bool = False          # save the model at each new peak to <out_dir>/peak
     stop_drop: float | None = None   # stop once cf accuracy falls this far below its peak
     seed: int = 0
+    dtype: str = "float32"           # evaluation precision: float32, bfloat16 (autocast; about
+                                     # 2x faster on CPUs with bf16 matmul) or auto (bfloat16
+                                     # where the device has fast bf16, else float32)
 
     def validate(self) -> None:
         if self.every < 1:
@@ -63,6 +92,8 @@ class TrackerConfig:
         if self.scoring not in ("loglik", "generate", "both"):
             raise ConfigError(f"{self.scoring!r} is not one of loglik, generate, both",
                               "track.scoring")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"{self.dtype!r} is not one of {', '.join(DTYPES)}", "track.dtype")
         if self.stop_drop is not None and not 0 < self.stop_drop <= 1:
             raise ConfigError("must lie in (0, 1]", "track.stop_drop")
         EvalConfig(scoring=self.scoring, prompt_format=self.prompt_format, limit=self.limit,
@@ -138,7 +169,11 @@ class RelianceTracker(EvalCallback):
 
     def measure(self, model) -> dict:
         """Counterfactual/parametric accuracy per suite and attention mass, on this process's
-        share of the items (gathered across processes)."""
+        share of the items (gathered across processes), at `cfg.dtype`."""
+        with evaluation_precision(model, self.cfg.dtype):
+            return self._measure(model)
+
+    def _measure(self, model) -> dict:
         rank, world = _dist()
         ecfg = EvalConfig(scoring=self.cfg.scoring, prompt_format=self.cfg.prompt_format,
                           known_filter=False, batch_size=self.cfg.batch_size)
