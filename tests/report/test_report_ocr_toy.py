@@ -26,11 +26,11 @@ def _run(tmp_path, study: str, parts: list[tuple[str, str, int, float]]):
 
 
 def test_seed_band_is_mean_min_max_per_step():
-    recs = [{"step": 0, "x": 1.0}, {"step": 0, "x": 3.0}, {"step": 5, "x": 2.0},
-            {"step": 5, "x": None}, {"step": 0, "x": 5.0}]
+    recs = [{"step": 5, "x": 2.0}, {"step": 0, "x": 3.0}, {"step": 0, "x": 8.0},
+            {"step": 5, "x": None}, {"step": 0, "x": 1.0}]
     steps, mean, lo, hi = seed_band(recs, "x")
-    assert steps.tolist() == [0, 5] and mean.tolist() == [3.0, 2.0]
-    assert lo.tolist() == [1.0, 2.0] and hi.tolist() == [5.0, 2.0]
+    assert steps.tolist() == [0, 5] and mean.tolist() == [4.0, 2.0]
+    assert lo.tolist() == [1.0, 2.0] and hi.tolist() == [8.0, 2.0]
 
 
 def test_main_study_draws_six_panels_of_seed_means(tmp_path, drawn, png_shape):

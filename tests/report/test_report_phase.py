@@ -48,8 +48,9 @@ def test_with_phase_draws_the_diagram_only_for_phase_studies(run):
 
     draw = with_phase(other)
     assert [p.name for p in draw(run)] == ["1_phase_diagram.png"]
-    atomic_write_json(run / "config.json", {"study": "main"})
-    assert draw(run) == ["other"]
+    for config in ({"study": "main"}, {}):  # a config without a study is not a phase study
+        atomic_write_json(run / "config.json", config)
+        assert draw(run) == ["other"]
 
 
 def test_no_phase_file_or_no_rows_draws_nothing(tmp_path):
