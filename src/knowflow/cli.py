@@ -241,8 +241,9 @@ def eval_cmd(
 ) -> None:
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from knowflow.cli_progress import Bars
+    from knowflow.config import validate_config
     from knowflow.evaluate.api import EvalConfig, evaluate
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
@@ -253,27 +254,17 @@ def eval_cmd(
         _eval_from_lm_eval(from_lm_eval, out, seed, clash=suite or data)
         return
     mapping = parse_fields(fields)
-    EvalConfig(scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
-               context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-               max_new_tokens=max_new_tokens, known_by=known_by, method=method, alpha=alpha,
-               conditions=conditions).validate()
+    validate_config(EvalConfig(
+        scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+        context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+        max_new_tokens=max_new_tokens, known_by=known_by, method=method, alpha=alpha,
+        conditions=conditions))
     check_suites(suite)
     check_device(device)
     check_output_dir(out or Path("runs") / "eval", "output folder")
     check_model(model)
     torch.set_num_threads(threads)
-    bars = Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=False)
-    tasks: dict[str, int] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if not tasks:  # the bars appear at the first report, so an early error prints alone
-            bars.start()
-        if stage not in tasks:
-            tasks[stage] = bars.add_task(stage, total=total)
-        bars.update(tasks[stage], completed=done)
-
-    try:
+    with Bars("eval") as progress:
         result = evaluate(
             model, suite, data=data, fields=mapping, device=device, dtype=dtype,
             out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
@@ -281,9 +272,7 @@ def eval_cmd(
             context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
             max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
             method=method, alpha=alpha, conditions=conditions)
-    finally:
-        if tasks:
-            bars.stop()
+    report = _finish_eval(result.out_dir)
     _print_eval(result.summary)
     if result.conditions:
         from knowflow.cli_conditions import show_conditions
@@ -292,6 +281,15 @@ def eval_cmd(
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s: {stages})",
                   highlight=False)
+    console.print(f"report: {report}", highlight=False)
+
+
+def _finish_eval(run_dir: Path) -> Path:
+    """The eval run folder's figures and report.html, as every run is finished."""
+    from knowflow.experiments.runner import finish_run
+    from knowflow.report.eval_run import eval_figures
+
+    return finish_run(run_dir, None, eval_figures, title="knowflow eval")[1]
 
 
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
@@ -304,8 +302,10 @@ def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) 
     check_output_dir(out or Path("runs") / "eval", "output folder")
     result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
                           seed=seed)
+    report = _finish_eval(result.out_dir)
     _print_eval(result.summary)
     console.print(f"results: {result.out_dir}", highlight=False)
+    console.print(f"report: {report}", highlight=False)
 
 
 from knowflow.cli_export import export_app  # noqa: E402, I001

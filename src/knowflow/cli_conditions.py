@@ -24,12 +24,8 @@ def _share(row: dict, cond: str) -> str:
 
 
 def show_conditions(console, conditions: dict, out_dir: Path | None) -> None:
-    """Write the run's tradeoff figure and report.html, then print one row per suite (then all
-    suites pooled), scoring mode and method."""
-    if out_dir is not None:
-        from knowflow.report.tradeoff import write_eval_report
-
-        write_eval_report(out_dir)
+    """Print one row per suite (then all suites pooled), scoring mode and method, and where
+    the run's tradeoff figure is (drawn when the run folder was finished)."""
     table = Table("suite", "scoring", "method", "n", "conflicting ctx / mem", "agreeing",
                   "irrelevant ctx / mem", "sensitivity (95% CI)", "robustness (95% CI)",
                   caption="ctx: follows the context; mem: keeps the memorized answer; "
@@ -48,5 +44,5 @@ def show_conditions(console, conditions: dict, out_dir: Path | None) -> None:
     console.print(table)
     if out_dir is not None:
         figure = Path(out_dir) / "figures" / "tradeoff.png"
-        console.print(f"tradeoff figure: {figure if figure.exists() else '-'}; report: "
-                      f"{Path(out_dir) / 'report.html'}", highlight=False)
+        console.print(f"tradeoff figure: {figure if figure.exists() else '-'}",
+                      highlight=False)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -61,11 +60,12 @@ class _Common:
 
 
 def _config(cls, fields: dict, overrides: list[str] | None):
-    from knowflow.config import apply_overrides, validate_config
+    from knowflow.config import apply_overrides, require, validate_config
 
     cfg = apply_overrides(cls(**{k: v for k, v in fields.items() if v is not None}),
                           overrides or [])
     validate_config(cfg)
+    require(cfg.batch_size >= 1, "batch_size", f"must be at least 1, got {cfg.batch_size}")
     return cfg
 
 
@@ -124,21 +124,28 @@ def _validate_data(common: _Common) -> None:
 
 def _run(kind: str, common: _Common, cfg, with_context: bool = False,
          prompt_format: str = "plain") -> tuple[Path, list[dict], dict]:
+    """Load, probe and write the run folder (`knowflow.runs.start_run`: config.json first,
+    then records.jsonl; `finish_run`: figures, summary.json, report.html). Bad input found
+    once the folder is made (a window larger than the model) or Ctrl-C removes it."""
+    from knowflow.cli_progress import Bars
     from knowflow.config import config_to_dict
-    from knowflow.io import atomic_write_json, atomic_write_jsonl
+    from knowflow.experiments.runner import finish_run
     from knowflow.probes import PROBES
     from knowflow.probes.arch import arch_of
-    from knowflow.runs import new_run_dir
+    from knowflow.runs import RECORDS, start_run
 
     _validate_data(common)
-    started = time.time()
     model, tokenizer = _load_model(common)
     arch = arch_of(model)
     examples = _examples(common, tokenizer, with_context, prompt_format)
     probe, _, summarize = PROBES[kind]
-    from knowflow.cli_sft import _Bar
-
-    with _Bar(f"probe {kind}") as progress:  # appears at the first report
+    run = start_run({
+        "probe": kind, "model": common.model, "data": str(common.data) if common.data else
+        (f"suite:{common.suite}" if common.suite else "builtin:known_facts"),
+        "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
+        "config": config_to_dict(cfg)}, f"probe-{kind}", runs_root=common.runs_dir,
+        out_dir=common.out)
+    with run.refusals(interrupt=True), Bars(f"probe {kind}") as progress:
         records = probe(model, tokenizer, examples, cfg, progress=progress)
     if kind == "attention":
         from knowflow.probes.mass import mean_attention_mass
@@ -149,40 +156,31 @@ def _run(kind: str, common: _Common, cfg, with_context: bool = False,
                    "n_examples": len(records)}
     else:
         summary = summarize(records, arch.n_layers) if kind != "project" else summarize(records)
-    out = common.out or new_run_dir(common.runs_dir, f"probe-{kind}")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", {
-        "probe": kind, "model": common.model, "data": str(common.data) if common.data else
-        (f"suite:{common.suite}" if common.suite else "builtin:known_facts"),
-        "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
-        "seconds": round(time.time() - started, 1), "config": config_to_dict(cfg)})
-    atomic_write_jsonl(out / "records.jsonl", records)
-    _figures(kind, summary, out, common.model)
-    atomic_write_json(out / "summary.json", summary)
-    from knowflow.report.html import write_report
-
-    write_report([out], out / "report.html", title=f"knowflow probe {kind}")
-    return out, records, summary
+    run.write_records(RECORDS, records)
+    finish_run(run, summary, lambda out: _figures(kind, summary, out, common.model),
+               title=f"knowflow probe {kind}")
+    return run.path, records, summary
 
 
-def _figures(kind: str, summary: dict, out: Path, model: str) -> None:
+def _figures(kind: str, summary: dict, out: Path, model: str) -> list[Path]:
     from knowflow.report import probes as fig
 
     if not summary.get("n_examples", 1) and kind != "attention":
-        return
+        return []
     if kind == "knockout":
-        fig.knockout_figure(summary, out / "figures" / "knockout.png",
-                            title=f"attention knockout from the last position ({model})")
-    elif kind == "sublayer":
-        fig.knockout_figure(summary, out / "figures" / "sublayer.png",
-                            title=f"sublayer knockout ({model})")
-    elif kind == "project":
-        if summary["n_examples"]:
-            fig.projection_figure(summary, out / "figures" / "projection.png",
-                                  title=model)
-    elif summary["mean_mass"]:
-        fig.attention_mass_figure(summary["mean_mass"], out / "figures" / "attention_mass.png",
-                                  title=f"attention mass on the context ({model})")
+        return [fig.knockout_figure(summary, out / "figures" / "knockout.png",
+                                    title=f"attention knockout from the last position ({model})")]
+    if kind == "sublayer":
+        return [fig.knockout_figure(summary, out / "figures" / "sublayer.png",
+                                    title=f"sublayer knockout ({model})")]
+    if kind == "project":
+        return [fig.projection_figure(summary, out / "figures" / "projection.png",
+                                      title=model)] if summary["n_examples"] else []
+    if summary["mean_mass"]:
+        return [fig.attention_mass_figure(summary["mean_mass"],
+                                          out / "figures" / "attention_mass.png",
+                                          title=f"attention mass on the context ({model})")]
+    return []
 
 
 def _curve_table(summary: dict, title: str) -> None:
@@ -209,6 +207,7 @@ def _curve_table(summary: dict, title: str) -> None:
 
 def _done(out: Path) -> None:
     console.print(f"run directory: {out}", highlight=False)
+    console.print(f"report: {out / 'report.html'}", highlight=False)
 
 
 def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads) -> _Common:

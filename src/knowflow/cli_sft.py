@@ -9,36 +9,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from knowflow.cli_progress import Bars
 from knowflow.errors import ConfigError, KnowflowError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-err_console = Console(stderr=True)
-
-
-class _Bar:
-    """A rich progress bar that appears at the first report (so an error found while
-    checking the input prints alone)."""
-
-    def __init__(self, description: str):
-        self.bars = Progress(description, BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), console=err_console, transient=False)
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.task is None:
-            self.bars.start()
-            self.task = self.bars.add_task("", total=total)
-        self.bars.update(self.task, completed=done, total=total)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.task is not None:
-            self.bars.stop()
 
 
 def _rows(data: str, seed: int):
@@ -143,7 +119,7 @@ def sft_cmd(
     check_threads(threads)
     check_run_dir(run_dir, resume)
     torch.set_num_threads(threads)
-    with _Bar("finetuning") as progress:
+    with Bars("finetuning") as progress:
         result = run_experiment("sft", overrides, runs_root=runs_dir,
                                 resume=(run_dir or True) if resume else False,
                                 progress=progress)
@@ -208,7 +184,7 @@ def curate_cmd(
                             "their 'input'); chat 'messages' rows have no separate context",
                             "convert them to instruction/input/output rows")
     mdl, tok = load_model(model, device=device, dtype=dtype)
-    with _Bar("scoring") as progress:
+    with Bars("scoring") as progress:
         kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
     n_dropped = len(rows) - len(kept)
     key = "loss_without_context" if by == "no_context_loss" else "criticality"

@@ -1,10 +1,17 @@
 """Run directories: `runs/<experiment>/<timestamp>/` and the checkpoints inside them.
 
-A run directory holds `config.json`, `metrics.jsonl` (one record per evaluation step),
-`summary.json`, `figures/*.png` and `report.html`. A run that has no `summary.json` is
-unfinished; `--resume` continues it from its checkpoints. `PartStore` is the checkpoint for
-experiments made of independent parts: each finished part is saved atomically, and on resume
-it is loaded instead of recomputed.
+Every run, an experiment's, an eval's or a probe's, is one folder written in one order by
+`start_run`: `config.json` first (atomically), then its records (`metrics.jsonl` of an
+experiment, one record per evaluation step; `items.jsonl` of an eval; `records.jsonl` of a
+probe), `figures/*.png`, `summary.json` and `report.html` (the figures and the page are drawn
+by `experiments.runner.finish_run`, above the report layer). A run that has no `summary.json`
+is unfinished; `--resume` continues an experiment from its checkpoints. Bad input found after
+the folder was made removes what the run wrote (`RunFolder.refusals`). `PartStore` is the
+checkpoint for experiments made of independent parts: each finished part is saved atomically,
+and on resume it is loaded instead of recomputed.
+
+`Progress` is the one callback type of long-running library code: `progress(done, total,
+stage)`.
 """
 
 from __future__ import annotations
@@ -13,13 +20,26 @@ import json
 import shutil
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from knowflow.errors import ConfigError, DataError
-from knowflow.io import atomic_write_json, read_json, read_jsonl
+from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
+from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 
 CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
+ITEMS, RECORDS = "items.jsonl", "records.jsonl"  # an eval's per-item, a probe's per-example
+
+
+class Progress(Protocol):
+    """How long-running library code reports: `progress(done, total, stage)` after each
+    batch or step; `stage` names the pass when a job has several ("cf-capitals: generate"),
+    "" when it has one. Callers may pass any function that takes `(done, total)` and an
+    optional `stage`."""
+
+    def __call__(self, done: int, total: int, stage: str = "") -> None: ...
 
 
 def new_run_dir(runs_root: Path, experiment: str) -> Path:
@@ -36,20 +56,95 @@ def new_run_dir(runs_root: Path, experiment: str) -> Path:
     raise RuntimeError(f"could not create a run directory under {base}")
 
 
-def remove_new_run_dir(run_dir: Path, existed: set[Path]) -> None:
-    """Undo `new_run_dir` after a refusal: remove `run_dir` and the parents it created
-    (`existed`: the folders that were there before, from `existing_parents`)."""
-    shutil.rmtree(run_dir, ignore_errors=True)
-    for parent in Path(run_dir).parents:
+def _remove_made(path: Path, existed: set[Path]) -> None:
+    """Remove `path` and the parents made for it (`existed`: the folders that were there
+    before, from `_existing`)."""
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in Path(path).parents:
         if parent in existed or not parent.is_dir() or any(parent.iterdir()):
             break
         parent.rmdir()
 
 
-def existing_parents(runs_root: Path, experiment: str) -> set[Path]:
-    """The folders of `runs_root/experiment` that already exist (kept by a cleanup)."""
-    path = Path(runs_root) / experiment
+def _existing(path: Path) -> set[Path]:
+    """`path` and its parents, those that already exist (kept by a cleanup)."""
+    path = Path(path)
     return {p for p in (path, *path.parents) if p.exists()}
+
+
+@dataclass
+class RunFolder:
+    """A run folder being written (see the module docstring). `existed`: the folders that were
+    there before the run (None for a resumed run, which is never removed); `written`: the
+    files this run wrote, the only ones removed from an `--out` folder that existed before."""
+
+    path: Path
+    existed: set[Path] | None = None
+    written: list[Path] = field(default_factory=list)
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return self._wrote(atomic_write_json(self.path / name, data))
+
+    def write_records(self, name: str, records: list[dict]) -> Path:
+        """The run's records file (`metrics.jsonl`, `items.jsonl`, `records.jsonl`)."""
+        return self._wrote(atomic_write_jsonl(self.path / name, records))
+
+    def write_summary(self, summary: dict) -> Path:
+        """`summary.json`: written last but the page, it marks the run finished."""
+        return self.write_json(SUMMARY, summary)
+
+    def _wrote(self, path: Path) -> Path:
+        self.written.append(Path(path))
+        return Path(path)
+
+    def discard(self) -> None:
+        """Undo the run after a refusal: a folder it made goes with the parents made for it;
+        in a folder that was there before, only the files it wrote (and its figures/)."""
+        if self.existed is None:
+            return
+        if self.path not in self.existed:
+            _remove_made(self.path, self.existed)
+            return
+        for path in self.written:
+            path.unlink(missing_ok=True)
+        if (self.path / "figures").is_dir() and self.path / "figures" not in self.existed:
+            shutil.rmtree(self.path / "figures", ignore_errors=True)
+
+    @contextmanager
+    def refusals(self, interrupt: bool = False) -> Iterator[RunFolder]:
+        """Bad input found inside the block (a `KnowflowError`, or too little memory)
+        discards the run and the error goes on; with `interrupt`, so does Ctrl-C (a run that
+        cannot be resumed leaves nothing)."""
+        try:
+            yield self
+        except (KnowflowError, MemoryError, RuntimeError) as exc:
+            if isinstance(exc, KnowflowError) or out_of_memory(exc):
+                self.discard()
+            raise
+        except KeyboardInterrupt:
+            if interrupt:
+                self.discard()
+            raise
+
+
+def start_run(config: dict, name: str, runs_root: str | Path | None = None,
+              out_dir: str | Path | None = None) -> RunFolder:
+    """A new run folder with its `config.json` written: `out_dir` as given (made if it is
+    missing), or a fresh `runs_root/name/<timestamp>/`."""
+    if out_dir is not None:
+        path = Path(out_dir)
+        existed = _existing(path / "figures")  # figures/ too: kept if it was there
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        existed = _existing(Path(runs_root or "runs") / name)
+        path = new_run_dir(Path(runs_root or "runs"), name)
+    run = RunFolder(path, existed)
+    try:
+        run.write_json(CONFIG, config)
+    except BaseException:
+        run.discard()
+        raise
+    return run
 
 
 def is_finished(run_dir: Path) -> bool:

@@ -102,6 +102,7 @@ SFT_CASES = [
     C("sft --set sft.warmup_steps=-1", 2, "'sft.warmup_steps'"),
     C("sft --set sft.grad_accum=0", 2, "'sft.grad_accum'"),
     C("sft --set sft.save_every=0", 2, "'sft.save_every'"),
+    C("sft --set sft.lr=-1", 2, "config field 'sft.lr': must be positive"),
     C("sft --set sft.lr=abc", 2, "cannot parse 'abc' as float"),
     C("sft --set sft.steps=2.5", 2, "cannot parse '2.5' as int"),
     C("sft --set sft.seed=-2", 2, "'sft.seed': must not be negative"),
@@ -216,6 +217,7 @@ for kind in ("knockout", "sublayer", "project", "attention"):
         C(f"{base} --out afile", 2, "afile: the output folder is a file"),
         C(f"{base} --runs-dir afile", 2, "afile: the output folder is a file"),
         C(f"{base} --set nope=1", 2, "'nope': unknown key"),
+        C(f"{base} --set batch_size=0", 2, "'batch_size': must be at least 1"),
         C(f"probe {kind} --model no-such-model-xyz --runs-dir out"
           + (" --suite cf-capitals" if kind == "attention" else ""), 2, "not a local folder"),
         C(f"probe {kind} {M} --data missing.jsonl", 2, "missing.jsonl: no such file"),

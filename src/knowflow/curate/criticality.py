@@ -17,13 +17,14 @@ scoring on the model being trained, every N steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from knowflow.config import require
+from knowflow.runs import Progress
 from knowflow.worlds.facts import Instruction
 from knowflow.worlds.instruction_rows import IGNORE, encode
 from knowflow.worlds.prompts import FORMATS
@@ -48,7 +49,7 @@ class CurateConfig:
 
 @torch.no_grad()
 def response_losses(model, encoded: Sequence[dict], pad_id: int, batch_size: int = 8,
-                    progress: Callable[[int, int], None] | None = None) -> list[float]:
+                    progress: Progress | None = None) -> list[float]:
     """Mean token loss of each example's labelled tokens (the response)."""
     device = next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
@@ -78,7 +79,7 @@ def response_losses(model, encoded: Sequence[dict], pad_id: int, batch_size: int
 
 
 def score_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
-                   progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                   progress: Progress | None = None) -> list[dict]:
     """Per example: `loss_with_context`, `loss_without_context`, `criticality`."""
     cfg.validate()
     with_ctx = [encode(tokenizer, ex, cfg.prompt_format, context=True) for ex in examples]
@@ -113,7 +114,7 @@ def dropped_indices(scores: Sequence[dict], cfg: CurateConfig) -> set[int]:
 
 
 def curate_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
-                    progress: Callable[[int, int], None] | None = None
+                    progress: Progress | None = None
                     ) -> tuple[list[Instruction], list[dict]]:
     """(the examples kept, every example's scores with a `dropped` flag)."""
     scores = score_examples(model, tokenizer, examples, cfg, progress)

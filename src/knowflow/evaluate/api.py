@@ -7,12 +7,15 @@ model gives on its own ("known" facts): under log-likelihood scoring alone it sc
 answers after the question alone (one prefill per item, no decoding); otherwise, or with
 `known_by="generate"`, greedy generation without the context must mention the memorized answer.
 Metrics are reported on all items and on the known ones. Results hold per-item records and a
-summary {suite: {mode: metrics}}; with an output folder they are written as `items.jsonl`,
-`summary.json` and `config.json`.
+summary {suite: {mode: metrics}}; with an output folder they are written as a run folder
+(`knowflow.runs.start_run`): `config.json` first, then `items.jsonl` and `summary.json`. The
+`knowflow eval` command finishes the folder with figures and report.html
+(`experiments.runner.finish_run`), as every run is finished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -22,11 +25,12 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.errors import ConfigError
-from knowflow.evaluate.batching import Progress, encode_prompts
+from knowflow.evaluate.batching import encode_prompts
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import memorization_ratio, summarize
 from knowflow.evaluate.normalize import alternatives, primary, score_output
+from knowflow.runs import ITEMS, Progress, RunFolder, start_run
 from knowflow.worlds.facts import ConflictItem
 from knowflow.worlds.prompts import FORMATS, PromptConfig, PromptFormat, render
 
@@ -255,11 +259,14 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     knowledge-conflict suites and/or data files (`fields`: their column mapping). `overrides`
     set `EvalConfig` fields.
 
-    Writes `items.jsonl`, `summary.json` and `config.json` to `out_dir`, or to a fresh
-    `runs_root/eval/<timestamp>/`; with neither, nothing is written.
+    Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
+    to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
+    found while scoring, or Ctrl-C, removes what was written.
     """
+    from knowflow.config import validate_config
+
     cfg = dataclasses.replace(config or EvalConfig(), **overrides)
-    cfg.validate()
+    validate_config(cfg)
     start = time.time()
     quality: dict[str, dict] = {}
     by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality, fields)  # before loading
@@ -278,23 +285,28 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     from knowflow.evaluate.conditions import Sweep
 
     sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
-    records: dict[str, list[dict]] = {}
-    summary: dict[str, dict] = {}
-    for name, items in by_suite.items():
-        log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
-        records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
-                                       timings)
-        summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
-                                **quality.get(name, {})} for mode in MODES[cfg.scoring]}
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
               "fields": dict(fields or {})}
-    swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active else None
-    target = write_results(config, records, summary, out_dir, runs_root)
-    if swept is not None and target is not None:
-        sweep.write(target, swept)
-    return Results(summary, records, config, target, time.time() - start, MODES[cfg.scoring],
+    run = _start(config, out_dir, runs_root)
+    records: dict[str, list[dict]] = {}
+    summary: dict[str, dict] = {}
+    with run.refusals(interrupt=True) if run is not None else contextlib.nullcontext():
+        for name, items in by_suite.items():
+            log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
+            records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
+                                           timings)
+            summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
+                                    **quality.get(name, {})} for mode in MODES[cfg.scoring]}
+        swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
+            else None
+    if run is not None:
+        if swept is not None:
+            sweep.write(run.path, swept)
+        _write_items(run, records, summary)
+    return Results(summary, records, config, run.path if run is not None else None,
+                   time.time() - start, MODES[cfg.scoring],
                    {k: round(v, 2) for k, v in timings.items()},
                    swept.summary if swept is not None else None)
 
@@ -312,19 +324,25 @@ def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: E
 
 def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
                   out_dir: str | Path | None, runs_root: str | Path | None) -> Path | None:
-    """`config.json`, `items.jsonl` (flat records) and `summary.json` in `out_dir` (or a
-    fresh `runs_root/eval/<timestamp>/`); nothing without either."""
-    from knowflow.io import atomic_write_json, atomic_write_jsonl
+    """An eval run folder (`config.json`, `items.jsonl` of flat records, `summary.json`) in
+    `out_dir` (or a fresh `runs_root/eval/<timestamp>/`); nothing without either."""
+    run = _start(config, out_dir, runs_root)
+    if run is None:
+        return None
+    _write_items(run, records, summary)
+    return run.path
 
+
+def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | None
+           ) -> RunFolder | None:
     if out_dir is None and runs_root is None:
         return None
-    from knowflow.runs import new_run_dir
+    return start_run(config, "eval", runs_root=runs_root, out_dir=out_dir)
 
-    target = Path(out_dir) if out_dir is not None else new_run_dir(Path(runs_root), "eval")
-    atomic_write_json(target / "config.json", config)
-    atomic_write_jsonl(target / "items.jsonl", [flat(r) for rs in records.values() for r in rs])
-    atomic_write_json(target / "summary.json", summary)
-    return target
+
+def _write_items(run: RunFolder, records: dict[str, list[dict]], summary: dict) -> None:
+    run.write_records(ITEMS, [flat(r) for rs in records.values() for r in rs])
+    run.write_summary(summary)
 
 
 def flat(record: dict) -> dict:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
-
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest first; order is stable."""

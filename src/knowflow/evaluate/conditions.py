@@ -21,6 +21,7 @@ from pathlib import Path
 from knowflow.errors import ConfigError
 from knowflow.evaluate.decoding import Method, parse_methods
 from knowflow.evaluate.metrics import summarize
+from knowflow.runs import Progress
 from knowflow.worlds.conditions import condition_item
 
 CONDITIONS = ("conflicting", "agreeing", "irrelevant")
@@ -76,8 +77,8 @@ class Sweep:
     def active(self) -> bool:
         return len(self.methods) > 1 or self.conditions != ("conflicting",)
 
-    def run(self, model, tokenizer, by_suite: dict, main_records: dict, progress=None
-            ) -> Swept:
+    def run(self, model, tokenizer, by_suite: dict, main_records: dict,
+            progress: Progress | None = None) -> Swept:
         """Every (method, condition) pass; the main pass's records are reused."""
         from knowflow.evaluate.api import evaluate_items
 
@@ -112,8 +113,8 @@ class Sweep:
                                         self.main.seed) for mode in MODES[self.main.scoring]}
 
     def write(self, target: Path, swept: Swept) -> None:
-        """conditions.json and conditions.jsonl (`report.tradeoff.write_eval_report` draws
-        the figure and report.html from them)."""
+        """conditions.json and conditions.jsonl (`report.tradeoff.tradeoff_from_run` draws
+        the figure from them)."""
         from knowflow.evaluate.api import flat
         from knowflow.io import atomic_write_json, atomic_write_jsonl
 

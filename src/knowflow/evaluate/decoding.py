@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.evaluate.batching import Prefix, Progress, forward, prefill, sorted_batches
+from knowflow.evaluate.batching import Prefix, forward, prefill, sorted_batches
 from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
 from knowflow.evaluate.loglik import (
     Score,
@@ -32,6 +32,7 @@ from knowflow.evaluate.loglik import (
     right_pad,
     score_continuations,
 )
+from knowflow.runs import Progress
 
 BASES = {"greedy": "the model's own next-token logits (default)",
          "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",
@@ -223,7 +224,7 @@ def generate_contrastive(model, tokenizer, seqs: Sequence[list[int]],
         for i, toks in zip(batch, outs, strict=True):
             texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
         if progress is not None:
-            progress(stage, sum(len(b) for b in batches[:n + 1]), len(seqs))
+            progress(sum(len(b) for b in batches[:n + 1]), len(seqs), stage)
     return texts
 
 
@@ -268,7 +269,7 @@ def score_contrastive(model, tokenizer, prompts: Sequence[list[int]],
         for r, (b, c) in enumerate(zip(owner, flat, strict=True)):
             out[batch[b]].append((float(scores[r]), len(c)))
         if progress is not None:
-            progress(stage, sum(len(b) for b in batches[:n + 1]), len(prompts))
+            progress(sum(len(b) for b in batches[:n + 1]), len(prompts), stage)
     return out
 
 

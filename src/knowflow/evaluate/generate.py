@@ -19,11 +19,11 @@ import torch
 
 from knowflow.evaluate.batching import (
     Prefix,
-    Progress,
     forward,
     prefill,
     sorted_batches,
 )
+from knowflow.runs import Progress
 
 
 @dataclass(frozen=True)
@@ -123,5 +123,5 @@ def generate(model, tokenizer, seqs: Sequence[list[int]], batch_size: int = 16,
             texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
         done += len(batch)
         if progress is not None:
-            progress(stage, done, len(seqs))
+            progress(done, len(seqs), stage)
     return texts

@@ -17,11 +17,11 @@ import torch
 from knowflow.evaluate.batching import (
     PrefillExtra,
     Prefix,
-    Progress,
     forward,
     prefill,
     sorted_batches,
 )
+from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
 
@@ -114,7 +114,7 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
             out[i] = r
         done += len(batch)
         if progress is not None:
-            progress(stage, done, len(prompts))
+            progress(done, len(prompts), stage)
     return out
 
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.evaluate.batching import Prefix, Progress, prefill, sorted_batches
+from knowflow.evaluate.batching import Prefix, prefill, sorted_batches
 from knowflow.evaluate.loglik import encode_continuations, score_continuations
+from knowflow.runs import Progress
 
 
 def ranks_from_scores(scores: Sequence[Sequence[float]], correct: Sequence[int]

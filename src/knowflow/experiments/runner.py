@@ -4,6 +4,9 @@ Everything that can be checked is checked before the run directory is made (the 
 experiment's own `check`, that the runs folder is writable); bad input found later removes the
 run directory and the folders made for it, so a refused command leaves the filesystem as it
 was. Ctrl-C leaves the run resumable and raises `Interrupted` naming it.
+
+`finish_run` is the last step of every run folder, an experiment's, an eval's (`knowflow
+eval`) or a probe's (`knowflow probe`): figures, `summary.json`, `report.html`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,17 +29,16 @@ from knowflow.errors import (
     out_of_memory,
 )
 from knowflow.experiments.registry import get_experiment
-from knowflow.io import atomic_write_json, check_output_dir, read_json
+from knowflow.io import check_output_dir, read_json
 from knowflow.runs import (
     CONFIG,
     REPORT,
-    SUMMARY,
+    Progress,
+    RunFolder,
     check_run_files,
-    existing_parents,
     latest_unfinished,
-    new_run_dir,
-    remove_new_run_dir,
     remove_stale_temps,
+    start_run,
 )
 
 log = logging.getLogger(__name__)
@@ -83,14 +86,12 @@ def _resumed_config(exp, run_dir: Path) -> Any:
 
 def run_experiment(name: str, overrides: list[str] | dict | None = None,
                    runs_root: str | Path = "runs", resume: bool | str | Path = False,
-                   progress=None) -> RunResult:
+                   progress: Progress | None = None) -> RunResult:
     """Run experiment `name` and write its run directory; returns where and what.
 
     `resume=True` continues the newest unfinished run of `name`; a path continues that run.
     The config is validated before anything is written, so bad input leaves no directory.
     """
-    from knowflow.report.html import write_report
-
     exp = get_experiment(name)
     if resume:
         if overrides:
@@ -101,36 +102,45 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         if exp.check is not None:
             exp.check(cfg)
         log.info("resuming %s", run_dir)
-        existed = None
+        run = RunFolder(run_dir)  # never removed
     else:
         cfg = build_config(name, overrides)
         if exp.check is not None:
             exp.check(cfg)
         check_output_dir(Path(runs_root) / name, "runs folder")
-        existed = existing_parents(Path(runs_root), name)
-        run_dir = new_run_dir(Path(runs_root), name)
-        atomic_write_json(run_dir / CONFIG, config_to_dict(cfg))
+        run = start_run(config_to_dict(cfg), name, runs_root=runs_root)
     start = time.perf_counter()
     # `progress(done, total)` reaches experiments whose run function takes it
     try:
-        summary = exp.run(cfg, run_dir, progress=progress) if progress is not None and \
-            "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run_dir)
-    except (KnowflowError, MemoryError, RuntimeError) as exc:
-        if not isinstance(exc, KnowflowError) and not out_of_memory(exc):
-            raise
-        if existed is not None:  # bad input found late (a module the model lacks): leave nothing
-            remove_new_run_dir(run_dir, existed)
-        if isinstance(exc, KnowflowError):
+        with run.refusals():  # bad input found late (a module the model lacks): leave nothing
+            summary = exp.run(cfg, run.path, progress=progress) if progress is not None and \
+                "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run.path)
+    except (MemoryError, RuntimeError) as exc:
+        if not out_of_memory(exc):
             raise
         raise KnowflowError("memory: this config needs more memory than the machine has",
                             "choose smaller sizes (see `knowflow config " + name + "`)") from None
     except KeyboardInterrupt:
-        raise Interrupted(run_dir) from None
+        raise Interrupted(run.path) from None
     seconds = time.perf_counter() - start
-    figures = exp.plot(run_dir)
-    atomic_write_json(run_dir / SUMMARY, summary)
-    report = write_report([run_dir], run_dir / REPORT)
-    return RunResult(run_dir, summary, exp.columns, figures, report, seconds)
+    figures, report = finish_run(run, summary, exp.plot)
+    return RunResult(run.path, summary, exp.columns, figures, report, seconds)
+
+
+def finish_run(run: RunFolder | Path, summary: dict | None,
+               figures: Callable[[Path], list[Path | None] | None] | None = None,
+               title: str = "knowflow report") -> tuple[list[Path], Path]:
+    """Finish a run folder the same way for every command (experiment, eval, probe): its
+    figures (`figures(run_dir)` draws them under `run_dir/figures/`), then `summary.json`
+    (None: already written), then `report.html`. Returns (figure paths, report path)."""
+    from knowflow.report.html import write_report
+
+    run = run if isinstance(run, RunFolder) else RunFolder(Path(run))
+    drawn = [Path(p) for p in (figures(run.path) or []) if p is not None] if figures else []
+    if summary is not None:
+        run.write_summary(summary)
+    report = write_report([run.path], run.path / REPORT, title=title)
+    return drawn, report
 
 
 def default_config_dict(name: str) -> dict:

@@ -10,6 +10,7 @@ from knowflow.config import require
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
 from knowflow.report.reliance import plot_sft
+from knowflow.runs import Progress
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
 
@@ -58,7 +59,7 @@ def check(cfg: SFTJobConfig) -> None:
           "Finetune an HF causal LM (full, LoRA or QK-only) with context-reliance tracking",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
                    "train_loss", "seconds"), check=check)
-def run(cfg: SFTJobConfig, out_dir: Path, progress=None) -> dict:
+def run(cfg: SFTJobConfig, out_dir: Path, progress: Progress | None = None) -> dict:
     try:
         summary = run_sft_job(cfg, out_dir, progress=progress)
     except ConfigError as exc:  # found late, by the training code, under SFTConfig's names

@@ -22,6 +22,7 @@ from knowflow.probes.knockout import KnockoutConfig, knockout, summarize_knockou
 from knowflow.probes.mass import AttentionMassConfig, attention_mass, mean_attention_mass
 from knowflow.probes.projection import ProjectionConfig, projection, summarize_projection
 from knowflow.probes.sublayer import SublayerConfig, sublayer_knockout, summarize_sublayer
+from knowflow.runs import Progress
 
 # name -> (probe function, config class, summary function)
 PROBES = {
@@ -33,7 +34,7 @@ PROBES = {
 
 
 def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping[str, Any]],
-          progress=None, **cfg) -> list[dict]:
+          progress: Progress | None = None, **cfg) -> list[dict]:
     """Run probe `name` (knockout, sublayer, project, attention) on `examples` (ProbeExamples
     or dicts with prompt/subject/answer...); `cfg` sets fields of its config (e.g. `window=3`);
     an unknown field or a bad value is a ConfigError naming it. Returns the probe's records."""

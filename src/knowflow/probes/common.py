@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -11,8 +11,6 @@ import torch
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.probes.examples import ProbeExample, require_subject
 from knowflow.probes.spans import Located, locate
-
-Progress = Callable[[int, int], None]  # (done, total)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ import torch
 
 from knowflow.probes.arch import arch_of
 from knowflow.probes.common import (
-    Progress,
     cache_kwargs,
     check_heads,
     check_layers,
@@ -37,6 +36,7 @@ from knowflow.probes.examples import ProbeExample
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
+from knowflow.runs import Progress
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,11 @@ import torch
 
 from knowflow.errors import KnowflowError
 from knowflow.probes.arch import arch_of
-from knowflow.probes.common import Progress, device_of, pad_id, pad_right
+from knowflow.probes.common import device_of, pad_id, pad_right
 from knowflow.probes.examples import ProbeExample, as_example
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
+from knowflow.runs import Progress
 
 
 @dataclass(frozen=True)

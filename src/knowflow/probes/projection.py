@@ -25,9 +25,10 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.probes.arch import arch_of
-from knowflow.probes.common import Progress, device_of, pad_id, pad_right, recall_examples
+from knowflow.probes.common import device_of, pad_id, pad_right, recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.hooks import captured, hook_name
+from knowflow.runs import Progress
 
 _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or",
                    "is", "was", "are", "be", "it", "its", "as", "with", "from", "that", "this"])

@@ -19,11 +19,12 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.probes.arch import arch_of
-from knowflow.probes.common import Progress, check_layers, device_of, window
+from knowflow.probes.common import check_layers, device_of, window
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.hooks import hook_name, hooked
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
+from knowflow.runs import Progress
 
 SUBLAYERS = ("mlp", "attn")
 

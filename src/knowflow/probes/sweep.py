@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from knowflow.probes.common import Progress, recall_examples
+from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import Located
+from knowflow.runs import Progress
 
 log = logging.getLogger(__name__)
 

@@ -61,13 +61,23 @@ class RunView:
 
 
 def load_run(run_dir: str | Path) -> RunView:
-    """Read a run directory; the experiment's name is its parent folder (runs/<name>/<time>)."""
+    """Read a run directory: an experiment's, an eval's or a probe's (see `run_name`)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG).exists():
         raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG})")
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else None
-    name = run_dir.resolve().parent.name or run_dir.name
-    return RunView(run_dir, name, read_json(run_dir / CONFIG), summary)
+    config = read_json(run_dir / CONFIG)
+    return RunView(run_dir, run_name(run_dir, config), config, summary)
+
+
+def run_name(run_dir: Path, config: dict) -> str:
+    """What ran: `probe-<kind>` and `eval` runs say so in their config (they may sit in any
+    `--out` folder); an experiment's name is its parent folder (runs/<name>/<time>)."""
+    if isinstance(config, dict) and isinstance(config.get("probe"), str):
+        return f"probe-{config['probe']}"
+    if isinstance(config, dict) and {"suites", "scoring"} <= set(config):
+        return "eval"
+    return Path(run_dir).resolve().parent.name or Path(run_dir).name
 
 
 def _verdicts(runs: list[RunView]) -> str:

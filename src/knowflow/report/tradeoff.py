@@ -10,7 +10,6 @@ from pathlib import Path
 
 from knowflow.io import atomic_write_json, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.report.html import write_report
 
 FIGURE = "tradeoff.png"
 
@@ -61,13 +60,6 @@ def tradeoff_from_run(run_dir: str | Path) -> Path | None:
     run_dir = Path(run_dir)
     return tradeoff_figure(read_json(run_dir / "conditions.json"),
                            run_dir / "figures" / FIGURE)
-
-
-def write_eval_report(run_dir: str | Path) -> Path:
-    """An eval run's figures/tradeoff.png (from conditions.json) and its report.html."""
-    run_dir = Path(run_dir)
-    tradeoff_from_run(run_dir)
-    return write_report([run_dir], run_dir / "report.html", title="knowflow eval")
 
 
 _SCORES = {"generate": ("counterfactual", "parametric"),

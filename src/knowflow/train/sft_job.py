@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
+from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
@@ -32,7 +32,6 @@ from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout
 log = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
