@@ -29,6 +29,9 @@ A summary of a curve is `<metric>_<part>` (`named_curve`); a value at one point 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from knowflow.config import require
 
 KINDS = ("C", "C+S", "S", "CF")
 
@@ -63,3 +66,25 @@ def seed_interval(values: Sequence[float]) -> list[float] | None:
     sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
     half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / n ** 0.5
     return [mean - half, mean + half]
+
+
+@dataclass(frozen=True)
+class MixtureShares:
+    """A finetuning mixture, one concept for every experiment that finetunes on one: `size`
+    examples split into the kinds C, C+S and S by the shares `c`, `cs` and `s` (which sum to
+    1). The tiny world's `Mixture` and the instruction `MixtureConfig` extend it with their own
+    fields; the theory model (`cpi-toy`) counts its point sets instead."""
+
+    size: int = 800
+    c: float = 0.25
+    cs: float = 0.5
+    s: float = 0.25
+
+    def validate(self, prefix: str = "mixture.") -> None:
+        require(self.size >= 1, f"{prefix}size", "must be at least 1")
+        for name in ("c", "cs", "s"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"{prefix}{name}", f"a share must lie in [0, 1], got {value}")
+        total = self.c + self.cs + self.s
+        require(abs(total - 1) <= 1e-6, f"{prefix}c",
+                f"the shares c + cs + s sum to {total:g}, not 1; make them sum to 1")

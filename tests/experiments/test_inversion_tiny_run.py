@@ -32,7 +32,7 @@ PRE = PretrainConfig(steps=5, eval_every=5, batch_size=4)
 TINY = {"world.mem_train": 8, "world.mem_eval": 4, "world.unk_train": 8, "world.unk_eval": 4,
         "world.scratch": 6, "world.n_values": 6, "model.layers": 2, "model.heads": 2,
         "model.d_model": 16, "model.d_ff": 32, "pretrain.steps": 5,
-        "pretrain.eval_every": 5, "pretrain.batch_size": 4, "mixture.n": 20,
+        "pretrain.eval_every": 5, "pretrain.batch_size": 4, "mixture.size": 20,
         "sft.steps": 5, "track.every": 1, "sft.batch_size": 4, "sft.save_every": 2,
         "seeds": "0,1", "workers": 1}
 RECORD_KEYS = {"step", "cf_acc", "param_acc", "cs_acc", "c_acc", "recall_acc", "attn_context",
@@ -211,7 +211,7 @@ def test_resumed_run_gives_the_same_metrics(tmp_path):
 
 @pytest.mark.parametrize("override, field", [
     ({"arms": "mixed,nope"}, "arms"),
-    ({"mixture.share_c": 0.5}, "mixture"),
+    ({"mixture.c": 0.5}, "mixture"),
     ({"model.d_model": 30, "model.heads": 4}, "model.d_model"),
     ({"filter_fraction": 1.0}, "filter_fraction"),
     ({"curate_fraction": 0.0}, "curate_fraction"),

@@ -19,7 +19,7 @@ def _record(seed: int, step: int) -> dict:
 @pytest.fixture
 def run(tmp_path):
     atomic_write_json(tmp_path / "config.json",
-                      {"mixture": {"share_c": 0.25, "share_cs": 0.75, "share_s": 0.0}})
+                      {"mixture": {"c": 0.25, "cs": 0.75, "s": 0.0}})
     atomic_write_jsonl(tmp_path / "metrics.jsonl",
                        [_record(seed, step) for seed in (0, 1) for step in STEPS])
     return tmp_path

@@ -186,7 +186,7 @@ def test_tiny_world_rows_plug_in(tmp_path):
 
     world = make_world(TinyWorldConfig(**TINY_WORLD), 0)
     tok = build_tokenizer(world.vocab)
-    train = finetuning_set(world, Mixture(n=16, share_c=0.25, share_cs=0.5, share_s=0.25), 0)
+    train = finetuning_set(world, Mixture(size=16, c=0.25, cs=0.5, s=0.25), 0)
     model = tiny_llama(tok)
     ref = per_example_loss(model.eval(), encode(tok, [no_context(ex) for ex in train]))
     assert torch.allclose(no_context_loss(model, train, tok), ref)

@@ -44,9 +44,9 @@ def test_evaluation_subjects_never_reach_finetuning(mixture):
         assert not _subjects(ex.tokens) & held_out
         assert not _subjects(no_context(ex).tokens) & held_out
     kinds = [ex.kind for ex in train]
-    assert len(train) == mixture.n + mixture.aug
+    assert len(train) == mixture.size + mixture.aug
     assert kinds.count("CF") == mixture.aug
-    assert kinds.count("C") == round(mixture.n * mixture.share_c)
+    assert kinds.count("C") == round(mixture.size * mixture.c)
     evals = evaluation_sets(world, seed=3)
     for ex in evals["cf"] + evals["cs"] + evals["recall"]:
         assert ex.tokens[ex.subject] in world.groups["mem_eval"]

@@ -79,7 +79,7 @@ class InversionTinyConfig:
     curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
     curate_fraction: float = 0.25  # `dynamic`: at most this share is left out ...
     curate_threshold: float | None = None  # ... of it only no-context losses below this
-    aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of n
+    aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of size
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -125,12 +125,7 @@ class InversionTinyConfig:
             require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
         for name in ("recall_target", "lookup_target"):
             require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
-        for name in ("share_c", "share_cs", "share_s"):
-            require(getattr(mix, name) >= 0, f"mixture.{name}", "must not be negative")
-        require(abs(mix.share_c + mix.share_cs + mix.share_s - 1) < 1e-6, "mixture",
-                "share_c + share_cs + share_s must be 1")
-        require(0 < mix.c_reliability <= 1, "mixture.c_reliability", "must lie in (0, 1]")
-        require(mix.n >= 1, "mixture.n", "must be at least 1")
+        mix.validate("mixture.")
         try:
             s.validate()
         except ConfigError as exc:
@@ -143,9 +138,9 @@ def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, f
     """(mixture, finetuning config, static filter fraction, dynamic curation) of an arm."""
     mix, sft = cfg.mixture, cfg.sft
     if arm == "c_only":
-        mix = dataclasses.replace(mix, share_c=1.0, share_cs=0.0, share_s=0.0, aug=0)
+        mix = dataclasses.replace(mix, c=1.0, cs=0.0, s=0.0, aug=0)
     elif arm == "augmented":
-        mix = dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.n))
+        mix = dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.size))
     elif arm == "qk_only":
         sft = dataclasses.replace(sft, train="qk_only")
     elif arm == "lora":

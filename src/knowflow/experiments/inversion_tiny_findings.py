@@ -110,7 +110,7 @@ def mechanism_summary(curve: list[dict], mixture: Mixture, train: str,
             out[f"L{layer}_{short}_at_peak"] = series[peak]
             out[f"L{layer}_{short}_final"] = series[-1]
             out[f"L{layer}_{short}_corr_cf"] = _corr(series, cf)
-    shares = {"C": mixture.share_c, "C+S": mixture.share_cs, "S": mixture.share_s}
+    shares = {"C": mixture.c, "C+S": mixture.cs, "S": mixture.s}
     for kind, share in shares.items():
         key = f"grad_ctx_{kind}"
         if key not in curve[0]:

@@ -23,8 +23,7 @@ from knowflow.runs import METRICS, PartStore
 def cell_config(cfg, share: float, reliability: float):
     """The inversion-tiny config of one cell: C+S share `share`, lookup reliability
     `reliability`, one arm."""
-    mix = dataclasses.replace(cfg.mixture, share_c=round(1 - share, 12), share_cs=share,
-                              share_s=0.0, aug=0)
+    mix = dataclasses.replace(cfg.mixture, c=round(1 - share, 12), cs=share, s=0.0, aug=0)
     pre = dataclasses.replace(cfg.pretrain, lookup_reliability=reliability)
     return dataclasses.replace(cfg, mixture=mix, pretrain=pre, arms=("mixed",))
 

@@ -16,7 +16,7 @@ from knowflow.report.figures import save, subplots
 from knowflow.report.inversion_tiny import load_curves, mean_series
 from knowflow.runs import CONFIG
 
-SHARES = {"C": "share_c", "C+S": "share_cs", "S": "share_s"}
+SHARES = {"C": "c", "C+S": "cs", "S": "s"}
 COLORS = {"C": "C0", "C+S": "C3", "S": "C2", "CF": "C4"}
 
 
@@ -45,7 +45,7 @@ def mechanism_figure(run_dir: Path, arm: str = "mixed") -> Path | None:
         key = f"grad_ctx_{kind}"
         if key not in first:
             continue
-        share = mix.get(share_key, 1.0)
+        share = mix.get(share_key, mix.get(f"share_{share_key}", 1.0))  # older runs: share_c
         per_layer = [mean_series(seeds, key, layer) for layer in range(layers)]
         s = per_layer[0][0]
         total = [share * sum(p[1][i] for p in per_layer) for i in range(len(s))]

@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from knowflow.config import require
+from knowflow.schema import MixtureShares
 from knowflow.worlds.facts import ConflictItem, Instruction, read_table, templates
 from knowflow.worlds.ocr_people import known_words, make_names
 from knowflow.worlds.prompts import SHORT_ANSWER
@@ -34,22 +35,14 @@ _MADE_UP = {"capital_of": "{W}", "landmark_city": "the {W} Tower",
 
 
 @dataclass(frozen=True)
-class MixtureConfig:
-    size: int = 800
-    c: float = 0.25                  # shares of the three kinds (sum to 1)
-    cs: float = 0.5
-    s: float = 0.25
+class MixtureConfig(MixtureShares):
+    """The built-in instruction mixture (`schema.MixtureShares`: size and the C/C+S/S shares)."""
+
     heldout_share: float = 0.5       # subjects kept for counterfactual evaluation
     seed: int = 0
 
     def validate(self, prefix: str = "mixture.") -> None:
-        require(self.size >= 1, f"{prefix}size", "must be at least 1")
-        for name in ("c", "cs", "s"):
-            value = getattr(self, name)
-            require(0 <= value <= 1, f"{prefix}{name}", f"a share must lie in [0, 1], got {value}")
-        total = self.c + self.cs + self.s
-        require(abs(total - 1) <= 1e-6, f"{prefix}c",
-                f"the shares c + cs + s sum to {total:g}, not 1; make them sum to 1")
+        super().validate(prefix)
         require(0 < self.heldout_share < 1, f"{prefix}heldout_share", "must lie in (0, 1)")
 
 

@@ -33,7 +33,8 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from knowflow.schema import KINDS  # noqa: F401  (the example kinds, re-exported)
+from knowflow.config import require
+from knowflow.schema import KINDS, MixtureShares  # noqa: F401  (KINDS: re-exported)
 
 BOS, PAD, UNK, EOS = "<bos>", "<pad>", "<unk>", "<eos>"
 STOP, CONTEXT, QUESTION = ".", "context", "question"
@@ -193,28 +194,34 @@ def no_context(ex: Example) -> Example:
 
 
 @dataclass(frozen=True)
-class Mixture:
-    """Finetuning set composition: `n` examples split into C, C+S and S by shares, plus
-    `aug` counterfactual-augmentation examples (memorized subjects, conflicting context).
-    `c_reliability` is the share of C examples whose answer is the value their context
-    states (the rest answer another value): how far a context can be trusted in the
-    finetuning data, the finetuning-time delta_C of the theory model."""
+class Mixture(MixtureShares):
+    """Finetuning set composition (`schema.MixtureShares`): `size` examples split into C, C+S
+    and S by the shares `c`, `cs`, `s`, plus `aug` counterfactual-augmentation examples
+    (memorized subjects, conflicting context). `c_reliability` is the share of C examples
+    whose answer is the value their context states (the rest answer another value): how far a
+    context can be trusted in the finetuning data, the finetuning-time delta_C of the theory
+    model."""
 
-    n: int = 4800
-    share_c: float = 0.05
-    share_cs: float = 0.75
-    share_s: float = 0.2
+    size: int = 4800
+    c: float = 0.05
+    cs: float = 0.75
+    s: float = 0.2
     aug: int = 0
     c_reliability: float = 1.0
+
+    def validate(self, prefix: str = "mixture.") -> None:
+        super().validate(prefix)
+        require(self.aug >= 0, f"{prefix}aug", "must not be negative")
+        require(0 < self.c_reliability <= 1, f"{prefix}c_reliability", "must lie in (0, 1]")
 
 
 def finetuning_set(world: World, mix: Mixture, seed: int) -> list[Example]:
     """Examples from `mem_train` and `unk_train` subjects only (never the eval groups)."""
     rng = random.Random(f"tiny-sft-{world.seed}-{seed}")
     noise = random.Random(f"tiny-sft-noise-{world.seed}-{seed}")  # apart: same set at 1.0
-    n_c = round(mix.n * mix.share_c)
-    n_s = round(mix.n * mix.share_s)
-    n_cs = mix.n - n_c - n_s if mix.share_cs > 0 else 0
+    n_c = round(mix.size * mix.c)
+    n_s = round(mix.size * mix.s)
+    n_cs = mix.size - n_c - n_s if mix.cs > 0 else 0
     pairs = {g: [(s, r) for s in world.groups[g] for r in world.relations]
              for g in ("mem_train", "unk_train")}
     out = []
