@@ -124,7 +124,8 @@ def _records(arm: str, seed: int, steps: list[int], layers: int = 2) -> list[dic
         ctx = [0.3 + 0.3 * acc - 0.05 * layer for layer in range(layers)]
         recs.append({"arm": arm, "seed": seed, "step": t, "cf_acc": acc, "param_acc": 1 - acc,
                      "c_acc": min(1.0, 2 * acc), "cs_acc": 0.99, "recall_acc": 0.98,
-                     "attn_context": ctx, "attn_subject": [1 - c - 0.2 for c in ctx],
+                     "attn_context_layers": ctx,
+                     "attn_subject_layers": [1 - c - 0.2 for c in ctx],
                      "loss": 1 - acc, "loss_C": 1 - acc, "loss_C+S": 0.1, "loss_S": 0.2})
     return recs
 
@@ -142,7 +143,7 @@ def _arm_summary(per_seed: dict[int, list[dict]]) -> dict:
     last = [run[-1] for run in runs]
     for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
         out[f"{key}_final"] = sum(r[key] for r in last) / len(last)
-    out["attn_ctx_final"] = sum(sum(r["attn_context"]) / 2 for r in last) / len(last)
+    out["attn_ctx_final"] = sum(sum(r["attn_context_layers"]) / 2 for r in last) / len(last)
     out["seeds"] = list(per_seed)
     own = [summary([r["cf_acc"] for r in run], steps) for run in runs]
     for key in own[0]:

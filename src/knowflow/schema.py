@@ -17,7 +17,8 @@ evaluation step, keyed by `step`):
   counterfactual test set (a probability, not an accuracy; cpi-toy's headline curve).
 - `c_acc`, `cs_acc`, `recall_acc`: accuracy on held-out C and C+S items and no-context recall.
 - `attn_context` / `attn_subject` (/ `attn_relation`): attention mass on the context and on the
-  subject (one value, or one per layer); `_<kind>` or `_test` suffix: on that kind's training
+  subject (one value: the mean over layers and heads; `_layers`: one per layer, `_heads`: per
+  layer and head); `_<kind>` or `_test` suffix: on that kind's training
   examples or on the test items; shortened to `attn_ctx` / `attn_subj` in summaries.
 - `loss_<kind>`, `grad_ctx_<kind>`, `n_dropped_<kind>`, `value_conf_<kind>`, `indist_<kind>`:
   a per-kind quantity, with `<kind>` one of `KINDS` (e.g. `loss_C+S`); without the suffix, over

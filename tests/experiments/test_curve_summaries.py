@@ -24,7 +24,8 @@ def test_smollm2_curves_per_series():
 
 def test_tiny_summary_is_the_cf_acc_curve():
     records = [{"step": s, "cf_acc": v, "param_acc": 1 - v, "c_acc": 1.0, "cs_acc": 0.5,
-                "recall_acc": 0.25, "attn_context": [v, v / 2], "attn_subject": [0.5, 0.25]}
+                "recall_acc": 0.25, "attn_context_layers": [v, v / 2],
+                "attn_subject_layers": [0.5, 0.25]}
                for s, v in zip(STEPS, VALUES, strict=True)]
     s = tiny_summary(records)
     curve = curve_summary(STEPS, VALUES)

@@ -53,7 +53,8 @@ def test_dynamic_curation_goal_needs_the_fall_gone_and_in_distribution_kept():
 
 
 def _curve(cf, ctx, subj, grad_cs, grad_c):
-    return [{"step": 10 * i, "cf_acc": c, "attn_context": [a, 0.3], "attn_subject": [s, 0.2],
+    return [{"step": 10 * i, "cf_acc": c, "attn_context_layers": [a, 0.3],
+             "attn_subject_layers": [s, 0.2],
              "grad_ctx_C": [gc, 0.0], "grad_ctx_C+S": [gcs, 0.0], "grad_ctx_S": [0.0, 0.0]}
             for i, (c, a, s, gcs, gc) in enumerate(zip(cf, ctx, subj, grad_cs, grad_c,
                                                        strict=True))]

@@ -154,8 +154,9 @@ def test_tiny_run_writes_every_record(tmp_path):
     assert len(records) == len(ARMS) * 2 * 6  # arms x seeds x evaluations (step 0 included)
     for rec in records:
         assert set(rec) >= RECORD_KEYS
-        assert len(rec["attn_context"]) == len(rec["attn_subject"]) == 2  # one per layer
-        assert 0 <= sum(rec["attn_context"]) / 2 <= 1
+        assert len(rec["attn_context_layers"]) == len(rec["attn_subject_layers"]) == 2
+        assert rec["attn_context"] == pytest.approx(sum(rec["attn_context_layers"]) / 2)
+        assert 0 <= rec["attn_context"] <= 1
     summary = read_json(run_dir / "summary.json")
     for arm in ARMS:
         row = summary[arm]

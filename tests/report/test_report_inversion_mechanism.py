@@ -12,7 +12,7 @@ STEPS = (0, 10, 20)
 def _record(seed: int, step: int) -> dict:
     t = step / 10 + seed
     return {"arm": "mixed", "seed": seed, "step": step, "cf_acc": 0.1 * t,
-            "attn_context": [0.2 + 0.01 * t, 0.3], "attn_subject": [0.1, 0.05 * t],
+            "attn_context_layers": [0.2 + 0.01 * t, 0.3], "attn_subject_layers": [0.1, 0.05 * t],
             "grad_ctx_C": [0.01 * t, 0.02], "grad_ctx_C+S": [-0.03 * t, -0.01]}
 
 

@@ -86,7 +86,7 @@ def test_unknown_keys_are_ignored_and_missing_ones_do_not_crash(inversion_run):
         r["attn_heads"] = [[0.1, 0.2], [0.3, 0.4]]  # a key another engineer may add
         r["grad_proj"] = {"C": 0.1, "C+S": -0.2}
         if i % 3 == 0:
-            for key in ("cs_acc", "attn_context", "attn_subject", "recall_acc"):
+            for key in ("cs_acc", "attn_context_layers", "attn_subject_layers", "recall_acc"):
                 r.pop(key)
         if r["arm"] == "lora":
             r.pop("cf_acc")

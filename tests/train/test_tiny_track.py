@@ -70,10 +70,14 @@ def test_accuracies_and_attention_mass_match_a_hand_count(tiny):
                for ex, (_, attn) in zip(examples, hand, strict=True)]
         subj = [float(attn[layer][:, ex.subject].mean())
                 for ex, (_, attn) in zip(examples, hand, strict=True)]
-        assert got["attn_context"][layer] == pytest.approx(sum(ctx) / len(ctx), abs=1e-5)
-        assert got["attn_subject"][layer] == pytest.approx(sum(subj) / len(subj), abs=1e-5)
+        assert got["attn_context_layers"][layer] == pytest.approx(sum(ctx) / len(ctx), abs=1e-5)
+        assert got["attn_subject_layers"][layer] == pytest.approx(sum(subj) / len(subj),
+                                                                  abs=1e-5)
         assert len(got["attn_context_heads"][layer]) == TINY_MODEL["heads"]
-    assert 0 < got["attn_context"][0] < 1
+    assert 0 < got["attn_context_layers"][0] < 1
+    for key in ("attn_context", "attn_subject"):  # the tracker's scalar: mean over layers
+        layers = got[f"{key}_layers"]
+        assert got[key] == pytest.approx(sum(layers) / len(layers), abs=1e-12)
 
 
 def test_span_masks_mark_the_context_and_the_subject(tiny):

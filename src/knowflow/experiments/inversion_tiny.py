@@ -230,7 +230,7 @@ def curve_summary(records: list[dict]) -> dict:
 
     for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
         out[f"{key}_final"] = records[-1][key]
-    for key, short in (("attn_context", "attn_ctx"), ("attn_subject", "attn_subj")):
+    for key, short in (("attn_context_layers", "attn_ctx"), ("attn_subject_layers", "attn_subj")):
         out[f"{short}_start"] = layer_mean(records[0], key)
         out[f"{short}_at_peak"] = layer_mean(records[peak], key)
         out[f"{short}_final"] = layer_mean(records[-1], key)

@@ -103,8 +103,8 @@ def mechanism_summary(curve: list[dict], mixture: Mixture, train: str,
     cf = [r["cf_acc"] for r in curve]
     peak = max(range(len(cf)), key=lambda i: (cf[i], -i))
     out: dict = {"train": train, "peak_step": curve[peak]["step"]}
-    for layer in range(len(curve[0]["attn_context"])):
-        for key, short in (("attn_context", "ctx"), ("attn_subject", "subj")):
+    for layer in range(len(curve[0]["attn_context_layers"])):
+        for key, short in (("attn_context_layers", "ctx"), ("attn_subject_layers", "subj")):
             series = [r[key][layer] for r in curve]
             out[f"L{layer}_{short}_start"] = series[0]
             out[f"L{layer}_{short}_at_peak"] = series[peak]

@@ -25,16 +25,16 @@ def mechanism_figure(run_dir: Path, arm: str = "mixed") -> Path | None:
     if not seeds:
         return None
     first = next(iter(seeds.values()))[0]
-    layers = len(first.get("attn_context", []))
+    layers = len(first.get("attn_context_layers", []))
     mix = read_json(Path(run_dir) / CONFIG).get("mixture", {})
     fig, ax = subplots(2, width=5.2, height=3.6)
     a = ax[0, 0]
     steps, cf = mean_series(seeds, "cf_acc")
     a.plot(steps, cf, color="k", linewidth=2.2, label="cf accuracy")
     for layer in range(layers):
-        s, v = mean_series(seeds, "attn_context", layer)
+        s, v = mean_series(seeds, "attn_context_layers", layer)
         a.plot(s, v, color=f"C{layer}", label=f"attention on context, L{layer}")
-        s, v = mean_series(seeds, "attn_subject", layer)
+        s, v = mean_series(seeds, "attn_subject_layers", layer)
         a.plot(s, v, color=f"C{layer}", linestyle=":", label=f"attention on subject, L{layer}")
     a.set_xlabel("finetuning step")
     a.set_ylim(-0.02, 1.02)

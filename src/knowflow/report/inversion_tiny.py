@@ -149,8 +149,8 @@ def _attention_figure(arms: Curves, path: Path) -> Path:
     fig, panels = _grid(len(names))
     for name, a in zip(names, panels, strict=False):
         seeds = arms[name]
-        for layer in range(_n_layers(seeds, "attn_context")):
-            for key, style in (("attn_context", "-"), ("attn_subject", "--")):
+        for layer in range(_n_layers(seeds, "attn_context_layers")):
+            for key, style in (("attn_context_layers", "-"), ("attn_subject_layers", "--")):
                 steps, mean = mean_series(seeds, key, layer)
                 if steps:
                     a.plot(steps, mean, style, color=f"C{layer}", label=f"L{layer} {key[5:]}")

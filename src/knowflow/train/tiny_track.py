@@ -48,7 +48,9 @@ def answer_attention(attns, last: torch.Tensor, ctx: torch.Tensor, subj: torch.T
 def evaluate_set(model, batch: dict[str, torch.Tensor], examples: Sequence[Example],
                  attention: bool) -> dict:
     """Accuracy (pred = answer), parametric share (pred = memory) and, if asked, attention mass
-    on the context and on the subject per layer (head mean) and per layer and head."""
+    on the context and on the subject, as the tracker records it: `attn_context` (mean over
+    layers and heads), `attn_context_layers` (head mean per layer), `attn_context_heads` (per
+    layer and head); the same for `attn_subject`."""
     logits, attns = answer_logits(model, batch, output_attentions=attention)
     pred = logits.argmax(-1)  # (n,)
     out = {"acc": float((pred == batch["answer"]).float().mean()),
@@ -56,8 +58,9 @@ def evaluate_set(model, batch: dict[str, torch.Tensor], examples: Sequence[Examp
     if attention:
         ctx, subj = span_masks(examples, batch["ids"].shape[1])
         to_ctx, to_subj = answer_attention(attns, batch["last"], ctx, subj)  # (layers, heads)
-        out["attn_context"], out["attn_subject"] = to_ctx.mean(1).tolist(), \
-            to_subj.mean(1).tolist()
+        for key, mass in (("attn_context", to_ctx), ("attn_subject", to_subj)):
+            layers = mass.mean(1).tolist()  # head mean, per layer
+            out[key], out[f"{key}_layers"] = sum(layers) / len(layers), layers
         out["attn_context_heads"], out["attn_subject_heads"] = to_ctx.tolist(), to_subj.tolist()
     return out
 
