@@ -5,6 +5,9 @@ context's tokens.
 This is the diagnostic of context-parametric inversion (Goyal et al. 2025): as finetuning
 proceeds past its peak, attention moves from the context to the subject. Other parts of
 knowflow call `attention_mass` on each checkpoint and plot `mean_attention_mass` over time.
+`span_mass` is the one computation of a mass that every attention reading in knowflow uses:
+this probe, the reliance tracker's one-pass scoring and the tiny-world tracker (which also
+differentiates it for the mechanism's gradient projections).
 
     records = attention_mass(model, tokenizer,
                              [{"prompt": text, "context": [start, end]}], cfg)
@@ -26,6 +29,16 @@ from knowflow.probes.examples import ProbeExample, as_example
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
 from knowflow.runs import Progress
+
+
+def span_mass(rows: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
+    """Attention mass on a span of keys: `rows` (..., keys) attention probabilities from the
+    answer position; `span` either the span's key positions (an integer tensor) or a boolean /
+    0-1 float mask over the keys, broadcastable to `rows`. Returns (...), the probability
+    summed over the span; differentiable."""
+    if span.dtype != torch.bool and not span.dtype.is_floating_point:
+        return rows[..., span].sum(-1)
+    return (rows * span).sum(-1)
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,7 @@ def attention_mass(model, tokenizer, examples: Sequence[ProbeExample | Mapping[s
             for j, loc in enumerate(chunk):
                 ex = exs[start + j]
                 ctx = torch.tensor(loc.context, dtype=torch.long)
-                mass = weights[j][:, :, ctx].sum(-1)  # (layers, heads)
+                mass = span_mass(weights[j], ctx)  # (layers, heads)
                 records.append({"example": ex.id or str(start + j),
                                 "n_context_tokens": len(loc.context),
                                 "n_tokens": len(loc.input_ids),

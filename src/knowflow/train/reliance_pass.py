@@ -22,6 +22,7 @@ from knowflow.evaluate.loglik import score_continuations
 from knowflow.probes.arch import arch_of
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.probes.mass import span_mass
 from knowflow.probes.spans import locate
 from knowflow.worlds.facts import ConflictItem
 
@@ -72,7 +73,7 @@ def loglik_and_attention(model, tokenizer, items: list[ConflictItem], cfg: EvalC
             if ctx[item] is None:
                 continue
             keys = mask[row].nonzero().squeeze(-1)[ctx[item]]  # context tokens' key indices
-            mass = weights[row][:, :, keys].sum(-1)  # (layers, heads)
+            mass = span_mass(weights[row], keys)  # (layers, heads)
             masses[item] = mass.mean(-1).tolist()
     records = [{"prompt": p.text, "loglik": {"counterfactual_logprob": cf,
                                              "parametric_logprob": par,

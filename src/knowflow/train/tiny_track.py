@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from knowflow.models.tiny import answer_logits, encode, encode_words, per_example_loss
+from knowflow.probes.mass import span_mass
 from knowflow.worlds.instruction_rows import IGNORE
 from knowflow.worlds.tiny_world import Example
 
@@ -39,8 +40,8 @@ def answer_attention(attns, last: torch.Tensor, ctx: torch.Tensor, subj: torch.T
     to_ctx, to_subj = [], []
     for layer_attn in attns:  # (n, heads, seq, seq)
         row = layer_attn[rows, :, last]  # (n, heads, seq)
-        to_ctx.append((row * ctx[:, None]).sum(-1).mean(0))  # (heads,)
-        to_subj.append((row * subj[:, None]).sum(-1).mean(0))
+        to_ctx.append(span_mass(row, ctx[:, None]).mean(0))  # (heads,)
+        to_subj.append(span_mass(row, subj[:, None]).mean(0))
     return torch.stack(to_ctx), torch.stack(to_subj)
 
 
