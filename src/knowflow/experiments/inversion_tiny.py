@@ -38,7 +38,7 @@ from knowflow import schema
 from knowflow.config import require
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
-from knowflow.experiments.parallel import run_jobs
+from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
@@ -286,7 +286,6 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
 
         return run_phase(cfg, out_dir)
     store = PartStore(out_dir)
-    pre = run_jobs(pretrain_job, [(cfg, seed) for seed in cfg.seeds], cfg.workers)
     keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms
             for seed in cfg.seeds}
     todo = [(cfg, arm, seed, store.dir / key) for (arm, seed), key in keys.items()
@@ -297,7 +296,9 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
         store.save(keys[job[1], job[2]], *result)
         shutil.rmtree(job[3], ignore_errors=True)  # the finished job's Trainer checkpoints
 
-    run_jobs(finetune_job, todo, cfg.workers, save)
+    # a seed's finetuning jobs start as soon as its pretraining ends
+    pre = run_pipeline(pretrain_job, [(cfg, seed) for seed in cfg.seeds], finetune_job,
+                       lambda job, _: [t for t in todo if t[2] == job[1]], cfg.workers, save)
     summary: dict = {}
     all_records: list[dict] = []
     for arm in cfg.arms:

@@ -13,7 +13,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from knowflow.experiments.parallel import run_jobs
+from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import agreement, cell_key, cells, phase_summary
 from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.report.phase import PHASE
@@ -35,12 +35,6 @@ def run_phase(cfg, out_dir: Path) -> dict:
     store = PartStore(out_dir)
     grid = cells(cfg.phase)
     pre = {(r, s): (cell_config(cfg, 0.5, r), s) for _, r, s in grid}
-    infos = run_jobs(pretrain_job, list(pre.values()), cfg.workers)
-    # whether each pretrained model learned its skills (a cell without the lookup skill
-    # cannot rise, whatever the theory says)
-    learned = {f"reliability {r:g}, seed {s}": {"recall": info["recall"],
-                                                "lookup_acc": info["lookup_acc"]}
-               for (r, s), info in zip(pre, infos, strict=True)}
     todo = [(cell_config(cfg, x, r), "mixed", s, store.dir / cell_key(x, r, s))
             for x, r, s in grid if store.load(cell_key(x, r, s)) is None]
 
@@ -48,7 +42,18 @@ def run_phase(cfg, out_dir: Path) -> dict:
         store.save(job[3].name, *result)
         shutil.rmtree(job[3], ignore_errors=True)
 
-    run_jobs(finetune_job, todo, cfg.workers, save)
+    def cells_of(job: tuple, _info: dict) -> list[tuple]:  # the cells on this pretraining
+        reliability = job[0].pretrain.lookup_reliability
+        return [t for t in todo if t[2] == job[1]
+                and t[0].pretrain.lookup_reliability == reliability]
+
+    infos = run_pipeline(pretrain_job, list(pre.values()), finetune_job, cells_of, cfg.workers,
+                         save)
+    # whether each pretrained model learned its skills (a cell without the lookup skill
+    # cannot rise, whatever the theory says)
+    learned = {f"reliability {r:g}, seed {s}": {"recall": info["recall"],
+                                                "lookup_acc": info["lookup_acc"]}
+               for (r, s), info in zip(pre, infos, strict=True)}
     records, curves, steps = [], {}, []
     for x, r, s in grid:
         recs = store.load(cell_key(x, r, s))["records"]
