@@ -4,7 +4,8 @@ The issue's comparison used MemoTrap's "1-proverb-ending" file (860 rows). That 
 shipped by any installed package and nothing is downloaded at run time, so this script writes
 a file in MemoTrap's layout and wording (`prompt`, `classes`, `answer_index`: 'Write a quote
 that ends in the word "X": <saying>') with `benchmarks/make_memotrap_csv.py` from knowflow's
-111 sayings, cycled to `--items` rows (860 by default, MemoTrap's size); the output says so.
+111 sayings, extended to `--items` distinct rows (860 by default, MemoTrap's size) by asking
+each saying for other sayings' target words; the output says so.
 Pass `--csv FILE` to use a real MemoTrap file instead.
 
 Both sides run as the commands a user types, one after the other, in fresh processes:
@@ -24,6 +25,7 @@ Never asserts on time.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import importlib.util
 import json
@@ -41,13 +43,38 @@ BIN = Path(sys.executable).parent
 
 
 def memotrap_rows(n: int, work: Path) -> list[dict]:
-    """`n` rows in MemoTrap's layout from knowflow's sayings (make_memotrap_csv.py), cycled."""
+    """`n` distinct rows in MemoTrap's layout from knowflow's sayings (make_memotrap_csv.py).
+    Past the first pass over the sayings, pass k asks each saying to end in the word that
+    saying i+k asks for (a word other than the saying's own ending), so no two rows are the
+    same request and neither tool can score a row once for several."""
     base = work / "sayings.csv"
     subprocess.run([sys.executable, str(Path(__file__).with_name("make_memotrap_csv.py")),
                     str(base)], check=True)
     with base.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    return [rows[i % len(rows)] for i in range(n)]
+    parsed = []
+    for row in rows:
+        classes = ast.literal_eval(row["classes"])
+        target = classes[int(row["answer_index"])]
+        saying = row["prompt"].split(": ", 1)[1]
+        parsed.append((saying, classes[1 - int(row["answer_index"])], target))
+    out, seen = [], set()
+    for i in range(n * 4):
+        if len(out) == n:
+            break
+        k, j = divmod(i, len(parsed))
+        saying, memory, target = parsed[j]
+        target = parsed[(j + k) % len(parsed)][2]
+        if target == memory or (saying, target) in seen:
+            continue
+        seen.add((saying, target))
+        classes = [memory, target] if (i * 7919) % 2 else [target, memory]
+        out.append({"prompt": f'Write a quote that ends in the word "{target.strip()}": '
+                              f"{saying}",
+                    "classes": repr(classes), "answer_index": classes.index(target)})
+    if len(out) < n:
+        sys.exit(f"only {len(out)} distinct rows can be made from the sayings")
+    return out
 
 
 def run(cmd: list[str], env: dict, log: Path) -> tuple[float, float]:
@@ -106,7 +133,8 @@ def main() -> None:
             writer.writerows(rows)
         n = len(rows)
         print(f"data: {n} rows in MemoTrap's layout and wording from knowflow's 111 sayings "
-              "(cycled); the real MemoTrap file is not on this machine")
+              "(each saying asked for several target words; all rows distinct); the real MemoTrap "
+              "file is not on this machine")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
            "MKL_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

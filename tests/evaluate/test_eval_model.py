@@ -105,6 +105,29 @@ def test_identical_requests_are_scored_once(model, tokenizer, items, monkeypatch
     assert twice == once + once[::-1]
 
 
+def test_requests_sharing_a_prompt_run_it_once_with_every_candidate(model, tokenizer, items,
+                                                                    monkeypatch):
+    """One prompt asked with different candidate pairs (a saying asked for several endings):
+    the prompt reaches the model once, and every candidate scores as it does on its own."""
+    from knowflow.evaluate import loglik
+
+    prompts, seqs = _seqs(items[:3], tokenizer)
+    words = [" Paris", " Rome", " Oslo", " Lima"]
+    reqs = [(seq, [words[k], words[(k + 1 + j) % 4]]) for seq in seqs for j, k in
+            ((0, 0), (1, 2), (2, 1))]
+    rows = []
+    real = loglik._score_batch
+    monkeypatch.setattr(loglik, "_score_batch",
+                        lambda model, ps, *a: rows.extend(ps) or real(model, ps, *a))
+    got = score_continuations(model, tokenizer, [s for s, _ in reqs], [c for _, c in reqs],
+                              batch_size=4)
+    assert sorted(map(tuple, rows)) == sorted(map(tuple, seqs))  # each prompt once
+    for (seq, conts), scores in zip(reqs, got, strict=True):
+        for c, (lp, n) in zip(conts, scores, strict=True):
+            lp_ref, n_ref = score_naive(model, tokenizer, seq, c)
+            assert n == n_ref and lp == pytest.approx(lp_ref, abs=1e-4)
+
+
 def test_metrics_helpers():
     assert memorization_ratio(math.log(0.3), math.log(0.1)) == pytest.approx(0.75)
     assert memorization_ratio(0.0, -1e6) == pytest.approx(1.0)

@@ -48,8 +48,9 @@ def test_one_pass_equals_separate_scorer_and_probe(model, tok, fmt):
 
 def test_tracker_record_same_with_one_pass_or_two(model, tok):
     items = {"cf-capitals": ITEMS[:5], "cf-world": ITEMS[5:]}
-    fused = RelianceTracker(tok, TrackerConfig(batch_size=4), items=items).measure(model)
-    two = RelianceTracker(tok, TrackerConfig(batch_size=4), items=items)
+    fused = RelianceTracker(tok, TrackerConfig(batch_size=4, dtype="float32"),
+                             items=items).measure(model)
+    two = RelianceTracker(tok, TrackerConfig(batch_size=4, dtype="float32"), items=items)
     # scoring "both" takes the separate attention pass; compare its loglik side
     two.cfg = dataclasses.replace(two.cfg, scoring="both")
     sep = two.measure(model)

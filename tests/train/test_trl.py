@@ -19,7 +19,10 @@ trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install '
 
 
 def _tracker(tok, out_dir):
-    return RelianceTracker(tok, TrackerConfig(every=2, batch_size=4, prompt_format="plain"),
+    # float32 evaluation: the two trainers' weights differ by float rounding, which bfloat16
+    # scoring would magnify
+    cfg = TrackerConfig(every=2, batch_size=4, prompt_format="plain", dtype="float32")
+    return RelianceTracker(tok, cfg,
                            out_dir, items={"cf-capitals": get_suite("cf-capitals", limit=3)})
 
 

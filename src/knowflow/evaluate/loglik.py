@@ -88,20 +88,24 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     that adds keyword arguments to that batch's prompt forward pass: the tracker captures
     attention there, so one pass gives both the scores and the attention mass.
 
-    Identical requests (same prompt ids, same candidates) are scored once, as lm-eval does;
-    not with `prefill_extra`, whose batches name items."""
+    Requests with the same prompt ids run that prompt once, with the union of their
+    candidates on top (so identical requests are scored once, as lm-eval does, and e.g. one
+    saying asked for several endings runs the saying once); not with `prefill_extra`, whose
+    batches name items."""
     if prefill_extra is None:
-        keys = [(tuple(p), tuple(c)) for p, c in zip(prompts, continuations, strict=True)]
-        first: dict[tuple, int] = {}
-        for i, key in enumerate(keys):
-            first.setdefault(key, i)
-        if len(first) < len(keys):
-            uniq = list(first.values())
-            scored = score_continuations(model, tokenizer, [prompts[i] for i in uniq],
-                                         [continuations[i] for i in uniq], batch_size,
+        union: dict[tuple[int, ...], dict[str, int]] = {}
+        for p, cs in zip(prompts, continuations, strict=True):
+            slots = union.setdefault(tuple(p), {})
+            for c in cs:
+                slots.setdefault(c, len(slots))
+        if len(union) < len(prompts):
+            keys = list(union)
+            scored = score_continuations(model, tokenizer, [list(k) for k in keys],
+                                         [list(union[k]) for k in keys], batch_size,
                                          progress, stage, share_prefix)
-            by_key = {keys[i]: r for i, r in zip(uniq, scored, strict=True)}
-            return [list(by_key[key]) for key in keys]
+            by_prompt = dict(zip(keys, scored, strict=True))
+            return [[by_prompt[tuple(p)][union[tuple(p)][c]] for c in cs]
+                    for p, cs in zip(prompts, continuations, strict=True)]
     conts = encode_continuations(tokenizer, continuations)
     prefix = Prefix.build(model, prompts, share=share_prefix)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -82,9 +82,9 @@ class TrackerConfig:
     keep_peak: bool = False          # save the model at each new peak to <out_dir>/peak
     stop_drop: float | None = None   # stop once cf accuracy falls this far below its peak
     seed: int = 0
-    dtype: str = "float32"           # evaluation precision: float32, bfloat16 (autocast; about
-                                     # 2x faster on CPUs with bf16 matmul) or auto (bfloat16
-                                     # where the device has fast bf16, else float32)
+    dtype: str = "auto"              # evaluation precision: auto (bfloat16 autocast where the
+                                     # device multiplies bf16 natively, about 2x faster on such
+                                     # CPUs; else float32), float32 or bfloat16
 
     def validate(self) -> None:
         if self.every < 1:
