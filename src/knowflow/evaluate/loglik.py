@@ -21,6 +21,7 @@ from knowflow.evaluate.batching import (
     prefill,
     sorted_batches,
 )
+from knowflow.evaluate.tree import score_batch_tree
 from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
@@ -49,9 +50,30 @@ def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device
     return ids.to(device), mask.to(device)
 
 
-@torch.no_grad()
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
                  pad_id: int, extra: PrefillExtra | None = None) -> list[list[Score]]:
+    """Scores of one batch. Candidates of several tokens are scored in the prompt's own pass
+    (`tree.score_batch_tree`), unless the prompt pass captures attention (`extra`) or the
+    model failed the one-time check of that pass against the two-pass scorer (a model that
+    ignores custom 4D attention masks). Single-token candidates need one pass either way."""
+    ok = getattr(model, "_knowflow_tree_ok", None)
+    if extra is not None or ok is False or all(len(c) == 1 for cs in conts for c in cs):
+        return _score_batch_cached(model, prompts, conts, prefix, pad_id, extra)
+    tree = score_batch_tree(model, prompts, conts, prefix, pad_id)
+    if ok is None:
+        ref = _score_batch_cached(model, prompts, conts, prefix, pad_id)
+        tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
+        model._knowflow_tree_ok = all(
+            abs(a[0] - b[0]) <= tol and a[1] == b[1]
+            for ra, rb in zip(tree, ref, strict=True) for a, b in zip(ra, rb, strict=True))
+        return tree if model._knowflow_tree_ok else ref
+    return tree
+
+
+@torch.no_grad()
+def _score_batch_cached(model, prompts: list[list[int]], conts: list[list[list[int]]],
+                        prefix: Prefix, pad_id: int, extra: PrefillExtra | None = None
+                        ) -> list[list[Score]]:
     last, cache, mask, lengths = prefill(model, prompts, prefix, pad_id, extra)  # (batch, vocab)
     first_logp = torch.log_softmax(last.float(), dim=-1)                  # (batch, vocab)
     device = last.device

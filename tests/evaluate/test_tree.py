@@ -1,0 +1,60 @@
+"""`evaluate.tree`: candidates scored in the prompt's own pass (a 4D mask keeps each candidate
+to itself) give the scores of the two-pass scorer and of one full forward per candidate."""
+
+import pytest
+
+from conftest import byte_tokenizer, tiny_llama
+from knowflow.evaluate import loglik
+from knowflow.evaluate.batching import Prefix, encode_prompts
+from knowflow.evaluate.loglik import score_naive
+from knowflow.evaluate.tree import score_batch_tree, tree_layout
+
+PROMPTS = ["Context: the capital is Lyon. Q: capital? A:", "Q: who wrote it? A:",
+           "Context: x. Q: y? A:"]
+CANDS = [[" Lyon", " Paris", " St Etienne"], [" Hugo", " V"], [" a", " bb", " ccc", " dddd"]]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = byte_tokenizer()
+    model = tiny_llama(tok)
+    seqs = encode_prompts(tok, PROMPTS, [True] * len(PROMPTS))
+    conts = [[tok(c, add_special_tokens=False)["input_ids"] for c in cs] for cs in CANDS]
+    return tok, model, seqs, conts
+
+
+def test_layout_feeds_each_candidate_but_its_last_token():
+    fed, spans, width = tree_layout([[1, 2]], [[[5, 6, 7], [8], [9, 10]]], 0)
+    assert fed == [[5, 6, 9]] and spans == [[(0, 2), (2, 2), (2, 3)]] and width == 3
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_tree_scores_match_the_two_pass_scorer_and_a_full_forward(setup, share):
+    tok, model, seqs, conts = setup
+    prefix = Prefix.build(model, seqs, share=share)
+    tree = score_batch_tree(model, seqs, conts, prefix, tok.pad_token_id)
+    two = loglik._score_batch_cached(model, seqs, conts, prefix, tok.pad_token_id)
+    for seq, cs, row_t, row_2 in zip(seqs, CANDS, tree, two, strict=True):
+        for c, (lp_t, n_t), (lp_2, n_2) in zip(cs, row_t, row_2, strict=True):
+            lp_ref, n_ref = score_naive(model, tok, seq, c)
+            assert n_t == n_2 == n_ref
+            assert lp_t == pytest.approx(lp_ref, abs=1e-4)
+            assert lp_t == pytest.approx(lp_2, abs=1e-4)
+
+
+def test_a_model_failing_the_check_falls_back_to_two_passes(setup, monkeypatch):
+    tok, _, seqs, conts = setup
+    model = tiny_llama(tok)  # a fresh model: not checked yet
+    monkeypatch.setattr(loglik, "score_batch_tree",
+                        lambda *a: [[(s + 1.0, n) for s, n in row] for row in
+                                    loglik._score_batch_cached(*a)])  # as if the mask were ignored
+    got = loglik._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
+    assert model._knowflow_tree_ok is False
+    assert got == loglik._score_batch_cached(model, seqs, conts, Prefix(0), tok.pad_token_id)
+
+
+def test_a_model_passing_the_check_keeps_the_one_pass_scorer(setup):
+    tok, _, seqs, conts = setup
+    model = tiny_llama(tok)
+    loglik._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
+    assert model._knowflow_tree_ok is True
