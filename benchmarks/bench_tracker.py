@@ -6,7 +6,8 @@ Two runs of the same length: without the tracker, and with it (the log-likelihoo
 the attention mass read from one prompt pass). Then one evaluation of the tracker as it is
 and as it was before (a second, attention-only pass over the prompts) on the same model, so
 the "before" run is the measured no-tracker run plus as many two-pass evaluations; and one
-evaluation at `track.dtype=bfloat16` (autocast), with its accuracy next to float32's. Times are
+evaluation at `track.dtype=float32`, for comparison with the default (`auto`: bfloat16 autocast
+where the device multiplies bf16 natively, else float32), with both accuracies. Times are
 CPU seconds of this process (on a shared machine wall time also counts other people's jobs;
 wall times are printed too). A run evaluates at step 0, every 20 steps and at the end: a
 `--steps 20` run evaluates twice, a default 100-step run 6 times; the table gives both.
@@ -27,7 +28,7 @@ import torch
 from knowflow.models.hf import load_model
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
-from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.train.tracker import RelianceTracker, TrackerConfig, fast_bf16
 from knowflow.worlds.instructions import MixtureConfig, heldout_items
 
 
@@ -84,13 +85,14 @@ def main() -> None:
                         track=track)
     print(f"LoRA sft, {args.steps} steps, batch {base.sft.batch_size}, {args.threads} thread(s); "
           f"tracker every {track.every} steps, {track.limit} items x {len(track.suites)} "
-          f"suites, scoring {track.scoring}, attention {track.attention}", flush=True)
+          f"suites, scoring {track.scoring}, attention {track.attention}, precision "
+          f"{track.dtype} ({precision(track)} on this machine)", flush=True)
     CpuClock.wrap()
     bare_wall, bare, _, _, _ = one_run(dataclasses.replace(base, tracking=False))
     wall, cpu, t_wall, t_cpu, s = one_run(base)
     n_evals = s["n_evaluations"]
-    (after, rec32), (before, _) = one_evaluation(True, track), one_evaluation(False, track)
-    low, rec16 = one_evaluation(True, dataclasses.replace(track, dtype="bfloat16"))
+    (after, rec), (before, _) = one_evaluation(True, track), one_evaluation(False, track)
+    full, rec32 = one_evaluation(True, dataclasses.replace(track, dtype="float32"))
     step = bare / args.steps
     print(f"\n{'run':34s} {'wall s':>8s} {'CPU s':>8s} {'tracking CPU s':>15s} "
           f"{'tracker share':>14s}")
@@ -109,11 +111,16 @@ def main() -> None:
     print("tracker share of a default 100-step run (6 evaluations, from these measurements): "
           f"now {100 * 6 * after / (6 * after + 100 * step):.1f}%, before "
           f"{100 * 6 * before / (6 * before + 100 * step):.1f}%")
-    print(f"bfloat16 evaluation (track.dtype=bfloat16): one evaluation {low:.1f} s CPU "
-          f"({after / low:.2f}x faster), share of a default 100-step run "
-          f"{100 * 6 * low / (6 * low + 100 * step):.1f}%; cf acc {rec16['cf_acc']:.4f} vs "
-          f"{rec32['cf_acc']:.4f} (float32), attention mass {rec16['attn_context']:.4f} vs "
-          f"{rec32['attn_context']:.4f}")
+    print(f"float32 evaluation (track.dtype=float32): one evaluation {full:.1f} s CPU "
+          f"(the default is {full / after:.2f}x faster), share of a default 100-step run "
+          f"{100 * 6 * full / (6 * full + 100 * step):.1f}%; cf acc {rec['cf_acc']:.4f} "
+          f"(default) vs {rec32['cf_acc']:.4f} (float32), attention mass "
+          f"{rec['attn_context']:.4f} vs {rec32['attn_context']:.4f}")
+
+
+def precision(track: TrackerConfig) -> str:
+    low = track.dtype == "bfloat16" or (track.dtype == "auto" and fast_bf16(torch.device("cpu")))
+    return "bfloat16 autocast" if low else "float32"
 
 
 if __name__ == "__main__":
