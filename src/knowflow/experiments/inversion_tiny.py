@@ -1,7 +1,8 @@
 """`inversion-tiny`: context-parametric inversion in a small Llama trained from scratch.
 
 A tiny world (see `knowflow.worlds.tiny_world`) is pretrained into an HF `LlamaForCausalLM`
-until it recalls its memorized facts and reads lookups (cached by config hash), then
+for a fixed budget (cached by config hash; the default config's seeds 0-4 ship with knowflow,
+see `train.pretrain`), then
 instruction-finetuned on `context + question -> answer` in six arms, each for every seed:
 
 - `mixed`: the default mixture of C, C+S and S examples, training `sft.train` (by default
@@ -156,12 +157,13 @@ def job_arm(cfg: InversionTinyConfig, arm: str) -> str:
 def pretrain_job(cfg: InversionTinyConfig, seed: int) -> dict:
     import torch
 
-    from knowflow.train.pretrain import load_pretrained, pretrained_path
+    from knowflow.train.pretrain import SHIPPED, load_pretrained, pretrained_path
 
     torch.set_num_threads(1)
     path = pretrained_path(cfg.world, cfg.model, cfg.pretrain, seed)
     info = load_pretrained(path)[2]
-    return {"path": str(path), **{k: v for k, v in info.items() if k != "history"}}
+    return {"path": str(path), "source": "shipped" if path.parent == SHIPPED else "pretrained",
+            **{k: v for k, v in info.items() if k != "history"}}
 
 
 def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path

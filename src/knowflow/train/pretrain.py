@@ -11,6 +11,13 @@ ends below its target. The result (model, tokenizer and a log) is cached by a ha
 everything that determines it, under `$KNOWFLOW_CACHE` (default `~/.cache/knowflow`)
 /tiny-pretrained/<hash>, written to a temp folder and renamed into place, so a reader
 never sees half a checkpoint and concurrent runs of the same config are safe.
+
+knowflow ships the default config's checkpoints for seeds 0-4 (`SHIPPED`, 0.8 MB each), made
+by this code on the reference machine: a config whose hash matches one loads it instead of
+pretraining (`pretrain.shipped=false` pretrains anyway). Pretraining differs in its last bits
+from one CPU's kernels to another's, and those bits grow into different models; the shipped
+checkpoints give every machine the same pretrained models, so only finetuning's rounding
+differs.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ from knowflow.worlds.tiny_world import (
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 4  # bump when pretraining changes in a way the config does not show
+# The default config's checkpoints for seeds 0-4, made by `pretrain_model` on the reference
+# machine (each folder's pretrain.json has its log): `make demo` starts from them instead of
+# spending 5 x ~75 CPU s pretraining, and every machine finetunes the same models.
+SHIPPED = Path(__file__).resolve().parents[1] / "models" / "data" / "tiny-pretrained"
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class PretrainConfig:
     recall_target: float = 0.98  # warn if recall of memorized facts ends below this
     lookup_target: float = 0.95  # ... or lookup accuracy ends below this
     eval_every: int = 100
+    shipped: bool = True  # use the checkpoint shipped with knowflow when one matches (not hashed)
 
 
 def _ids(tokenizer, docs: list[list[str]]) -> torch.Tensor:
@@ -147,19 +159,26 @@ def cache_key(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig, cfg: Pretr
               seed: int) -> str:
     world = dataclasses.asdict(world_cfg)
     del world["context_facts"]  # finetuning only
+    pretrain = dataclasses.asdict(cfg)
+    del pretrain["shipped"]  # where the checkpoint comes from, not what it is
     blob = json.dumps({"world": world,
                        "model": dataclasses.asdict(model_cfg),
-                       "pretrain": dataclasses.asdict(cfg), "seed": seed,
+                       "pretrain": pretrain, "seed": seed,
                        "version": CACHE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
                     cfg: PretrainConfig, seed: int) -> Path:
-    """The cached checkpoint folder for this config, trained (once) if missing."""
-    target = cache_dir() / "tiny-pretrained" / cache_key(world_cfg, model_cfg, cfg, seed)
+    """The checkpoint folder for this config: the cached one; else, with `cfg.shipped`, the
+    one shipped with knowflow for this exact config (`SHIPPED`); else trained (once) into the
+    cache."""
+    key = cache_key(world_cfg, model_cfg, cfg, seed)
+    target = cache_dir() / "tiny-pretrained" / key
     if (target / "pretrain.json").exists():
         return target
+    if cfg.shipped and (SHIPPED / key / "pretrain.json").exists():
+        return SHIPPED / key
     _quiet()
     world = make_world(world_cfg, seed)
     model, tokenizer, info = pretrain_model(world, model_cfg, cfg, seed)
