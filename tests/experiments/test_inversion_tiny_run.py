@@ -145,8 +145,13 @@ def test_resume_after_interruption_continues_the_same_curve(tmp_path):
     assert resumed == full
 
 
+def test_default_arms_are_all_but_dynamic_curation():
+    assert InversionTinyConfig().arms == tuple(a for a in ARMS if a != "dynamic")
+
+
 def test_tiny_run_writes_every_record(tmp_path):
-    result = run_experiment("inversion-tiny", TINY, runs_root=tmp_path / "runs")
+    result = run_experiment("inversion-tiny", {**TINY, "arms": ",".join(ARMS)},
+                            runs_root=tmp_path / "runs")
     run_dir = result.run_dir
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
         assert (run_dir / name).is_file(), name
