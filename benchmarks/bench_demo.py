@@ -2,7 +2,8 @@
 (inversion-tiny, cpi-toy, one combined report), in a temporary cache and runs folder.
 
 Target (issue 12): under 6 minutes on a 2-core CPU. Prints figures only, never asserts.
-Usage: python benchmarks/bench_demo.py [--keep DIR]   (--keep: leave the cache and runs in DIR)
+Usage: python benchmarks/bench_demo.py [--keep DIR]   (--keep: leave the cache, the runs and
+each command's output, DIR/<command>.out, in DIR)
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 KNOWFLOW = str(Path(sys.executable).with_name("knowflow"))
 
 
-def timed(cmd: list[str], env: dict) -> float:
+def timed(cmd: list[str], env: dict, out: str) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    with open(out, "w") as fh:
+        subprocess.run(cmd, env=env, check=True, stdout=fh)
     return time.perf_counter() - start
 
 
@@ -28,11 +30,13 @@ def main(keep: str | None = None) -> None:
         tmp = keep or scratch
         env = {**os.environ, "KNOWFLOW_CACHE": os.path.join(tmp, "cache")}
         runs = os.path.join(tmp, "runs")
-        times = {name: timed([KNOWFLOW, "run", name, "--runs-dir", runs], env)
+        times = {name: timed([KNOWFLOW, "run", name, "--runs-dir", runs], env,
+                             os.path.join(tmp, f"{name}.out"))
                  for name in ("inversion-tiny", "cpi-toy")}
         dirs = [str(next((Path(runs) / name).iterdir())) for name in times]
         times["report"] = timed([KNOWFLOW, "report", *dirs, "--out",
-                                 os.path.join(runs, "demo-report.html")], env)
+                                 os.path.join(runs, "demo-report.html")], env,
+                                os.path.join(tmp, "report.out"))
     total = sum(times.values())
     print(f"make demo, cold cache, cpus={os.cpu_count()}, load={os.getloadavg()[0]:.1f}")
     for name, seconds in times.items():
