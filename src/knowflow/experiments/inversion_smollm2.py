@@ -261,6 +261,6 @@ def findings(summary: dict, base_arm: str = "lora") -> dict:
         f"{'Inversion' if shown else 'No inversion'} in {label} finetuning: counterfactual "
         f"accuracy {base['cf_acc_start']:.3f} -> peak {base['cf_acc_peak']:.3f} (step "
         f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['fall']:.3f}"
-        + (f" (mitigations fall {others})" if others else "")
+        + (f" (the other arms fall {others})" if others else "")
         + f"; criterion: rise >= {INVERSION_RISE}, fall >= {INVERSION_FALL}.")
     return {"verdict": verdict, **out}
