@@ -28,7 +28,7 @@ import torch
 from knowflow.models.hf import load_model
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
-from knowflow.train.tracker import RelianceTracker, TrackerConfig, fast_bf16
+from knowflow.train.tracker import RelianceTracker, TrackerConfig, evaluates_in_bf16
 from knowflow.worlds.instructions import MixtureConfig, heldout_items
 
 
@@ -119,7 +119,7 @@ def main() -> None:
 
 
 def precision(track: TrackerConfig) -> str:
-    low = track.dtype == "bfloat16" or (track.dtype == "auto" and fast_bf16(torch.device("cpu")))
+    low = evaluates_in_bf16(track.dtype, torch.device("cpu"))
     return "bfloat16 autocast" if low else "float32"
 
 

@@ -68,7 +68,7 @@ def memotrap_rows(n: int, work: Path) -> list[dict]:
         if target == memory or (saying, target) in seen:
             continue
         seen.add((saying, target))
-        classes = [memory, target] if (i * 7919) % 2 else [target, memory]
+        classes = [memory, target] if i % 2 else [target, memory]
         out.append({"prompt": f'Write a quote that ends in the word "{target.strip()}": '
                               f"{saying}",
                     "classes": repr(classes), "answer_index": classes.index(target)})

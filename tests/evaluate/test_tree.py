@@ -24,7 +24,7 @@ def setup():
 
 
 def test_layout_feeds_each_candidate_but_its_last_token():
-    fed, spans, width = tree_layout([[1, 2]], [[[5, 6, 7], [8], [9, 10]]], 0)
+    fed, spans, width = tree_layout([[[5, 6, 7], [8], [9, 10]]])
     assert fed == [[5, 6, 9]] and spans == [[(0, 2), (2, 2), (2, 3)]] and width == 3
 
 

@@ -17,7 +17,7 @@ import torch
 from knowflow.evaluate.batching import Prefix, forward, left_pad, model_device
 
 
-def tree_layout(prompts: list[list[int]], conts: list[list[list[int]]], n_prefix: int
+def tree_layout(conts: list[list[list[int]]]
                 ) -> tuple[list[list[int]], list[list[tuple[int, int]]], int]:
     """Per row the candidate tokens fed (each candidate without its last token), the
     [start, end) of each candidate's tokens in the candidate region, and that region's width."""
@@ -63,7 +63,7 @@ def score_batch_tree(model, prompts: list[list[int]], conts: list[list[list[int]
     device = model_device(model)
     n = prefix.length
     ids, pmask, pos = left_pad([p[n:] for p in prompts], pad_id, torch.device("cpu"))
-    fed, spans, width = tree_layout(prompts, conts, n)
+    fed, spans, width = tree_layout(conts)
     lp = ids.shape[1]
     cand = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     cpos = torch.zeros((len(prompts), width), dtype=torch.long)

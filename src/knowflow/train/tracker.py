@@ -59,13 +59,17 @@ def fast_bf16(device: torch.device) -> bool:
         return False
 
 
+def evaluates_in_bf16(dtype: str, device: torch.device) -> bool:
+    """Whether the tracker's `dtype` setting means bfloat16 on `device`."""
+    return dtype == "bfloat16" or (dtype == "auto" and fast_bf16(device))
+
+
 def evaluation_precision(model, dtype: str):
     """A context in which to evaluate `model` at `dtype`: bfloat16 autocast for float32
     weights, or nothing (float32, weights already in low precision, or `auto` without fast
     bf16)."""
     param = next(model.parameters())
-    low = dtype == "bfloat16" or (dtype == "auto" and fast_bf16(param.device))
-    if not low or param.dtype != torch.float32:
+    if not evaluates_in_bf16(dtype, param.device) or param.dtype != torch.float32:
         return nullcontext()
     return torch.autocast(param.device.type, dtype=torch.bfloat16)
 
