@@ -3,22 +3,30 @@ batched decoder against a one-item loop and against `model.generate` (batched, l
 greedy), same prompts, same run, and the floor a CPU puts under it.
 
 Batching shares the weights' memory reads across a batch, which makes decoding steps cheap;
-the prompt prefill is compute-bound and costs the same FLOPs batched or not. So the floor of
-batched generation is the prefill's FLOPs (the linear layers, 2 x parameters per token, over
-the prompt tokens past the shared prefix) divided by the machine's measured matmul throughput
-(a (tokens x 576) @ (576 x 1536) fp32 product, as in the model's MLP, timed in CPU seconds).
-The script prints that floor, the one-item loop's time, and the speedup the floor allows.
+the prompt prefill is compute-bound and costs the same FLOPs batched or not. The script prints
+two floors for the batched run, in CPU seconds:
+- the prefill floor: the prefill's FLOPs (linear layers, 2 x parameters per token, over the
+  prompt tokens past the shared prefix) divided by the machine's measured matmul throughput
+  (a (512 x 576) @ (576 x 1536) fp32 product, as in the model's MLP);
+- the matmul floor: that plus, for every decode step the batched run took, the time the
+  model's own linear layers (output projection included) take on as many rows as were still
+  generating at that step, measured here. Everything else a step does (attention, norms,
+  the KV cache, Python) is left out, so no implementation of this decoding on this CPU at
+  this thread count is faster than the floor.
+`best speedup the floor allows` is the one-item loop's CPU time over that floor.
 
 `model.generate` runs with the same batch size, left padding, greedy decoding and
 max_new_tokens; it stops a row at end-of-sequence only (knowflow also stops at the answer's
 end of line, so it decodes fewer tokens). Outputs are compared after knowflow's answer-line
-cleaning (first non-blank line). Never asserts on time.
+cleaning (first non-blank line). The tokenizer's stop table (built once per tokenizer) is
+built before the timed runs, so no side pays it. Never asserts on time.
 
     .venv/bin/python benchmarks/bench_generate.py [--items 32] [--threads 1] [--batch-size 16]
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import torch
@@ -36,6 +44,41 @@ def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int
     for _ in range(reps):
         x @ w
     return 2 * rows * d_in * d_out * reps / (time.process_time() - start) / 1e9
+
+
+# the module (knowflow.evaluate re-exports a function of the same name)
+kf_generate = importlib.import_module("knowflow.evaluate.generate")
+
+
+def linear_seconds(model, rows: int, reps: int = 3) -> float:
+    """CPU seconds the model's linear layers (output projection included) take on `rows`
+    rows of random input: one decode step's matmuls at that batch size."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {m.in_features: torch.randn(rows, m.in_features) for m in layers}
+    with torch.no_grad():
+        for m in layers:
+            m(inputs[m.in_features])
+        start = time.process_time()
+        for _ in range(reps):
+            for m in layers:
+                m(inputs[m.in_features])
+    return (time.process_time() - start) / reps
+
+
+def decode_batch_sizes(model, tok, seqs, batch_size: int, max_new_tokens: int) -> list[int]:
+    """Live rows at each decode step of knowflow's batched run (untimed; wraps its forward)."""
+    sizes, forward = [], kf_generate.forward
+
+    def spy(model, past=None, last_only=False, **inputs):
+        sizes.append(inputs["input_ids"].shape[0])
+        return forward(model, past=past, last_only=last_only, **inputs)
+
+    kf_generate.forward = spy
+    try:
+        generate(model, tok, seqs, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    finally:
+        kf_generate.forward = forward
+    return sizes
 
 
 def hf_generate(model, tok, seqs, batch_size: int, max_new_tokens: int) -> list[str]:
@@ -58,6 +101,7 @@ def main() -> None:
     print(f"SmolLM2-135M-Instruct, {n} items (chat prompts, mean {sum(map(len, seqs)) / n:.0f} "
           f"tokens), {args.threads} thread(s), batch size {bs}, max_new_tokens {mnt}")
 
+    generate(model, tok, seqs[:1], max_new_tokens=1)  # builds the stop table, untimed
     cpu = {}
 
     def cpu_timed(name, fn):  # CPU seconds too: other people's jobs do not count in them
@@ -84,7 +128,7 @@ def main() -> None:
         diff = [(a, b) for a, b in zip(hf, single, strict=True) if a != b]
         print(f"  model.generate differs on {len(diff)} item(s), e.g. {diff[0]!r}")
 
-    # the floor: prefill FLOPs (linear layers, past the shared prefix) at measured throughput
+    # the floors: prefill FLOPs at measured throughput; plus every decode step's matmuls
     emb = model.get_input_embeddings().weight.numel()
     params = sum(p.numel() for p in model.parameters()) - emb  # tied head: not in the prefill
     shared = common_prefix_len(seqs)
@@ -97,9 +141,18 @@ def main() -> None:
           f"{params / 1e6:.0f}M params = {2 * params * prefill_tokens / 1e12:.2f} TFLOP -> floor "
           f"{floor:.1f} s; knowflow's prefill (1 new token) {t_pre:.1f} s wall, "
           f"{cpu['p']:.1f} s CPU ({100 * floor / cpu['p']:.0f}% of peak)")
-    print(f"best speedup the prefill floor allows (CPU time): {cpu['s'] / floor:.1f}x; knowflow "
-          f"batched {cpu['s'] / cpu['b']:.2f}x; the floor is {100 * floor / cpu['b']:.0f}% of "
-          "knowflow's batched CPU time")
+    sizes = decode_batch_sizes(model, tok, seqs, bs, mnt)
+    per_size = {m: linear_seconds(model, m) for m in set(sizes)}
+    decode_floor = sum(per_size[m] for m in sizes)
+    print(f"decode: {len(sizes)} steps, live rows {' '.join(map(str, sizes))}; their matmuls "
+          f"alone {decode_floor:.1f} s CPU (one step: {1000 * per_size[max(sizes)]:.0f} ms at "
+          f"{max(sizes)} rows, {1000 * per_size[min(sizes)]:.0f} ms at {min(sizes)}); knowflow's "
+          f"decode {cpu['b'] - cpu['p']:.1f} s CPU" if sizes else "decode: no steps")
+    total = floor + decode_floor
+    print(f"matmul floor (prefill + decode) {total:.1f} s CPU: best speedup it allows over the "
+          f"one-item loop {cpu['s'] / total:.1f}x (prefill floor alone: {cpu['s'] / floor:.1f}x); "
+          f"knowflow batched {cpu['s'] / cpu['b']:.2f}x, {100 * total / cpu['b']:.0f}% of the way "
+          "to the floor")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,12 @@ def tok():
 
 
 @pytest.fixture(scope="module")
+def tiny_lm(tok):
+    """A tiny random Llama over the byte tokenizer (model plumbing tests)."""
+    return tiny_llama(tok)
+
+
+@pytest.fixture(scope="module")
 def rows():
     """24 rows of the built-in C/C+S/S instruction mixture (finetuning tests)."""
     from knowflow.worlds.instructions import MixtureConfig, builtin_mixture

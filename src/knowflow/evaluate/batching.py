@@ -125,26 +125,113 @@ class Prefix:
 PrefillExtra = Callable[[torch.Tensor], dict]  # attention_mask (batch, seq) -> forward kwargs
 
 
+PASS_COST = 32  # a forward pass's fixed cost, in padded tokens (weights read, dispatch)
+
+
+def length_groups(lengths: Sequence[int], pass_cost: int = PASS_COST) -> list[list[int]]:
+    """Row indices split into groups of similar length: each group is one left-padded forward
+    pass costing (rows x its longest length) + `pass_cost` tokens, and the split minimizes the
+    total (dynamic programming over the rows sorted longest first; ties keep input order)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0.0] + [float("inf")] * len(order)   # best[j]: cost of the first j sorted rows
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):                         # the last group is order[i:j]
+            cost = best[i] + (j - i) * lengths[order[i]] + pass_cost
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(order)
+    while j:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
+
+
+def _mergeable(cache) -> bool:
+    """Whether `cache` is a plain dynamic KV cache whose layer tensors can be re-padded."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:  # pragma: no cover - older transformers
+        return False
+    return (type(cache) is DynamicCache
+            and all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None])))
+
+
+def _merge_left_padded(parts: list[tuple[list[int], object, torch.Tensor]], keep: int):
+    """One cache for all rows of `parts` [(row indices, cache, attention_mask (rows, seq_i))],
+    each row left-padded to the widest part: the padding goes after the first `keep`
+    (shared-prefix) positions. Returns (cache, attention_mask (rows, widest seq)) with row r
+    at index r; the first part's cache object is reused."""
+    width = max(mask.shape[1] for _, _, mask in parts)
+    rows = sum(len(idx) for idx, _, _ in parts)
+
+    def join(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+        first = tensors[0]                                     # dim: the sequence axis
+        shape = list(first.shape)
+        shape[0], shape[dim] = rows, width
+        out = first.new_zeros(shape)
+        for (idx, _, _), x in zip(parts, tensors, strict=True):
+            at = torch.tensor(idx, device=x.device)
+            out.index_copy_(0, at, torch.cat(
+                [x.narrow(dim, 0, keep), x.new_zeros([*x.shape[:dim], width - x.shape[dim],
+                                                      *x.shape[dim + 1:]]),
+                 x.narrow(dim, keep, x.shape[dim] - keep)], dim=dim))
+        return out
+
+    cache = parts[0][1]
+    for i, layer in enumerate(cache.layers):               # keys: (rows, heads, seq, dim)
+        layer.keys = join([c.layers[i].keys for _, c, _ in parts], 2)
+        layer.values = join([c.layers[i].values for _, c, _ in parts], 2)
+    return cache, join([mask for _, _, mask in parts], 1)
+
+
+@torch.no_grad()
+def _prefill_rows(model, seqs, rows: list[int], prefix: Prefix, pad_id: int, extra):
+    """One left-padded forward pass over `seqs[rows]`: (last logits, cache, attention mask)."""
+    n = prefix.length
+    ids, mask, pos = left_pad([list(seqs[i][n:]) for i in rows], pad_id, model_device(model))
+    if n:
+        mask = torch.cat([mask.new_ones(len(rows), n), mask], dim=1)         # (rows, seq)
+        pos = pos + n
+    more = extra(mask) if extra is not None else {}
+    logits, cache = forward(model, past=prefix.expand(len(rows)), last_only=True,
+                            input_ids=ids, attention_mask=mask, position_ids=pos, **more)
+    return logits[:, -1], cache, mask
+
+
 @torch.no_grad()
 def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int,
             extra: PrefillExtra | None = None):
-    """Run prompts `seqs` (which all start with `prefix`) as one left-padded batch.
+    """Run prompts `seqs` (which all start with `prefix`), left-padded.
 
     Returns (last_logits (batch, vocab), cache, attention_mask (batch, seq), next_positions
-    (batch, 1)): what a decoder needs to continue every row. `extra(attention_mask)` may add
-    keyword arguments to the forward pass (e.g. an attention-capture plan, `probes.intercept`).
+    (batch, 1)): what a decoder needs to continue every row, in the order of `seqs`.
+    `extra(attention_mask)` may add keyword arguments to the forward pass (e.g. an
+    attention-capture plan, `probes.intercept`); with it the rows run as one pass. Otherwise
+    rows of very different lengths run in several passes (`length_groups`), so that short
+    prompts carry little padding, and their caches are joined into one left-padded cache
+    (for transformers' plain `DynamicCache`; other caches run as one pass).
     """
     device = model_device(model)
-    n = prefix.length
-    ids, mask, pos = left_pad([list(s[n:]) for s in seqs], pad_id, device)  # (batch, seq - n)
-    if n:
-        mask = torch.cat([mask.new_ones(len(seqs), n), mask], dim=1)         # (batch, seq)
-        pos = pos + n
-    more = extra(mask) if extra is not None else {}
-    logits, cache = forward(model, past=prefix.expand(len(seqs)), last_only=True,
-                            input_ids=ids, attention_mask=mask, position_ids=pos, **more)
     lengths = torch.tensor([len(s) for s in seqs], device=device)
-    return logits[:, -1], cache, mask, lengths[:, None]
+    everything = list(range(len(seqs)))
+    widths = [len(s) - prefix.length for s in seqs]
+    groups = length_groups(widths, PASS_COST) if extra is None else []
+    if len(groups) > 1:
+        parts, logits = [], torch.empty(0)
+        for group in groups:
+            last, cache, mask = _prefill_rows(model, seqs, group, prefix, pad_id, None)
+            if not _mergeable(cache):
+                break
+            if not len(logits):
+                logits = last.new_empty(len(seqs), last.shape[-1])           # (batch, vocab)
+            logits[group] = last
+            parts.append((group, cache, mask))
+        else:
+            cache, mask = _merge_left_padded(parts, prefix.length)
+            return logits, cache, mask, lengths[:, None]
+    last, cache, mask = _prefill_rows(model, seqs, everything, prefix, pad_id, extra)
+    return last, cache, mask, lengths[:, None]
 
 
 def fit_batch_size(model, longest: int, new_tokens: int = 0, fallback: int = 16,
