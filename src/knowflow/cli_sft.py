@@ -82,6 +82,9 @@ def sft_cmd(
     curate_threshold: Annotated[float | None, Opt(help="With --curate dynamic: drop only rows "
                                                        "whose no-context loss is below this "
                                                        "(answered from memory).")] = None,
+    curate_keep_out: Annotated[bool, Opt("--curate-keep-out", help="With --curate dynamic: a "
+                                         "dropped row is never re-admitted; each re-scoring "
+                                         "drops the share of the rows still in.")] = False,
     set_: Annotated[list[str] | None, Opt("--set", help="Any other field: key=value "
                                                         "(see `knowflow config sft`).")] = None,
     runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
@@ -112,6 +115,7 @@ def sft_cmd(
         given["sft.prompt_format"] = given["track.prompt_format"] = prompt_format
     overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
     overrides += [f"{k}=true" for k, on in (("track.keep_peak", keep_peak),) if on]
+    overrides += ["curate.readmit=false"] if curate_keep_out else []
     overrides += ["tracking=false"] if no_track else []
     overrides += list(set_ or [])
     from knowflow.cli import check_run_dir, check_threads

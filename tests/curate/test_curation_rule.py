@@ -86,10 +86,17 @@ def test_toy_dynamic_curation():
         return finetune(model, train, test, cfg, False, curation)
 
     plain = run(None)
-    none_dropped = run((5, 0.25, 1e-9))  # nothing is below a loss of 1e-9
+    none_dropped = run((5, 0.25, 1e-9, True))  # nothing is below a loss of 1e-9
     assert [r["mc"] for r in plain] == [r["mc"] for r in none_dropped]
     assert all(r["n_dropped"] == 0 for r in none_dropped)
-    dyn = run((5, 0.25, None))
+    dyn = run((5, 0.25, None, True))
     assert all(r["n_dropped"] == round(0.25 * 14) == r["n_dropped_C+S"] for r in dyn)
     assert [r["mc"] for r in dyn] != [r["mc"] for r in plain]
     assert (train.kind == CS).sum() == 6
+    # without readmission each re-scoring (steps 0, 5, 10, 15, 20) adds a quarter of the rest
+    kept = run((5, 0.25, None, False))
+    counts = [r["n_dropped"] for r in kept]                    # records at steps 0, 5, ..., 20
+    # round(0.25 x rows still in), Python rounding: 14 -> 4, 10 -> 2, 8 -> 2, 6 -> 2, 4 -> 1
+    assert counts == [4, 6, 8, 10, 11]
+    first = {i for i, r in enumerate(train.kind.tolist()) if r == CS}
+    assert kept[0]["n_dropped_C+S"] == 4 and kept[-1]["n_dropped_C+S"] == len(first)

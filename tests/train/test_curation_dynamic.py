@@ -13,6 +13,7 @@ from knowflow.train.curation import (
     ActiveSampler,
     DynamicCuration,
     DynamicCurationConfig,
+    next_drop,
     no_context_scorer,
 )
 from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
@@ -49,6 +50,33 @@ def test_rescoring_uses_the_current_weights(tok, rows):
         drops.append(set(rec["dropped"]))
     assert drops[0] != drops[1]
     assert cur.history[1]["n_readmitted"] == len(drops[0] - drops[1]) > 0
+
+
+def test_without_readmission_dropped_rows_stay_out(tok, rows):
+    """readmit=False: the second model's re-scoring keeps the first drop set and adds the
+    lowest quarter of the rows still in, by the second model's own losses."""
+    cfg = DynamicCurationConfig(mode="dynamic", every=3, fraction=0.25, batch_size=8,
+                                readmit=False)
+    cur = _curation(tok, rows, cfg=cfg)
+    state = type("S", (), {"global_step": 0, "is_world_process_zero": True})()
+    first = set(cur.rescore(tiny_llama(tok, seed=0), state)["dropped"])
+    model = tiny_llama(tok, seed=1)
+    rec = cur.rescore(model, state)
+    live = [i for i in range(len(rows)) if i not in first]
+    losses = no_context_loss(model, rows, tok, "chat")[live]
+    added = {live[j] for j in torch.argsort(losses, stable=True)[:round(0.25 * len(live))]}
+    assert set(rec["dropped"]) == first | added and rec["n_readmitted"] == 0
+    assert len(rec["dropped"]) > len(first)
+    assert set(cur.sampler.active.logical_not().nonzero().flatten().tolist()) == first | added
+
+
+def test_next_drop_keeps_one_row_and_honours_the_threshold():
+    losses = torch.tensor([0.1, 0.2, 3.0, 0.3, 5.0])
+    assert next_drop(losses, frozenset({4}), 0.5, None, readmit=True) == [0, 1]
+    assert next_drop(losses, frozenset({4}), 0.5, None, readmit=False) == [0, 1, 4]
+    assert next_drop(losses, frozenset({4}), 0.75, 0.25, readmit=False) == [0, 1, 4]
+    everything = frozenset({0, 1, 2, 3})
+    assert next_drop(losses, everything, 0.9, None, readmit=False) == [0, 1, 2, 3]
 
 
 def test_sampler_never_draws_a_dropped_row():

@@ -66,6 +66,7 @@ class PartsConfig:
     dynamic_every: int = 50  # part 5, dynamic curation: re-score every N steps
     dynamic_fraction: float = 0.25  # ... and leave out this share (lowest no-context loss)
     dynamic_threshold: float | None = None  # ... of those, only the ones below this loss
+    dynamic_readmit: bool = True  # False: left-out points stay out (each re-scoring adds)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class Arm:
     mixture: MixtureConfig
     train_v: bool
     filter_fraction: float = 0.0
-    dynamic: tuple | None = None  # dynamic curation: (every, fraction, threshold)
+    dynamic: tuple | None = None  # dynamic curation: (every, fraction, threshold, readmit)
 
 
 def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
@@ -142,7 +143,7 @@ def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
             Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), False),
             Arm(part, "filtered", m, False, p.filter_fraction),
             Arm(part, "dynamic", m, False, dynamic=(p.dynamic_every, p.dynamic_fraction,
-                                                  p.dynamic_threshold))]
+                                                  p.dynamic_threshold, p.dynamic_readmit))]
 
 
 def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:
@@ -237,7 +238,7 @@ def _arm_key(arm: Arm) -> str:
     m = arm.mixture
     return (f"c{m.n_c}-cs{m.n_cs}-s{m.n_s_seen}-u{m.n_s_unseen}-a{m.n_aug}"
             f"-v{int(arm.train_v)}-f{arm.filter_fraction:g}"
-            + ("-d{}x{:g}t{}".format(*arm.dynamic) if arm.dynamic else ""))
+            + ("-d{}x{:g}t{}r{}".format(*arm.dynamic) if arm.dynamic else ""))
 
 
 # The inversion criterion inversion-tiny's findings use: M_C rises, then falls; C-only does not.

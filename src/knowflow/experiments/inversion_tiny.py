@@ -83,6 +83,7 @@ class InversionTinyConfig:
     curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
     curate_fraction: float = 0.25  # `dynamic`: at most this share is left out ...
     curate_threshold: float | None = None  # ... of it only no-context losses below this
+    curate_readmit: bool = True  # False: dropped rows stay out (each re-scoring drops more)
     aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of size
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -205,7 +206,8 @@ def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
             lambda m: no_context_loss(m, train, tokenizer), len(train),
             DynamicCurationConfig("dynamic", every=cfg.curate_every,
                                   fraction=cfg.curate_fraction,
-                                  threshold=cfg.curate_threshold),
+                                  threshold=cfg.curate_threshold,
+                                  readmit=cfg.curate_readmit),
             job_dir, kinds=[ex.kind for ex in train], seed=seed))
     finetune(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)

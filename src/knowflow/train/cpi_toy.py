@@ -74,20 +74,21 @@ def trajectory_record(model: OneLayerCPI, train: ToyData, test: ToyData,
 
 
 def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetuneConfig,
-             train_v: bool, curation: tuple[int, float, float | None] | None = None
+             train_v: bool, curation: tuple[int, float, float | None, bool] | None = None
              ) -> list[dict]:
     """Full-batch training of W_KQ (and W_V if `train_v`) on `train`; returns the trajectory.
 
     Step t's record describes the model *before* update t (step 0 is the pretrained model; the
     projections use the gradient that update t applies); the last record is the final model.
-    `curation=(every, fraction, threshold)`: dynamic curation (`train.curation.drop_set`) —
-    every `every` steps (from step 0) the no-context loss of every training example is
-    re-scored under the current weights and the `fraction` with the lowest (those below
-    `threshold` only, if not None) is left out of the loss until the next re-scoring; records
-    then carry `n_dropped` and `n_dropped_C+S`.
+    `curation=(every, fraction, threshold, readmit)`: dynamic curation
+    (`train.curation.next_drop`) — every `every` steps (from step 0) the no-context loss of
+    every training example is re-scored under the current weights and the `fraction` with the
+    lowest (those below `threshold` only, if not None) is left out of the loss until the next
+    re-scoring (for good if not `readmit`: then each re-scoring drops `fraction` of the rows
+    still in); records then carry `n_dropped` and `n_dropped_C+S`.
     """
     from knowflow.curate.criticality import no_context_loss
-    from knowflow.train.curation import drop_set
+    from knowflow.train.curation import next_drop
 
     model.w_v.requires_grad_(train_v)
     groups = [{"params": [model.w_kq], "lr": cfg.lr}]
@@ -99,9 +100,9 @@ def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetune
     active = torch.ones(len(train), dtype=torch.bool)  # (N,) rows in the loss
     for step in range(cfg.steps + 1):
         if curation is not None and step % curation[0] == 0:
+            before = frozenset((~active).nonzero().flatten().tolist())
             active = torch.ones(len(train), dtype=torch.bool)
-            active[drop_set(no_context_loss(model, train), curation[1], curation[2],
-                            len(train) - 1)] = False
+            active[next_drop(no_context_loss(model, train), before, *curation[1:])] = False
         opt.zero_grad()
         table = model.value_table() if train_v else frozen_table  # (n_tokens + 1, A)
         logits, attn = model(train.tokens, train.mask, table)

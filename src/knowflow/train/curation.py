@@ -7,7 +7,8 @@ points are fit and the model starts to answer them from memory. `DynamicCuration
 every training row's no-context loss under the *current* weights every `every` optimizer steps
 (and at step 0) and drops the `fraction` with the lowest loss (with `threshold`: of those, only
 the rows whose loss is below it, i.e. that the model now answers from memory alone) until the
-next re-scoring, when rows may be re-admitted. Three pieces do it:
+next re-scoring, when rows may be re-admitted (with `readmit=False` they stay out, and each
+re-scoring drops `fraction` of the rows still in). Three pieces do it:
 
 - `ActiveSampler` draws training rows from the active (not dropped) rows only;
 - `CuratedTrainer` uses that sampler and also masks the labels of a row dropped after its batch
@@ -56,6 +57,8 @@ class DynamicCurationConfig:
     fraction: float = 0.25           # share of rows dropped at each re-scoring (at most)
     threshold: float | None = None   # drop only rows whose no-context loss is below this
     batch_size: int = 16             # rows per scoring forward pass
+    readmit: bool = True             # False: a dropped row stays out; each re-scoring drops
+    #                                  `fraction` of the rows still in
 
     def validate(self, prefix: str = "curate.") -> None:
         require(self.mode in MODES, f"{prefix}mode",
@@ -166,9 +169,8 @@ class DynamicCuration(TrainerCallback):
         if len(losses) != self.sampler.n:
             raise ValueError(f"the scorer returned {len(losses)} losses for "
                              f"{self.sampler.n} rows")
-        drop = sorted(drop_set(losses, self.cfg.fraction, self.cfg.threshold,
-                               self.sampler.n - 1))
         before = self.dropped
+        drop = next_drop(losses, before, self.cfg.fraction, self.cfg.threshold, self.cfg.readmit)
         self.sampler.set_dropped(drop)
         kept = [float(v) for i, v in enumerate(losses) if i not in set(drop)]
         record = {"step": state.global_step, "n_rows": self.sampler.n, "n_dropped": len(drop),
@@ -210,6 +212,19 @@ def drop_set(losses, fraction: float, threshold: float | None = None,
     if threshold is not None:
         drop = [i for i in drop if losses[i] < threshold]
     return drop[:most] if most is not None else drop
+
+
+def next_drop(losses, before: frozenset[int], fraction: float, threshold: float | None,
+              readmit: bool) -> list[int]:
+    """The drop set after a re-scoring (sorted; one row always stays in). With `readmit` it
+    is `drop_set` of all rows; without, the rows dropped `before` stay out and `drop_set`
+    of the rows still in is added to them."""
+    losses = torch.as_tensor(losses, dtype=torch.float64)  # (n,)
+    if readmit:
+        return sorted(drop_set(losses, fraction, threshold, len(losses) - 1))
+    live = [i for i in range(len(losses)) if i not in before]
+    new = drop_set(losses[live], fraction, threshold, len(live) - 1)
+    return sorted(before | {live[j] for j in new})
 
 
 class IndexedCollator:
