@@ -33,7 +33,10 @@ def test_tiny_run_writes_the_whole_contract(tmp_path):
                                            "dynamic"}
     for arm in summary["mitigations"].values():
         assert set(arm) >= SUMMARY_KEYS | {"indist_start", "indist_final"}
-    assert summary["mitigations"]["dynamic"]["n_dropped_final"] == 4  # round(0.25 * 16)
+    # of the lowest round(0.75 * 16) = 12 no-context losses, those below ln 2: the 10 C+S
+    # points (facts the model knows), none of the 6 made-up C points
+    dyn = summary["mitigations"]["dynamic"]
+    assert dyn["n_dropped_final"] == dyn["n_dropped_C+S_final"] == 10
     assert set(summary["findings"]) >= {"dynamic_fall_removed", "dynamic_indist_change",
                                         "dynamic_goal_met"}
     records = read_jsonl(run_dir / "metrics.jsonl")

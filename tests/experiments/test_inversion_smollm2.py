@@ -18,7 +18,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
             "sft.batch_size=4", "sft.prompt_format=chat", "track.prompt_format=chat",
             "track.every=1", "track.limit=2", "track.batch_size=2", "sft.max_length=512",
             "arms=lora,full,curated,qk_only,augmented,dynamic", "dynamic.every=1",
-            "indist_n=2", "curate_drop=0.25", "dynamic.fraction=0.25"]
+            "indist_n=2", "curate_drop=0.25", "dynamic.fraction=0.25", "dynamic.threshold=none"]
     result = run_experiment("inversion-smollm2", sets, runs_root=tmp_path)
     summary = read_json(result.run_dir / "summary.json")
     records = read_jsonl(result.run_dir / "metrics.jsonl")
@@ -37,7 +37,9 @@ def test_all_arms_write_records(tmp_path, model_dir):
                                                      "augmented")}) == 1
     assert len({summary[a]["indist_start"] for a in ("lora", "full", "dynamic")}) == 1
     dyn = read_jsonl(result.run_dir / "arms" / "dynamic" / "curation.jsonl")
-    assert [r["step"] for r in dyn] == [0, 1] and all(r["n_dropped"] == 6 for r in dyn)
+    # rows dropped stay out (the arm's default): 6 of 24 at step 0, then 6 + round(0.25 * 18)
+    assert [r["step"] for r in dyn] == [0, 1] and [r["n_dropped"] for r in dyn] == [6, 10]
+    assert set(dyn[0]["dropped"]) < set(dyn[1]["dropped"])
     assert summary["findings"].get("dynamic_fall_removed") is not None or \
         summary["lora"]["fall"] == 0
     assert summary["curated"]["n_examples"] == 18  # 24 minus the 25% least critical

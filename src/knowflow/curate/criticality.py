@@ -29,6 +29,13 @@ from knowflow.worlds.facts import Instruction
 from knowflow.worlds.instruction_rows import IGNORE, encode
 from knowflow.worlds.prompts import FORMATS
 
+# The experiments' dynamic arms (README, "Dynamic curation"): drop, for good, up to 3/4 of the
+# rows still in at each re-scoring, of those only rows the model answers from memory alone
+# (no-context loss below ln 2, i.e. answer probability above 1/2). Chosen by a search over the
+# share (0.25, 0.5, 0.75), readmission and the threshold in inversion-tiny (all five seeds).
+MEMORY_LOSS = 0.693
+ARM_FRACTION = 0.75
+
 BY = ("no_context_loss", "criticality")
 
 

@@ -7,7 +7,8 @@
 (5) `mitigations`: against the inversion setting (W_KQ only): training all weights instead,
     counterfactual augmentation, dropping the examples with the lowest no-context loss once
     (`filtered`, the paper's filter), and dynamic curation (`dynamic`: re-scoring that loss
-    under the current weights every `part.dynamic_every` steps); each arm also reports the
+    under the current weights every `part.dynamic_every` steps and leaving out, for good, the
+    points the model now answers from memory); each arm also reports the
     in-distribution accuracy it keeps (accuracy on the mixture's C and C+S points).
 Parts are independent runs on one seeded world; each finished part is checkpointed, so
 `--resume` redoes only what is missing. Parts run in parallel processes, one torch thread each.
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import require
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.phase import PhaseConfig, cells, phase_summary
 from knowflow.experiments.registry import Summary, register
@@ -64,9 +66,10 @@ class PartsConfig:
     aug_points: int = 60  # part 5: counterfactual-augmentation points added
     filter_fraction: float = 0.25  # part 5: share dropped (lowest no-context loss); paper: 25%
     dynamic_every: int = 50  # part 5, dynamic curation: re-score every N steps
-    dynamic_fraction: float = 0.25  # ... and leave out this share (lowest no-context loss)
-    dynamic_threshold: float | None = None  # ... of those, only the ones below this loss
-    dynamic_readmit: bool = True  # False: left-out points stay out (each re-scoring adds)
+    dynamic_fraction: float = ARM_FRACTION  # ... and leave out this share of the points still
+    #                                         in (lowest no-context loss) ...
+    dynamic_threshold: float | None = MEMORY_LOSS  # ... of those, only the ones below this loss
+    dynamic_readmit: bool = False  # True: re-admit them at the next re-scoring
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ log-likelihood and by generation. Arms:
 - `curated`: the mixture without the 25% of examples with the lowest no-context loss under the
   model before finetuning (`knowflow curate`, the paper's filter);
 - `augmented`: entity-substituted counterfactual examples added (`knowflow augment`);
-- `dynamic`: dynamic curation (`knowflow sft --curate dynamic`): every `dynamic.every` steps
-  the rows' no-context loss is re-scored under the current weights and the lowest share dropped.
+- `dynamic`: dynamic curation (`knowflow sft --curate dynamic --curate-keep-out`): every
+  `dynamic.every` steps the rows' no-context loss is re-scored under the current weights, and
+  of the rows still in, the lowest share whose loss is below `dynamic.threshold` (answered
+  from memory) is dropped for good.
 The mitigation arms train like the `base` arm (lora, full or qk_only), and are compared with it:
 the share of its fall they remove, and the in-distribution accuracy they keep (held-out C and
 C+S rows, scored by generation before and after finetuning). Each arm is an ordinary
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.experiments.cpi_toy import INVERSION_FALL, INVERSION_RISE
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
@@ -54,10 +57,10 @@ class InversionSmolConfig:
     workers: int = 2                  # one process per arm (each one torch thread)
     qk_lr: float = 1e-4               # qk_only trains full-rank weights: a smaller step
     full_lr: float = 2e-5             # so does full finetuning
-    curate_drop: float = 0.5          # static filter; the same share as dynamic.fraction
+    curate_drop: float = 0.5          # static filter: share dropped once, before finetuning
     augment_ratio: float = 0.25
     dynamic: DynamicCurationConfig = field(default_factory=lambda: DynamicCurationConfig(
-        mode="dynamic", every=50, fraction=0.5))
+        mode="dynamic", every=50, fraction=ARM_FRACTION, threshold=MEMORY_LOSS, readmit=False))
     indist_n: int = 24                # held-out C rows and C+S rows each (0: none)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
         train="lora", lr=1e-3, steps=300, batch_size=4, prompt_format="plain", save_every=50,

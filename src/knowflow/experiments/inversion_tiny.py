@@ -17,8 +17,9 @@ arms (all but `dynamic` by default), each for every seed:
 - `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too);
 - `dynamic`: the mixture under dynamic curation (`train.curation`): every `curate_every`
   steps each example's no-context loss is re-scored under the *current* model, and of the
-  `curate_fraction` with the lowest loss those below `curate_threshold` (the model answers
-  them from memory alone) are left out until the next re-scoring.
+  `curate_fraction` of the examples still in with the lowest loss, those below
+  `curate_threshold` (the model answers them from memory alone) are left out for good
+  (`curate_readmit=true`: only until the next re-scoring).
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
 (arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
@@ -37,6 +38,7 @@ from typing import Literal
 
 from knowflow import schema
 from knowflow.config import require
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
 from knowflow.experiments.parallel import run_pipeline
@@ -81,9 +83,10 @@ class InversionTinyConfig:
     workers: int = 2  # processes; each uses one torch thread
     filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
     curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
-    curate_fraction: float = 0.25  # `dynamic`: at most this share is left out ...
-    curate_threshold: float | None = None  # ... of it only no-context losses below this
-    curate_readmit: bool = True  # False: dropped rows stay out (each re-scoring drops more)
+    curate_fraction: float = ARM_FRACTION  # `dynamic`: at most this share of the rows still
+    #                                        in is left out ...
+    curate_threshold: float | None = MEMORY_LOSS  # ... of it only no-context losses below this
+    curate_readmit: bool = False  # True: dropped rows come back at the next re-scoring
     aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of size
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
