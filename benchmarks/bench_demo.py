@@ -28,6 +28,7 @@ def timed(cmd: list[str], env: dict, out: str) -> float:
 def main(keep: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or scratch
+        os.makedirs(tmp, exist_ok=True)
         env = {**os.environ, "KNOWFLOW_CACHE": os.path.join(tmp, "cache")}
         runs = os.path.join(tmp, "runs")
         times = {name: timed([KNOWFLOW, "run", name, "--runs-dir", runs], env,
