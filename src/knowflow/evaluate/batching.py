@@ -207,8 +207,8 @@ def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int,
     Returns (last_logits (batch, vocab), cache, attention_mask (batch, seq), next_positions
     (batch, 1)): what a decoder needs to continue every row, in the order of `seqs`.
     `extra(attention_mask)` may add keyword arguments to the forward pass (e.g. an
-    attention-capture plan, `probes.intercept`); with it the rows run as one pass. Otherwise
-    rows of very different lengths run in several passes (`length_groups`), so that short
+    attention-capture plan, `probes.intercept`); with it the rows run as one pass. Otherwise,
+    on a CPU, rows of very different lengths run in several passes (`length_groups`), so that short
     prompts carry little padding, and their caches are joined into one left-padded cache
     (for transformers' plain `DynamicCache`; other caches run as one pass).
     """
@@ -216,7 +216,9 @@ def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int,
     lengths = torch.tensor([len(s) for s in seqs], device=device)
     everything = list(range(len(seqs)))
     widths = [len(s) - prefix.length for s in seqs]
-    groups = length_groups(widths, PASS_COST) if extra is None else []
+    # CPU only: measured there; on a GPU padding is cheap, passes are not, and joining the
+    # caches would briefly hold a second copy of a memory-sized batch
+    groups = length_groups(widths, PASS_COST) if extra is None and device.type == "cpu" else []
     if len(groups) > 1:
         parts, logits = [], torch.empty(0)
         for group in groups:
