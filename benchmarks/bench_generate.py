@@ -19,9 +19,12 @@ two floors for the batched run, in CPU seconds:
 max_new_tokens; it stops a row at end-of-sequence only (knowflow also stops at the answer's
 end of line, so it decodes fewer tokens). Outputs are compared after knowflow's answer-line
 cleaning (first non-blank line). The tokenizer's stop table (built once per tokenizer) is
-built before the timed runs, so no side pays it. Never asserts on time.
+built before the timed runs, so no side pays it, and each side runs `--repeat` times (default
+2; the fastest by CPU time counts), so no side pays the first pass's one-time costs (the
+allocator growing to a batch's size). Never asserts on time.
 
     .venv/bin/python benchmarks/bench_generate.py [--items 32] [--threads 1] [--batch-size 16]
+                                                  [--repeat 2]
 """
 
 from __future__ import annotations
@@ -96,7 +99,10 @@ def hf_generate(model, tok, seqs, batch_size: int, max_new_tokens: int) -> list[
 
 
 def main() -> None:
-    args, model, tok, _, _, seqs = setup(__doc__)
+    def flags(ap):
+        ap.add_argument("--repeat", type=int, default=2, help="runs per side; the fastest counts")
+
+    args, model, tok, _, _, seqs = setup(__doc__, flags)
     n, bs, mnt = len(seqs), args.batch_size, args.max_new_tokens
     print(f"SmolLM2-135M-Instruct, {n} items (chat prompts, mean {sum(map(len, seqs)) / n:.0f} "
           f"tokens), {args.threads} thread(s), batch size {bs}, max_new_tokens {mnt}")
@@ -105,10 +111,15 @@ def main() -> None:
     cpu = {}
 
     def cpu_timed(name, fn):  # CPU seconds too: other people's jobs do not count in them
-        start = time.process_time()
-        out, wall = timed(fn)
-        cpu[name] = time.process_time() - start
-        return out, wall
+        best = None
+        for _ in range(max(1, args.repeat)):  # the fastest of `--repeat` runs (by CPU time)
+            start = time.process_time()
+            out, wall = timed(fn)
+            spent = time.process_time() - start
+            if best is None or spent < best[2]:
+                best = (out, wall, spent)
+        cpu[name] = best[2]
+        return best[0], best[1]
 
     batched, t_b = cpu_timed("b", lambda: generate(model, tok, seqs, batch_size=bs,
                                                    max_new_tokens=mnt))
