@@ -56,6 +56,19 @@ def tok():
     return byte_tokenizer()
 
 
+def assert_scores_match_naive(model, tokenizer, seqs, conts, *scored, abs: float = 1e-4):
+    """Each of `scored` (per prompt, per candidate: (log-prob, n tokens)) gives every candidate
+    of `conts` the score of one full forward pass (`loglik.score_naive`)."""
+    from knowflow.evaluate.loglik import score_naive
+
+    for i, (seq, cands) in enumerate(zip(seqs, conts, strict=True)):
+        for j, cand in enumerate(cands):
+            lp_ref, n_ref = score_naive(model, tokenizer, seq, cand)
+            for result in scored:
+                lp, n = result[i][j]
+                assert n == n_ref and lp == pytest.approx(lp_ref, abs=abs)
+
+
 @pytest.fixture(scope="module")
 def tiny_lm(tok):
     """A tiny random Llama over the byte tokenizer (model plumbing tests)."""

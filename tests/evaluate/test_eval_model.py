@@ -10,13 +10,13 @@ import torch
 from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import assert_scores_match_naive, byte_tokenizer, tiny_llama
 from knowflow.cli import app
 from knowflow.errors import KnowflowError
 from knowflow.evaluate.api import EvalConfig, evaluate
 from knowflow.evaluate.batching import common_prefix_len, encode_prompts, sorted_batches
 from knowflow.evaluate.generate import generate
-from knowflow.evaluate.loglik import score_continuations, score_naive
+from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import bootstrap_ci, memorization_ratio
 from knowflow.worlds.prompts import CONTEXT_ONLY, PromptConfig, render
 from knowflow.worlds.suites import get_suite
@@ -80,12 +80,7 @@ def test_batched_loglik_equals_full_forward(model, tokenizer, items):
     batched = score_continuations(model, tokenizer, seqs, conts, batch_size=5)
     single = score_continuations(model, tokenizer, seqs, conts, batch_size=1,
                                  share_prefix=False)
-    for seq, cs, b, s in zip(seqs, conts, batched, single, strict=True):
-        for c, (lp_b, n_b), (lp_s, n_s) in zip(cs, b, s, strict=True):
-            lp_ref, n_ref = score_naive(model, tokenizer, seq, c)
-            assert n_b == n_s == n_ref
-            assert lp_b == pytest.approx(lp_ref, abs=1e-4)
-            assert lp_s == pytest.approx(lp_ref, abs=1e-4)
+    assert_scores_match_naive(model, tokenizer, seqs, conts, batched, single)
 
 
 def test_identical_requests_are_scored_once(model, tokenizer, items, monkeypatch):
@@ -122,10 +117,7 @@ def test_requests_sharing_a_prompt_run_it_once_with_every_candidate(model, token
     got = score_continuations(model, tokenizer, [s for s, _ in reqs], [c for _, c in reqs],
                               batch_size=4)
     assert sorted(map(tuple, rows)) == sorted(map(tuple, seqs))  # each prompt once
-    for (seq, conts), scores in zip(reqs, got, strict=True):
-        for c, (lp, n) in zip(conts, scores, strict=True):
-            lp_ref, n_ref = score_naive(model, tokenizer, seq, c)
-            assert n == n_ref and lp == pytest.approx(lp_ref, abs=1e-4)
+    assert_scores_match_naive(model, tokenizer, [s for s, _ in reqs], [c for _, c in reqs], got)
 
 
 def test_metrics_helpers():

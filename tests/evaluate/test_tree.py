@@ -3,10 +3,9 @@ to itself) give the scores of the two-pass scorer and of one full forward per ca
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import assert_scores_match_naive, byte_tokenizer, tiny_llama
 from knowflow.evaluate import loglik
 from knowflow.evaluate.batching import Prefix, encode_prompts
-from knowflow.evaluate.loglik import score_naive
 from knowflow.evaluate.tree import score_batch_tree, tree_layout
 
 PROMPTS = ["Context: the capital is Lyon. Q: capital? A:", "Q: who wrote it? A:",
@@ -34,12 +33,9 @@ def test_tree_scores_match_the_two_pass_scorer_and_a_full_forward(setup, share):
     prefix = Prefix.build(model, seqs, share=share)
     tree = score_batch_tree(model, seqs, conts, prefix, tok.pad_token_id)
     two = loglik._score_batch_cached(model, seqs, conts, prefix, tok.pad_token_id)
-    for seq, cs, row_t, row_2 in zip(seqs, CANDS, tree, two, strict=True):
-        for c, (lp_t, n_t), (lp_2, n_2) in zip(cs, row_t, row_2, strict=True):
-            lp_ref, n_ref = score_naive(model, tok, seq, c)
-            assert n_t == n_2 == n_ref
-            assert lp_t == pytest.approx(lp_ref, abs=1e-4)
-            assert lp_t == pytest.approx(lp_2, abs=1e-4)
+    assert_scores_match_naive(model, tok, seqs, CANDS, tree, two)
+    assert [lp for row in tree for lp, _ in row] == pytest.approx(
+        [lp for row in two for lp, _ in row], abs=1e-4)
 
 
 def test_a_model_failing_the_check_falls_back_to_two_passes(setup, monkeypatch):

@@ -220,16 +220,16 @@ def prefill(model, seqs: Sequence[Sequence[int]], prefix: Prefix, pad_id: int,
     # caches would briefly hold a second copy of a memory-sized batch
     groups = length_groups(widths, PASS_COST) if extra is None and device.type == "cpu" else []
     if len(groups) > 1:
-        parts, logits = [], torch.empty(0)
+        parts, lasts = [], []
         for group in groups:
             last, cache, mask = _prefill_rows(model, seqs, group, prefix, pad_id, None)
             if not _mergeable(cache):
                 break
-            if not len(logits):
-                logits = last.new_empty(len(seqs), last.shape[-1])           # (batch, vocab)
-            logits[group] = last
             parts.append((group, cache, mask))
+            lasts.append(last)
         else:
+            order = torch.tensor([i for group in groups for i in group], device=device)
+            logits = torch.cat(lasts)[order.argsort()]                       # (batch, vocab)
             cache, mask = _merge_left_padded(parts, prefix.length)
             return logits, cache, mask, lengths[:, None]
     last, cache, mask = _prefill_rows(model, seqs, everything, prefix, pad_id, extra)

@@ -172,11 +172,12 @@ class DynamicCuration(TrainerCallback):
         before = self.dropped
         drop = next_drop(losses, before, self.cfg.fraction, self.cfg.threshold, self.cfg.readmit)
         self.sampler.set_dropped(drop)
-        kept = [float(v) for i, v in enumerate(losses) if i not in set(drop)]
+        gone = set(drop)
+        kept = losses[self.sampler.active]                        # (rows still in,)
         record = {"step": state.global_step, "n_rows": self.sampler.n, "n_dropped": len(drop),
-                  "n_newly_dropped": len(set(drop) - before),
-                  "n_readmitted": len(before - set(drop)),
-                  "loss_cutoff": min(kept) if kept else None,
+                  "n_newly_dropped": len(gone - before),
+                  "n_readmitted": len(before - gone),
+                  "loss_cutoff": float(kept.min()),
                   "mean_loss": float(losses.mean()),
                   "seconds": round(time.perf_counter() - start, 3), "dropped": drop}
         if self.kinds is not None:
