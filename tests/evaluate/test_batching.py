@@ -93,3 +93,27 @@ def test_prefill_with_extra_kwargs_runs_one_pass(tiny_lm, tok, monkeypatch):
     calls.clear()
     prefill(model, seqs, Prefix(0), tokenizer.pad_token_id)
     assert len(calls) > 1 and sum(c[0] for c in calls) == len(seqs)
+
+
+def test_fit_batch_size_on_cuda_follows_free_memory(tiny_lm, monkeypatch):
+    """The CUDA branch, on a CPU: the device and the free-memory probe are faked, so the
+    arithmetic is checked without a GPU (batch ~ free memory / per-row bytes, 1..cap)."""
+    cfg = tiny_lm.config
+    free = {"bytes": 0}
+    monkeypatch.setattr(batching, "model_device", lambda model: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (free["bytes"], 2 ** 40))
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    tokens, nbytes = 60 + 8, 4                                  # float32 weights
+    per_row = (2 * cfg.num_hidden_layers * kv_heads * head_dim * tokens * nbytes
+               + tokens * (4 * cfg.hidden_size + 2 * cfg.intermediate_size + heads * tokens)
+               * nbytes + cfg.vocab_size * 4 * 9)
+    free["bytes"] = 100 * per_row
+    assert batching.fit_batch_size(tiny_lm, 60, 8, share=0.5) == 50
+    free["bytes"] = 200 * per_row
+    assert batching.fit_batch_size(tiny_lm, 60, 8, share=0.5) == 100
+    assert batching.fit_batch_size(tiny_lm, 60, 8, share=0.5, cap=64) == 64
+    assert batching.fit_batch_size(tiny_lm, 120, 8, share=0.5) < 100   # longer prompts
+    free["bytes"] = per_row // 10                                       # nothing fits
+    assert batching.fit_batch_size(tiny_lm, 60, 8) == 1
