@@ -5,7 +5,7 @@ rows dropped early) against a loop that decodes one item at a time. Log-likeliho
 scoring (each prompt run once, candidates on its KV cache) against one item at a time, and
 against a naive loop with one full forward pass per candidate. Same items, same run; prints
 items/s and speedups, and whether the outputs agree. Then how cost grows: batched
-log-likelihood and generation at 1x, 2x and 4x the items (built-in items cycled). Never
+log-likelihood and generation at 1x, 2x and 4x distinct items. Never
 asserts on time.
 
     .venv/bin/python benchmarks/bench_eval.py [--items 32] [--threads 1] [--batch-size 16]
@@ -33,6 +33,24 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
+SUITES = ("cf-capitals", "cf-world", "cf-bio", "cf-quotes")
+
+
+def chat_items(tok, per_suite: int, take: int | None = None):
+    """(items, prompts, seqs): `per_suite` sampled items of each built-in suite (the first
+    `take` of them, if given, so smaller sets nest in larger ones), chat prompts, token ids."""
+    items = [i for s in SUITES for i in get_suite(s, seed=0, limit=per_suite)[:take]]
+    prompts = [render(i, tok, PromptConfig("chat")) for i in items]
+    seqs = encode_prompts(tok, [p.text for p in prompts], [p.add_special_tokens for p in prompts])
+    return items, prompts, seqs
+
+
+def answers(prompts, items) -> list[list[str]]:
+    """Each item's two candidate continuations: counterfactual, parametric."""
+    return [[p.answer_prefix + i.counterfactual_answer, p.answer_prefix + i.parametric_answer]
+            for p, i in zip(prompts, items, strict=True)]
+
+
 def setup(doc: str, extra=None):
     """(args, model, tokenizer, items, prompts, seqs): SmolLM2 on CPU and `--items` chat
     prompts split over the four built-in suites (bench_generate.py shares this)."""
@@ -46,12 +64,7 @@ def setup(doc: str, extra=None):
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_model("smollm2-135m-instruct", device="cpu")
-    per = max(1, args.items // 4)
-    items = [i for s in ("cf-capitals", "cf-world", "cf-bio", "cf-quotes")
-             for i in get_suite(s, seed=0, limit=per)]
-    prompts = [render(i, tok, PromptConfig("chat")) for i in items]
-    seqs = encode_prompts(tok, [p.text for p in prompts], [p.add_special_tokens for p in prompts])
-    return args, model, tok, items, prompts, seqs
+    return (args, model, tok, *chat_items(tok, max(1, args.items // 4)))
 
 
 def main() -> None:
@@ -60,10 +73,9 @@ def main() -> None:
         ap.add_argument("--growth-only", action="store_true", help="only the 1x/2x/4x table")
 
     args, model, tok, items, prompts, seqs = setup(__doc__, flags)
-    conts = [[p.answer_prefix + i.counterfactual_answer, p.answer_prefix + i.parametric_answer]
-             for p, i in zip(prompts, items, strict=True)]
+    conts = answers(prompts, items)
     if args.growth_only:
-        growth(model, tok, seqs, conts, args)
+        growth(model, tok, args)
         return
     n = len(items)
     print(f"SmolLM2-135M-Instruct, {n} items (chat prompts, mean {sum(map(len, seqs)) / n:.0f} "
@@ -99,7 +111,7 @@ def main() -> None:
     print(f"loglik    naive/cand   {n / t_ln:6.2f} items/s  ({t_ln:6.1f} s)  "
           f"speedup {t_ln / t_lb:5.2f}x   max |logprob diff| {diff:.2e}")
     if not args.skip_growth:
-        growth(model, tok, seqs, conts, args)
+        growth(model, tok, args)
 
 
 def cpu_timed(fn) -> float:
@@ -109,14 +121,20 @@ def cpu_timed(fn) -> float:
     return time.process_time() - start
 
 
-def growth(model, tok, seqs, conts, args) -> None:
-    """Batched loglik and generation CPU time at 1x, 2x, 4x the items (cycled)."""
-    score_continuations(model, tok, seqs[:2], conts[:2])  # warm-up: first-call costs
+def growth(model, tok, args) -> None:
+    """Batched loglik and generation CPU time at 1x, 2x, 4x `--items` distinct items (the
+    smaller sets inside the larger; repeated items would be scored once, so none repeat)."""
+    per = max(1, args.items // 4)
+    sets = []
+    for mult in (1, 2, 4):
+        items, prompts, seqs = chat_items(tok, 4 * per, take=mult * per)
+        sets.append((mult, seqs, answers(prompts, items)))
+    assert len({tuple(s) for s in sets[-1][1]}) == len(sets[-1][1]), "items repeat"
+    score_continuations(model, tok, sets[0][1][:2], sets[0][2][:2])  # warm-up: first calls
     print(f"\ncost growth (CPU s)   {'items':>6s} {'loglik s':>9s} {'x 1x':>6s} "
           f"{'generate s':>11s} {'x 1x':>6s}")
     base = None
-    for mult in (1, 2, 4):
-        s, c = seqs * mult, conts * mult
+    for mult, s, c in sets:
         t_l = cpu_timed(lambda s=s, c=c: score_continuations(model, tok, s, c,
                                                             batch_size=args.batch_size))
         t_g = cpu_timed(lambda s=s: generate(model, tok, s, batch_size=args.batch_size,
