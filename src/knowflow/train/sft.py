@@ -146,11 +146,28 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, **overrides):
-    """TrainingArguments (or a subclass, e.g. TRL's SFTConfig) for `cfg`."""
+def placement(model=None) -> dict:
+    """TrainingArguments that keep training where `model` is. The Trainer moves a model to
+    its own device (CUDA wherever CUDA exists, unless `use_cpu`), so a model put on the CPU
+    on a GPU machine must say so; bf16 mixed precision only for float32 weights on a CUDA
+    device that multiplies bf16 (weights already in bf16 or fp16 train as they are).
+    Without a model: CUDA if present, as the Trainer would choose."""
+    if model is None:
+        cuda, fp32 = torch.cuda.is_available(), True
+        where = "cuda" if cuda else "cpu"
+    else:
+        param = next(model.parameters())
+        where, fp32 = param.device.type, param.dtype == torch.float32
+        cuda = where == "cuda"
+    return {"use_cpu": where == "cpu", "dataloader_pin_memory": cuda,
+            "bf16": cuda and fp32 and torch.cuda.is_bf16_supported()}
+
+
+def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, model=None, **overrides):
+    """TrainingArguments (or a subclass, e.g. TRL's SFTConfig) for `cfg`, training `model`
+    where it is (see `placement`)."""
     from transformers import TrainingArguments
 
-    use_cpu = not torch.cuda.is_available()
     return (args_class or TrainingArguments)(
         output_dir=str(out_dir / CHECKPOINTS), max_steps=cfg.steps,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
@@ -159,8 +176,7 @@ def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, **overrides):
         logging_steps=cfg.log_every, logging_first_step=True,
         save_strategy="steps", save_steps=cfg.save_every, save_total_limit=cfg.save_limit,
         seed=cfg.seed, data_seed=cfg.seed, report_to=[], disable_tqdm=True,
-        remove_unused_columns=False, use_cpu=use_cpu, dataloader_pin_memory=not use_cpu,
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        remove_unused_columns=False, **placement(model),
         **({"optim": cfg.optim} if cfg.optim else {}), **overrides)
 
 
@@ -202,8 +218,8 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
             trainer = trl_trainer(model, tokenizer, dataset, cfg, out_dir, others,
                                   **args_overrides)
         else:
-            kwargs = dict(model=model, args=training_args(cfg, out_dir, **args_overrides),
-                          processing_class=tokenizer, callbacks=others)
+            args = training_args(cfg, out_dir, model=model, **args_overrides)
+            kwargs = dict(model=model, args=args, processing_class=tokenizer, callbacks=others)
             trainer = curation.trainer(list(dataset), collator, **kwargs) if curation else \
                 Trainer(train_dataset=list(dataset), data_collator=collator, **kwargs)
     trainer.remove_callback(PrinterCallback)  # library code never prints
@@ -239,6 +255,6 @@ def trl_trainer(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_d
     rows = [{"input_ids": list(r["input_ids"]), "labels": list(r["labels"])} for r in dataset]
     overrides = {"max_length": None, "packing": False, "padding_free": False,
                  "gradient_checkpointing": False, **args_overrides}
-    args = training_args(cfg, out_dir, args_class=TRLConfig, **overrides)
+    args = training_args(cfg, out_dir, args_class=TRLConfig, model=model, **overrides)
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                       processing_class=tokenizer, callbacks=list(callbacks))
