@@ -11,8 +11,9 @@ two floors for the batched run, in CPU seconds:
 - the matmul floor: that plus, for every decode step the batched run took, the time the
   model's own linear layers (output projection included) take on as many rows as were still
   generating at that step, measured here. Everything else a step does (attention, norms,
-  the KV cache, Python) is left out, so no implementation of this decoding on this CPU at
-  this thread count is faster than the floor.
+  the KV cache, Python) is left out, so no decoder that runs the model's linear layers as
+  PyTorch runs them (`nn.Linear`) is faster than the floor at this thread count. (Weights
+  prepacked for oneDNN run the same products faster; the README gives the figures.)
 `best speedup the floor allows` is the one-item loop's CPU time over that floor.
 
 `model.generate` runs with the same batch size, left padding, greedy decoding and
