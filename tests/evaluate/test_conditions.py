@@ -117,3 +117,29 @@ def test_bad_values_one_line_exit_2(args, fragment):
     res = CliRunner().invoke(app, ["eval", *args])
     assert res.exit_code == 2
     assert fragment in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_donors_match_the_pairwise_rule_and_saved_contexts_stay():
+    """The donor set is exactly {same relation, other id, names none of the item's subject,
+    answers or aliases as whole words} (checked pair by pair with `names`), so the seeded
+    draw is the one the module doc promises; an item that already has an irrelevant context
+    (a saved file) keeps it."""
+    import dataclasses
+    import random
+
+    from knowflow.worlds.conditions import _forbidden, with_condition_contexts
+
+    items = [dataclasses.replace(it, meta={}) for it in get_suite("cf-capitals", seed=0)]
+    out = with_condition_contexts(items, seed=5)
+    for it, got in zip(items, out, strict=True):
+        donors = [d for d in items if d.relation == it.relation and d.context and d.id != it.id
+                  and not any(names(text_key(d.context), a) for a in _forbidden(it))]
+        if not donors:
+            assert "irrelevant_context" not in got.meta
+            continue
+        want = random.Random(f"5:{it.id}:irrelevant").choice(donors)
+        assert got.meta["irrelevant_context"] == want.context
+    saved = dataclasses.replace(items[0], meta={"irrelevant_context": "kept", "irrelevant_answer":
+                                                "x", "irrelevant_aliases": []})
+    again = with_condition_contexts([saved, *items[1:]], seed=5)[0]
+    assert again.meta["irrelevant_context"] == "kept"

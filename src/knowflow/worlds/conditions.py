@@ -61,7 +61,7 @@ def substituted_agreeing(item: ConflictItem) -> str | None:
 
 def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[ConflictItem]:
     """`items` with agreeing and irrelevant contexts added to their `meta` (see module doc)."""
-    keys = [text_key(it.context) for it in items]
+    padded = [f" {text_key(it.context)} " for it in items]   # `names`, keys computed once
     by_relation: dict[str, list[int]] = {}
     for i, it in enumerate(items):
         if it.context:
@@ -73,10 +73,13 @@ def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[Co
             agreeing = substituted_agreeing(it)
             if agreeing is not None:
                 meta[AGREEING] = agreeing
-        avoid = _forbidden(it)
+        if "irrelevant_context" in meta:  # a saved item keeps its own
+            out.append(dataclasses.replace(it, meta=meta))
+            continue
+        avoid = [f" {k} " for k in map(text_key, _forbidden(it)) if k]
         donors = [j for j in by_relation.get(it.relation, [])
-                  if items[j].id != it.id and not any(names(keys[j], a) for a in avoid)]
-        if donors and "irrelevant_context" not in meta:  # a saved item keeps its own
+                  if items[j].id != it.id and not any(a in padded[j] for a in avoid)]
+        if donors:
             donor = items[random.Random(f"{seed}:{it.id}:irrelevant").choice(donors)]
             meta.update(irrelevant_context=donor.context,
                         irrelevant_answer=donor.counterfactual_answer,
