@@ -7,10 +7,11 @@ the prompt prefill is compute-bound and costs the same FLOPs batched or not. The
 two floors for the batched run, in CPU seconds:
 - the prefill floor: the prefill's FLOPs (linear layers, 2 x parameters per token, over the
   prompt tokens past the shared prefix) divided by the machine's measured matmul throughput
-  (a (512 x 576) @ (576 x 1536) fp32 product, as in the model's MLP);
+  (the best of five timings of a (512 x 576) @ (576 x 1536) fp32 product, as in the
+  model's MLP);
 - the matmul floor: that plus, for every decode step the batched run took, the time the
   model's own linear layers (output projection included) take on as many rows as were still
-  generating at that step, measured here. Everything else a step does (attention, norms,
+  generating at that step (the fastest of five passes), measured here. Everything else a step does (attention, norms,
   the KV cache, Python) is left out, so no decoder that runs the model's linear layers as
   PyTorch runs them (`nn.Linear`) is faster than the floor at this thread count. (Weights
   prepacked for oneDNN run the same products faster; the README gives the figures.)
@@ -40,33 +41,41 @@ from knowflow.evaluate.batching import common_prefix_len, left_pad
 from knowflow.evaluate.generate import clean_output, generate
 
 
-def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int = 20) -> float:
-    """Measured fp32 matmul throughput (GFLOP/s) at the current torch thread count."""
+def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int = 20,
+                  rounds: int = 5) -> float:
+    """Peak fp32 matmul throughput (GFLOP/s) at the current torch thread count: the best of
+    `rounds` timings, so a busy moment cannot raise the floor."""
     x, w = torch.randn(rows, d_in), torch.randn(d_in, d_out)
     x @ w
-    start = time.process_time()  # CPU time: other jobs on the machine do not count
-    for _ in range(reps):
-        x @ w
-    return 2 * rows * d_in * d_out * reps / (time.process_time() - start) / 1e9
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()  # CPU time: other jobs on the machine do not count
+        for _ in range(reps):
+            x @ w
+        best = min(best, time.process_time() - start)
+    return 2 * rows * d_in * d_out * reps / best / 1e9
 
 
 # the module (knowflow.evaluate re-exports a function of the same name)
 kf_generate = importlib.import_module("knowflow.evaluate.generate")
 
 
-def linear_seconds(model, rows: int, reps: int = 3) -> float:
+def linear_seconds(model, rows: int, reps: int = 5) -> float:
     """CPU seconds the model's linear layers (output projection included) take on `rows`
-    rows of random input: one decode step's matmuls at that batch size."""
+    rows of random input: one decode step's matmuls at that batch size (the fastest of
+    `reps` passes)."""
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     inputs = {m.in_features: torch.randn(rows, m.in_features) for m in layers}
+    best = float("inf")
     with torch.no_grad():
         for m in layers:
             m(inputs[m.in_features])
-        start = time.process_time()
         for _ in range(reps):
+            start = time.process_time()
             for m in layers:
                 m(inputs[m.in_features])
-    return (time.process_time() - start) / reps
+            best = min(best, time.process_time() - start)
+    return best
 
 
 def decode_batch_sizes(model, tok, seqs, batch_size: int, max_new_tokens: int) -> list[int]:
