@@ -11,9 +11,10 @@ two floors for the batched run, in CPU seconds:
   model's MLP);
 - the matmul floor: that plus, for every decode step the batched run took, the time the
   model's own linear layers (output projection included) take on as many rows as were still
-  generating at that step (the fastest of five passes), measured here. Everything else a step does (attention, norms,
-  the KV cache, Python) is left out, so no decoder that runs the model's linear layers as
-  PyTorch runs them (`nn.Linear`) is faster than the floor at this thread count. (Weights
+  generating at that step (the fastest of five passes), measured here. Everything else a
+  step does (attention, norms, the KV cache, Python) is left out, so no decoder that runs the
+  model's linear layers as PyTorch runs them (`nn.Linear`) is faster than the floor at this
+  thread count. (Weights
   prepacked for oneDNN run the same products faster; the README gives the figures.)
 `best speedup the floor allows` is the one-item loop's CPU time over that floor.
 
@@ -21,12 +22,13 @@ two floors for the batched run, in CPU seconds:
 max_new_tokens; it stops a row at end-of-sequence only (knowflow also stops at the answer's
 end of line, so it decodes fewer tokens). Outputs are compared after knowflow's answer-line
 cleaning (first non-blank line). The tokenizer's stop table (built once per tokenizer) is
-built before the timed runs, so no side pays it, and each side runs `--repeat` times (default
-2; the fastest by CPU time counts), so no side pays the first pass's one-time costs (the
-allocator growing to a batch's size). Never asserts on time.
+built before the timed runs, so no side pays it. The sides take turns for `--repeat` rounds
+(default 3; each side's fastest run by CPU time counts), so no side pays the first pass's
+one-time costs (the allocator growing to a batch's size) and a slow stretch of a shared
+machine falls on every side. Never asserts on time.
 
     .venv/bin/python benchmarks/bench_generate.py [--items 32] [--threads 1] [--batch-size 16]
-                                                  [--repeat 2]
+                                                  [--repeat 3]
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def hf_generate(model, tok, seqs, batch_size: int, max_new_tokens: int) -> list[
 
 def main() -> None:
     def flags(ap):
-        ap.add_argument("--repeat", type=int, default=2, help="runs per side; the fastest counts")
+        ap.add_argument("--repeat", type=int, default=3,
+                        help="rounds (each side once per round); the fastest run counts")
 
     args, model, tok, _, _, seqs = setup(__doc__, flags)
     n, bs, mnt = len(seqs), args.batch_size, args.max_new_tokens
@@ -118,25 +121,30 @@ def main() -> None:
           f"tokens), {args.threads} thread(s), batch size {bs}, max_new_tokens {mnt}")
 
     generate(model, tok, seqs[:1], max_new_tokens=1)  # builds the stop table, untimed
-    cpu = {}
+    cpu, every = {}, {}
 
-    def cpu_timed(name, fn):  # CPU seconds too: other people's jobs do not count in them
-        best = None
-        for _ in range(max(1, args.repeat)):  # the fastest of `--repeat` runs (by CPU time)
-            start = time.process_time()
-            out, wall = timed(fn)
-            spent = time.process_time() - start
-            if best is None or spent < best[2]:
-                best = (out, wall, spent)
-        cpu[name] = best[2]
-        return best[0], best[1]
+    def cpu_timed(sides: dict) -> dict:
+        """Each side's (output, wall s) from its fastest run by CPU time (recorded in `cpu`;
+        other people's jobs do not count in CPU seconds). The sides take turns, round by
+        round, so a slow stretch of the machine falls on all of them, not on one."""
+        best: dict = {}
+        for _ in range(max(1, args.repeat)):
+            for name, fn in sides.items():
+                start = time.process_time()
+                out, wall = timed(fn)
+                spent = time.process_time() - start
+                every.setdefault(name, []).append(spent)
+                if name not in best or spent < best[name][2]:
+                    best[name] = (out, wall, spent)
+        cpu.update({name: b[2] for name, b in best.items()})
+        return {name: b[:2] for name, b in best.items()}
 
-    batched, t_b = cpu_timed("b", lambda: generate(model, tok, seqs, batch_size=bs,
-                                                   max_new_tokens=mnt))
-    single, t_s = cpu_timed("s", lambda: [generate(model, tok, [s], batch_size=1,
-                                                   share_prefix=False, max_new_tokens=mnt)[0]
-                                          for s in seqs])
-    hf, t_h = cpu_timed("h", lambda: hf_generate(model, tok, seqs, bs, mnt))
+    runs = cpu_timed({
+        "b": lambda: generate(model, tok, seqs, batch_size=bs, max_new_tokens=mnt),
+        "s": lambda: [generate(model, tok, [s], batch_size=1, share_prefix=False,
+                               max_new_tokens=mnt)[0] for s in seqs],
+        "h": lambda: hf_generate(model, tok, seqs, bs, mnt)})
+    (batched, t_b), (single, t_s), (hf, t_h) = runs["b"], runs["s"], runs["h"]
     print(f"{'':26s} {'items/s':>8s} {'wall s':>8s} {'CPU s':>8s} {'vs one-by-one wall/CPU':>23s}"
           "  outputs")
     for key, name, out, t in (("b", "knowflow batched", batched, t_b),
@@ -145,6 +153,9 @@ def main() -> None:
         same = "reference" if out is single else f"identical to one-by-one: {out == single}"
         print(f"{name:26s} {n / t:8.2f} {t:8.1f} {cpu[key]:8.1f} {t_s / t:14.2f}x /"
               f"{cpu['s'] / cpu[key]:5.2f}x  {same}")
+    print("every run, CPU s: " + "; ".join(
+        f"{label} {' '.join(f'{x:.1f}' for x in every[key])}"
+        for key, label in (("b", "batched"), ("s", "one-by-one"), ("h", "model.generate"))))
     if hf != single:
         diff = [(a, b) for a, b in zip(hf, single, strict=True) if a != b]
         print(f"  model.generate differs on {len(diff)} item(s), e.g. {diff[0]!r}")
@@ -156,8 +167,8 @@ def main() -> None:
     prefill_tokens = sum(len(s) - shared for s in seqs) + shared
     gflops = matmul_gflops()
     floor = 2 * params * prefill_tokens / (gflops * 1e9)
-    _, t_pre = cpu_timed("p", lambda: generate(model, tok, seqs, batch_size=bs,
-                                               max_new_tokens=1))
+    _, t_pre = cpu_timed({"p": lambda: generate(model, tok, seqs, batch_size=bs,
+                                                max_new_tokens=1)})["p"]
     print(f"matmul throughput {gflops:.0f} GFLOP/s; prefill {prefill_tokens} tokens x "
           f"{params / 1e6:.0f}M params = {2 * params * prefill_tokens / 1e12:.2f} TFLOP -> floor "
           f"{floor:.1f} s; knowflow's prefill (1 new token) {t_pre:.1f} s wall, "
