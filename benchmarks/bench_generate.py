@@ -14,8 +14,8 @@ two floors for the batched run, in CPU seconds:
   generating at that step (the fastest of five passes), measured here. Everything else a
   step does (attention, norms, the KV cache, Python) is left out, so no decoder that runs the
   model's linear layers as PyTorch runs them (`nn.Linear`) is faster than the floor at this
-  thread count. (Weights
-  prepacked for oneDNN run the same products faster; the README gives the figures.)
+  thread count. (Weights prepacked for oneDNN run the same products faster; the README gives
+  the figures.)
 `best speedup the floor allows` is the one-item loop's CPU time over that floor.
 
 `model.generate` runs with the same batch size, left padding, greedy decoding and

@@ -153,12 +153,11 @@ def placement(model=None) -> dict:
     device that multiplies bf16 (weights already in bf16 or fp16 train as they are).
     Without a model: CUDA if present, as the Trainer would choose."""
     if model is None:
-        cuda, fp32 = torch.cuda.is_available(), True
-        where = "cuda" if cuda else "cpu"
+        where, fp32 = ("cuda" if torch.cuda.is_available() else "cpu"), True
     else:
         param = next(model.parameters())
         where, fp32 = param.device.type, param.dtype == torch.float32
-        cuda = where == "cuda"
+    cuda = where == "cuda"
     return {"use_cpu": where == "cpu", "dataloader_pin_memory": cuda,
             "bf16": cuda and fp32 and torch.cuda.is_bf16_supported()}
 

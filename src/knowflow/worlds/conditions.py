@@ -35,10 +35,15 @@ def text_key(text: str) -> str:
                   ).strip()
 
 
+def _spaced(key: str) -> str:
+    """A `text_key` with a space at each end, so `in` matches whole words only."""
+    return f" {key} "
+
+
 def names(text_k: str, phrase: str) -> bool:
     """Whether text (given by its `text_key`) contains `phrase` as whole words."""
     p = text_key(phrase)
-    return bool(p) and f" {p} " in f" {text_k} "
+    return bool(p) and _spaced(p) in _spaced(text_k)
 
 
 def _forbidden(item: ConflictItem) -> list[str]:
@@ -61,11 +66,20 @@ def substituted_agreeing(item: ConflictItem) -> str | None:
 
 def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[ConflictItem]:
     """`items` with agreeing and irrelevant contexts added to their `meta` (see module doc)."""
-    padded = [f" {text_key(it.context)} " for it in items]   # `names`, keys computed once
+    spaced = [_spaced(text_key(it.context)) for it in items]   # keyed once, not per pair
     by_relation: dict[str, list[int]] = {}
     for i, it in enumerate(items):
         if it.context:
             by_relation.setdefault(it.relation, []).append(i)
+
+    def donor_of(it: ConflictItem) -> ConflictItem | None:
+        """`names`, pair by pair, with each phrase keyed once."""
+        avoid = [_spaced(k) for k in map(text_key, _forbidden(it)) if k]
+        donors = [j for j in by_relation.get(it.relation, [])
+                  if items[j].id != it.id and not any(a in spaced[j] for a in avoid)]
+        return items[random.Random(f"{seed}:{it.id}:irrelevant").choice(donors)] \
+            if donors else None
+
     out = []
     for it in items:
         meta = dict(it.meta)
@@ -73,14 +87,8 @@ def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[Co
             agreeing = substituted_agreeing(it)
             if agreeing is not None:
                 meta[AGREEING] = agreeing
-        if "irrelevant_context" in meta:  # a saved item keeps its own
-            out.append(dataclasses.replace(it, meta=meta))
-            continue
-        avoid = [f" {k} " for k in map(text_key, _forbidden(it)) if k]
-        donors = [j for j in by_relation.get(it.relation, [])
-                  if items[j].id != it.id and not any(a in padded[j] for a in avoid)]
-        if donors:
-            donor = items[random.Random(f"{seed}:{it.id}:irrelevant").choice(donors)]
+        donor = donor_of(it) if "irrelevant_context" not in meta else None  # saved: kept
+        if donor is not None:
             meta.update(irrelevant_context=donor.context,
                         irrelevant_answer=donor.counterfactual_answer,
                         irrelevant_aliases=list(donor.counterfactual_aliases))
