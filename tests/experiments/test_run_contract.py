@@ -161,7 +161,7 @@ def test_evaluate_and_probe_report_progress_with_one_signature(tiny_model_dir):
 def test_the_cli_bar_takes_reports_with_and_without_a_stage():
     from rich.console import Console
 
-    from knowflow.cli_progress import Bars
+    from knowflow.cli.progress import Bars
 
     console = Console(file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
     with Bars("finetuning", console=console) as bar:

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from knowflow.cli_errors import guard
+from knowflow.cli.common import check_suites, console
+from knowflow.cli.errors import guard
 
 export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export knowflow suites for other tools.")
@@ -35,7 +36,6 @@ def lm_eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
 ) -> None:
     """Write lm-eval tasks (YAML + data) that score each suite as knowflow's loglik does."""
-    from knowflow.cli import check_suites, console
     from knowflow.evaluate.api import EvalConfig, load_suites
     from knowflow.evaluate.lm_eval_task import export_lm_eval
     from knowflow.io import check_output_dir

@@ -1,10 +1,39 @@
-"""`knowflow eval --method ... --conditions ...`: the per-condition table the command prints."""
+"""The tables `knowflow eval` prints: one row per suite and scoring mode, and (with --method
+or --conditions) one per suite, mode and method."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from rich.table import Table
+
+from knowflow.cli.common import console
+
+
+def _fmt(value, ci=None) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.3f}"
+    return f"{text} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else text
+
+
+def print_eval(summary: dict) -> None:
+    """One row per suite and scoring mode: all items, then the known-fact subset."""
+    table = Table("suite", "scoring", "n", "cf acc (95% CI)", "param acc (95% CI)",
+                  "mem ratio", "known share", "cf acc | known", "param acc | known", "n known",
+                  caption="cf: the context's answer; param: the memorized answer; known: items "
+                          "whose memorized answer the model gives without the context")
+    for suite, modes in summary.items():
+        for mode, m in modes.items():
+            known = m.get("known", {})
+            table.add_row(
+                suite, mode, str(m["n"]),
+                _fmt(m["counterfactual_accuracy"], m.get("counterfactual_accuracy_ci")),
+                _fmt(m["parametric_accuracy"], m.get("parametric_accuracy_ci")),
+                _fmt(m.get("memorization_ratio"), m.get("memorization_ratio_ci")),
+                _fmt(m.get("known_share")), _fmt(known.get("counterfactual_accuracy")),
+                _fmt(known.get("parametric_accuracy")), str(known.get("n", "-")))
+    console.print(table)
 
 
 def _cell(row: dict, key: str) -> str:
@@ -23,7 +52,7 @@ def _share(row: dict, cond: str) -> str:
     return f"{r['context_share']:.2f} / {r['memory_share']:.2f}"
 
 
-def show_conditions(console, conditions: dict, out_dir: Path | None) -> None:
+def show_conditions(conditions: dict, out_dir: Path | None) -> None:
     """Print one row per suite (then all suites pooled), scoring mode and method, and where
     the run's tradeoff figure is (drawn when the run folder was finished)."""
     table = Table("suite", "scoring", "method", "n", "conflicting ctx / mem", "agreeing",

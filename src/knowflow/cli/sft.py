@@ -3,18 +3,22 @@ tracking, and the data mitigations of context-parametric inversion."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-from rich.console import Console
 from rich.table import Table
 
-from knowflow.cli_progress import Bars
+from knowflow.cli.common import (
+    Opt,
+    check_run_dir,
+    check_seed,
+    check_threads,
+    console,
+    print_paths,
+    set_threads,
+)
+from knowflow.cli.progress import Bars
 from knowflow.errors import ConfigError, KnowflowError
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 
 
 def _rows(data: str, seed: int):
@@ -40,9 +44,6 @@ def _check_out(data: str, out: Path) -> None:
         raise ConfigError(f"{out} is the input file", "--out",
                           "write to a new file; the input is read while the output is written")
     check_output_file(out, "output file")
-
-
-Opt = typer.Option
 
 
 def sft_cmd(
@@ -97,8 +98,6 @@ def sft_cmd(
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
-    import torch
-
     from knowflow.experiments.runner import run_experiment
 
     given = {"model": model, "data": data, "device": device, "dtype": dtype,
@@ -118,11 +117,9 @@ def sft_cmd(
     overrides += ["curate.readmit=false"] if curate_keep_out else []
     overrides += ["tracking=false"] if no_track else []
     overrides += list(set_ or [])
-    from knowflow.cli import check_run_dir, check_threads
-
     check_threads(threads)
     check_run_dir(run_dir, resume)
-    torch.set_num_threads(threads)
+    set_threads(threads)
     with Bars("finetuning") as progress:
         result = run_experiment("sft", overrides, runs_root=runs_dir,
                                 resume=(run_dir or True) if resume else False,
@@ -143,8 +140,7 @@ def sft_cmd(
                       f"({s['curation_seconds']:.0f} s), {s['curation_final_dropped']} rows "
                       f"dropped at the last, by kind {s.get('curation_final_dropped_by_kind')}"
                       f" -> {result.run_dir / 'curation.jsonl'}", highlight=False)
-    console.print(f"run directory: {result.run_dir}", highlight=False)
-    console.print(f"report: {result.report}", highlight=False)
+    print_paths(result.run_dir, result.report)
 
 
 def curate_cmd(
@@ -163,9 +159,6 @@ def curate_cmd(
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Score each example's context-criticality with the model; drop the least critical."""
-    import torch
-
-    from knowflow.cli import check_threads
     from knowflow.config import validate_config
     from knowflow.curate.criticality import CurateConfig, curate_examples
     from knowflow.io import atomic_write_jsonl
@@ -176,12 +169,11 @@ def curate_cmd(
     check_threads(threads)
     cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
     validate_config(cfg)
-    if seed < 0:
-        raise ConfigError(f"must not be negative, got {seed}", "--seed")
+    check_seed(seed)
     _check_out(data, out)
     check_device(device)
     check_model(model)
-    torch.set_num_threads(threads)
+    set_threads(threads)
     rows = _rows(data, seed)
     if any(r.messages for r in rows):
         raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
@@ -222,8 +214,7 @@ def augment_cmd(
     from knowflow.curate.augment import augment
     from knowflow.worlds.instruction_rows import save_instructions
 
-    if seed < 0:
-        raise ConfigError(f"must not be negative, got {seed}", "--seed")
+    check_seed(seed)
     if not 0 < ratio < 1e6:  # also refuses nan and inf
         raise ConfigError(f"must be a positive number, got {ratio}", "--ratio",
                           "e.g. 0.25 adds one counterfactual per four examples")

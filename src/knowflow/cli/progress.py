@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-err_console = Console(stderr=True)
+from knowflow.cli.common import err_console
 
 
 class Bars:

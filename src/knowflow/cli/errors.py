@@ -16,12 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
+from knowflow.cli.common import err_console
 from knowflow.errors import Interrupted, KnowflowError, out_of_memory
-
-err_console = Console(stderr=True)
 
 _OS_ERRORS = {
     errno.ENOENT: ("no such file or folder", "check the path"),

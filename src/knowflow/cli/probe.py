@@ -9,23 +9,29 @@ records.jsonl, summary.json, figures/ and report.html. Bad input is one line, ex
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from knowflow.cli_errors import guard
+from knowflow.cli.common import (
+    DeviceOpt,
+    DtypeOpt,
+    RunsOpt,
+    SetOpt,
+    ThreadsOpt,
+    check_threads,
+    console,
+    print_paths,
+)
+from knowflow.cli.errors import guard
+from knowflow.cli.progress import Bars
 from knowflow.errors import KnowflowError
 
 probe_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Mechanistic probes: attention knockout, sublayer knockout, "
                              "vocabulary projection, attention mass on the context.")
-# Wide enough for the layer tables when the output is a file or a pipe.
-console = Console(width=None if sys.stdout.isatty() else 150)
-err_console = Console(stderr=True)
 
 ModelOpt = Annotated[str, typer.Option("--model", help="HF model id, local folder, or "
                                                        "smollm2-135m-instruct.")]
@@ -36,14 +42,8 @@ SuiteOpt = Annotated[str | None, typer.Option("--suite", help="A built-in suite 
                                                               "--data (e.g. cf-capitals).")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use the first N examples.")]
 AllOpt = Annotated[bool, typer.Option("--all", help="Also probe facts the model gets wrong.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config field: "
-                                                                "key=value (repeatable).")]
-RunsOpt = Annotated[Path, typer.Option("--runs-dir", help="Where run directories go.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: "
                                                            "RUNS_DIR/probe-KIND/TIMESTAMP).")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda, mps.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16, float16.")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 
 
 @dataclasses.dataclass
@@ -102,7 +102,6 @@ def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str
 def _validate_data(common: _Common) -> None:
     """Check the options and read a prompts file before the model loads, so bad input fails
     fast and leaves nothing behind."""
-    from knowflow.cli import check_threads
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
 
@@ -127,7 +126,6 @@ def _run(kind: str, common: _Common, cfg, with_context: bool = False,
     """Load, probe and write the run folder (`knowflow.runs.start_run`: config.json first,
     then records.jsonl; `finish_run`: figures, summary.json, report.html). Bad input found
     once the folder is made (a window larger than the model) or Ctrl-C removes it."""
-    from knowflow.cli_progress import Bars
     from knowflow.config import config_to_dict
     from knowflow.experiments.runner import finish_run
     from knowflow.probes import PROBES
@@ -206,8 +204,7 @@ def _curve_table(summary: dict, title: str) -> None:
 
 
 def _done(out: Path) -> None:
-    console.print(f"run directory: {out}", highlight=False)
-    console.print(f"report: {out / 'report.html'}", highlight=False)
+    print_paths(out, out / "report.html")
 
 
 def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads) -> _Common:

@@ -1,0 +1,124 @@
+"""`knowflow eval`: knowledge-conflict evaluation of a model on suites or files, or of
+lm-evaluation-harness samples of knowflow's exported tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from knowflow.cli.common import Opt, check_suites, check_threads, console, set_threads
+from knowflow.cli.eval_tables import print_eval, show_conditions
+from knowflow.cli.progress import Bars
+from knowflow.errors import ConfigError
+
+
+def eval_cmd(
+    model: Annotated[str, Opt(
+        help="HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
+    )] = "smollm2-135m-instruct",
+    suite: Annotated[str | None, Opt(
+        help="Built-in suites, comma-separated: cf-capitals, cf-world, cf-bio, cf-quotes "
+             "(default: all four unless --data is given).")] = None,
+    data: Annotated[list[Path] | None, Opt(
+        help="External file: JSON/JSONL (context, question, answer, memory_answer), "
+             "MemoTrap CSV, or knowflow JSONL (repeatable).")] = None,
+    fields: Annotated[str | None, Opt(
+        help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL "
+             "(parquet, save_to_disk folders, CSV, JSON/JSONL).")] = None,
+    scoring: Annotated[str, Opt(help="generate, loglik or both.")] = "both",
+    prompt_format: Annotated[str, Opt(
+        help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
+    no_context: Annotated[bool, Opt(
+        "--no-context", help="Ask the question alone (what the model knows).")] = False,
+    context_only: Annotated[bool, Opt(
+        "--context-only", help='Add "Answer based on the context only."')] = False,
+    limit: Annotated[int | None, Opt(help="Items per suite (seeded sample).")] = None,
+    out: Annotated[Path | None, Opt(
+        help="Output folder (default: runs/eval/<timestamp>/).")] = None,
+    batch_size: Annotated[int, Opt(
+        help="Prompts per forward pass (0: as many as free GPU memory allows).")] = 16,
+    max_new_tokens: Annotated[int, Opt(help="Longest generated answer.")] = 24,
+    device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
+    dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
+    seed: Annotated[int, Opt(help="Seed for suites, sampling and bootstrap.")] = 0,
+    no_known_filter: Annotated[bool, Opt(
+        "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
+    known_by: Annotated[str, Opt(
+        help="How the no-context pass finds known facts: loglik (the memorized answer is the "
+             "likelier; no decoding), generate (greedy output mentions it), or auto (loglik "
+             "under --scoring loglik, else generate).")] = "auto",
+    method: Annotated[str, Opt(
+        help="Decoding method(s), comma-separated: greedy, cad, adacad, opinion, opinion+cad, "
+             "opinion+adacad (several: one pass each, and a tradeoff figure).")] = "greedy",
+    alpha: Annotated[str, Opt(
+        help="CAD's alpha; several (0,0.5,1,2) sweep it.")] = "1.0",
+    conditions: Annotated[str, Opt(
+        help="Context conditions, comma-separated: conflicting, agreeing, irrelevant "
+             "(sensitivity and robustness need conflicting and irrelevant).")] = "conflicting",
+    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+    from_lm_eval: Annotated[list[Path] | None, Opt(
+        help="Report knowflow's metrics from lm_eval --log_samples files of tasks written by "
+             "`knowflow export lm-eval` (repeatable; no model runs).")] = None,
+) -> None:
+    """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
+    from knowflow.config import validate_config
+    from knowflow.evaluate.api import EvalConfig, evaluate
+    from knowflow.io import check_output_dir
+    from knowflow.models.hf import check_device, check_model
+    from knowflow.worlds.tables import parse_fields
+
+    check_threads(threads)
+    if from_lm_eval:
+        _eval_from_lm_eval(from_lm_eval, out, seed, clash=suite or data)
+        return
+    mapping = parse_fields(fields)
+    validate_config(EvalConfig(
+        scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+        context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+        max_new_tokens=max_new_tokens, known_by=known_by, method=method, alpha=alpha,
+        conditions=conditions))
+    check_suites(suite)
+    check_device(device)
+    check_output_dir(out or Path("runs") / "eval", "output folder")
+    check_model(model)
+    set_threads(threads)
+    with Bars("eval") as progress:
+        result = evaluate(
+            model, suite, data=data, fields=mapping, device=device, dtype=dtype,
+            out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
+            scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
+            context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
+            max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
+            method=method, alpha=alpha, conditions=conditions)
+    report = _finish_eval(result.out_dir)
+    print_eval(result.summary)
+    if result.conditions:
+        show_conditions(result.conditions, result.out_dir)
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())
+    console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s: {stages})",
+                  highlight=False)
+    console.print(f"report: {report}", highlight=False)
+
+
+def _finish_eval(run_dir: Path) -> Path:
+    """The eval run folder's figures and report.html, as every run is finished."""
+    from knowflow.experiments.runner import finish_run
+    from knowflow.report.eval_run import eval_figures
+
+    return finish_run(run_dir, None, eval_figures, title="knowflow eval")[1]
+
+
+def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
+    from knowflow.evaluate.api import from_lm_eval
+    from knowflow.io import check_output_dir
+
+    if clash:
+        raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
+                          "--from-lm-eval", "drop --suite/--data")
+    check_output_dir(out or Path("runs") / "eval", "output folder")
+    result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
+                          seed=seed)
+    report = _finish_eval(result.out_dir)
+    print_eval(result.summary)
+    console.print(f"results: {result.out_dir}", highlight=False)
+    console.print(f"report: {report}", highlight=False)
