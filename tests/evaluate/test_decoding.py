@@ -9,7 +9,7 @@ import torch
 
 from conftest import byte_tokenizer, tiny_llama
 from knowflow.errors import ConfigError
-from knowflow.evaluate.api import EvalConfig, _prompts
+from knowflow.evaluate.config import EvalConfig
 from knowflow.evaluate.decoding import (
     Method,
     generate_contrastive,
@@ -18,11 +18,12 @@ from knowflow.evaluate.decoding import (
     score_contrastive,
 )
 from knowflow.evaluate.generate import generate
+from knowflow.evaluate.items import render_prompts
 from knowflow.evaluate.loglik import score_continuations
 from knowflow.worlds.suites import get_suite
 
 
-def _answers(items, prompts) -> list[list[str]]:
+def scored_answers(items, prompts) -> list[list[str]]:
     return [[p.answer_prefix + it.counterfactual_answer, p.answer_prefix + it.parametric_answer]
             for it, p in zip(items, prompts, strict=True)]
 
@@ -33,8 +34,8 @@ def setup():
     model = tiny_llama(tok)
     items = get_suite("cf-capitals", limit=5) + get_suite("cf-quotes", limit=3)
     cfg = EvalConfig(prompt_format="chat")
-    prompts, seqs = _prompts(items, tok, cfg, True)
-    _, base = _prompts(items, tok, cfg, False)
+    prompts, seqs = render_prompts(items, tok, cfg, True)
+    _, base = render_prompts(items, tok, cfg, False)
     return tok, model, items, prompts, seqs, base
 
 
@@ -44,7 +45,7 @@ def test_cad_alpha_zero_is_greedy_exactly(setup):
     assert generate_contrastive(model, tok, seqs, base, cad0, batch_size=4,
                                 max_new_tokens=6) == \
         generate(model, tok, seqs, batch_size=4, max_new_tokens=6)
-    conts = _answers(items, prompts)
+    conts = scored_answers(items, prompts)
     # plain scoring runs multi-token candidates in the prompt's own pass (evaluate.tree), the
     # contrastive scorer in a second pass: the same numbers up to float rounding
     cad = score_contrastive(model, tok, seqs, base, conts, cad0, batch_size=4)
@@ -62,7 +63,7 @@ def test_batched_equals_one_at_a_time(setup, method):
     alone = [generate_contrastive(model, tok, [s], [b], method, max_new_tokens=6)[0]
              for s, b in zip(seqs, base, strict=True)]
     assert batched == alone
-    conts = _answers(items, prompts)
+    conts = scored_answers(items, prompts)
     many = score_contrastive(model, tok, seqs, base, conts, method, batch_size=8)
     one = [score_contrastive(model, tok, [s], [b], [c], method)[0]
            for s, b, c in zip(seqs, base, conts, strict=True)]
@@ -81,7 +82,7 @@ def _plain_logits(model, prompt: list[int], cont: list[int]) -> torch.Tensor:
 @pytest.mark.parametrize("method", [Method("cad", 0.5), Method("cad", 2.0), Method("adacad")])
 def test_scores_match_two_plain_forward_passes(setup, method):
     tok, model, items, prompts, seqs, base = setup
-    conts = _answers(items, prompts)
+    conts = scored_answers(items, prompts)
     got = score_contrastive(model, tok, seqs, base, conts, method, batch_size=4)
     for s, b, cs, scores in zip(seqs, base, conts, got, strict=True):
         for text, (lp, n) in zip(cs, scores, strict=True):

@@ -7,8 +7,9 @@ import pytest
 
 from conftest import tiny_llama
 from knowflow.errors import ConfigError
-from knowflow.evaluate.api import EvalConfig, evaluate, known_by
+from knowflow.evaluate.api import evaluate
 from knowflow.evaluate.batching import encode_prompts, fit_batch_size
+from knowflow.evaluate.config import EvalConfig, known_by
 from knowflow.evaluate.loglik import score_naive
 from knowflow.worlds.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
@@ -26,12 +27,12 @@ ITEMS = get_suite("cf-capitals", limit=4) + get_suite("cf-quotes", limit=4)
 def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
     import sys
 
-    api = sys.modules["knowflow.evaluate.api"]  # knowflow.evaluate is also a function's name
+    items = sys.modules["knowflow.evaluate.items"]  # the known-facts pass
 
     def no_generation(*a, **k):
         raise AssertionError("generation ran under --scoring loglik")
 
-    monkeypatch.setattr(api, "generate", no_generation)
+    monkeypatch.setattr(items, "generate", no_generation)
     res = evaluate(model, ["cf-capitals", "cf-quotes"], tokenizer=tok, scoring="loglik",
                    prompt_format=fmt, limit=4, n_bootstrap=10)
     for suite, recs in res.records.items():

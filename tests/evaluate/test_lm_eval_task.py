@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.errors import DataError
-from knowflow.evaluate.api import evaluate, from_lm_eval, load_suites
+from knowflow.evaluate.api import evaluate, from_lm_eval
+from knowflow.evaluate.items import load_suites
 from knowflow.evaluate.lm_eval_task import export_lm_eval, read_lm_eval_samples, task_docs
 from knowflow.models.hf import load_model
 from knowflow.worlds.prompts import PromptConfig, render

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from conftest import byte_tokenizer, tiny_llama
-from knowflow.evaluate.api import EvalConfig, evaluate_items
+from knowflow.evaluate.config import EvalConfig
+from knowflow.evaluate.items import evaluate_items
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import attention_mass
 from knowflow.train.reliance_pass import loglik_and_attention

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from knowflow.errors import DataError
-from knowflow.evaluate.api import load_suites
+from knowflow.evaluate.items import load_suites
 from knowflow.worlds.loaders import load_items, save_items
 from knowflow.worlds.suites import get_suite
 

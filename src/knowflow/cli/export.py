@@ -36,7 +36,8 @@ def lm_eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
 ) -> None:
     """Write lm-eval tasks (YAML + data) that score each suite as knowflow's loglik does."""
-    from knowflow.evaluate.api import EvalConfig, load_suites
+    from knowflow.evaluate.config import EvalConfig
+    from knowflow.evaluate.items import load_suites
     from knowflow.evaluate.lm_eval_task import export_lm_eval
     from knowflow.io import check_output_dir
     from knowflow.worlds.tables import parse_fields

@@ -18,38 +18,15 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from knowflow.errors import ConfigError
+from knowflow.evaluate.config import MODES, parse_conditions
 from knowflow.evaluate.decoding import Method, parse_methods
+from knowflow.evaluate.items import evaluate_items, flat
 from knowflow.evaluate.metrics import summarize
+from knowflow.io import atomic_write_json, atomic_write_jsonl
 from knowflow.runs import Progress
 from knowflow.worlds.conditions import condition_item
 
-CONDITIONS = ("conflicting", "agreeing", "irrelevant")
 ALL = "all"  # the suites' items pooled
-
-
-def parse_conditions(conditions) -> tuple[str, ...]:
-    """--conditions: names from CONDITIONS, comma-separated, each once."""
-    names = [n.strip() for n in conditions.split(",")] if isinstance(conditions, str) \
-        else [str(n).strip() for n in conditions]
-    bad = next((n for n in names if n not in CONDITIONS), None) if names else ""
-    if bad is not None:
-        raise ConfigError(f"unknown condition {bad!r}", "conditions",
-                          f"give one or more of {', '.join(CONDITIONS)}, comma-separated")
-    return tuple(dict.fromkeys(names))
-
-
-def validate_sweep(cfg) -> None:
-    """The method, alpha and conditions fields of an `EvalConfig`."""
-    methods = parse_methods(cfg.method, cfg.alpha)
-    conditions = parse_conditions(cfg.conditions)
-    if not cfg.use_context:
-        if any(m.contrastive or m.opinion for m in methods):
-            raise ConfigError("contrasts or recasts the context, but no context is shown",
-                              "method", "drop --no-context or use --method greedy")
-        if conditions != ("conflicting",):
-            raise ConfigError("shows contexts, but --no-context shows none", "conditions",
-                              "drop --no-context or --conditions")
 
 
 @dataclass
@@ -80,8 +57,6 @@ class Sweep:
     def run(self, model, tokenizer, by_suite: dict, main_records: dict,
             progress: Progress | None = None) -> Swept:
         """Every (method, condition) pass; the main pass's records are reused."""
-        from knowflow.evaluate.api import evaluate_items
-
         records: list[dict] = []
         summary: dict = {}
         for k, method in enumerate(self.methods):
@@ -107,17 +82,12 @@ class Sweep:
         return Swept(summary, records)
 
     def _modes(self, by_condition: dict[str, list[dict]]) -> dict:
-        from knowflow.evaluate.api import MODES
-
         return {mode: condition_summary(by_condition, mode, self.main.n_bootstrap,
                                         self.main.seed) for mode in MODES[self.main.scoring]}
 
     def write(self, target: Path, swept: Swept) -> None:
         """conditions.json and conditions.jsonl (`report.tradeoff.tradeoff_from_run` draws
         the figure from them)."""
-        from knowflow.evaluate.api import flat
-        from knowflow.io import atomic_write_json, atomic_write_jsonl
-
         atomic_write_json(target / "conditions.json", swept.summary)
         atomic_write_jsonl(target / "conditions.jsonl", [flat(r) for r in swept.records])
 

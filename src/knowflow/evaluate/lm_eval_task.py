@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from knowflow.errors import DataError
+from knowflow.evaluate.items import choice
 from knowflow.evaluate.metrics import memorization_ratio
 from knowflow.evaluate.normalize import primary
 from knowflow.worlds.facts import ConflictItem
@@ -122,7 +123,6 @@ def _logliks(path: Path, line: int, sample: dict) -> tuple[float, float]:
 
 def read_lm_eval_samples(path: str | Path) -> tuple[str, list[dict]]:
     """(suite, knowflow records) from an lm-eval `--log_samples` file of an exported task."""
-    from knowflow.evaluate.api import choice
     from knowflow.worlds.loaders import json_records
 
     path = Path(path)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from knowflow.evaluate.api import EvalConfig, _answers, _prompts, choice
+from knowflow.evaluate.config import EvalConfig
+from knowflow.evaluate.items import choice, render_prompts, scored_answers
 from knowflow.evaluate.loglik import score_continuations
 from knowflow.probes.arch import arch_of
 from knowflow.probes.examples import ProbeExample, find_text
@@ -46,7 +47,7 @@ def loglik_and_attention(model, tokenizer, items: list[ConflictItem], cfg: EvalC
                          ) -> tuple[list[dict], list[list[float] | None]]:
     """(records with `prompt` and `loglik.choice`, per-item attention mass on the context
     by layer (mean over heads), None for an item without a context in its prompt)."""
-    prompts, seqs = _prompts(items, tokenizer, cfg, cfg.use_context)
+    prompts, seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)
     ctx = [context_positions(tokenizer, p.text, s, it.context)
            for p, s, it in zip(prompts, seqs, items, strict=True)]
     n_layers = arch_of(model).n_layers
@@ -62,7 +63,7 @@ def loglik_and_attention(model, tokenizer, items: list[ConflictItem], cfg: EvalC
 
     plans: list = []
     with intercepted(model) as layer_of:
-        scores = score_continuations(model, tokenizer, seqs, _answers(items, prompts),
+        scores = score_continuations(model, tokenizer, seqs, scored_answers(items, prompts),
                                      batch_size=cfg.batch_size, share_prefix=cfg.share_prefix,
                                      prefill_extra=extra_for)
     for batch, mask, plan in plans:

@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.evaluate.api import EvalConfig, evaluate_items, load_suites
+from knowflow.evaluate.config import EvalConfig
+from knowflow.evaluate.items import evaluate_items, load_suites
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
 from knowflow.schema import named_curve
