@@ -5,7 +5,9 @@ Every probe takes `(model, tokenizer, examples, cfg)` and returns records (dicts
 * `knockout` — attention-edge knockout from the last position (Geva et al. 2023);
 * `sublayer` — zero MLP / attention outputs at chosen positions in a window of layers;
 * `project` — vocabulary projection: attribute extraction rate and attributes rate;
-* `attention` — attention mass from the answer position to the context.
+* `attention` — attention mass from the answer position to the context;
+* `heads` — per-head causal effect on log p(cf) - log p(parametric) (context vs memory heads);
+* `head-project` — vocabulary projection of each attention head (head-level extraction rate).
 
 Activations are addressed by named hook points (`blocks.{l}.attn.out`, `blocks.{l}.mlp.out`,
 `blocks.{l}.resid_post`; probes.hooks); knockout and sublayer share one sweep (probes.sweep).
@@ -18,6 +20,12 @@ from typing import Any
 
 from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample, as_example, builtin_facts, load_examples
+from knowflow.probes.head_projection import (
+    HeadProjectionConfig,
+    head_projection,
+    summarize_head_projection,
+)
+from knowflow.probes.heads import HeadsConfig, heads, summarize_heads
 from knowflow.probes.knockout import KnockoutConfig, knockout, summarize_knockout
 from knowflow.probes.mass import AttentionMassConfig, attention_mass, mean_attention_mass
 from knowflow.probes.projection import ProjectionConfig, projection, summarize_projection
@@ -30,13 +38,18 @@ PROBES = {
     "sublayer": (sublayer_knockout, SublayerConfig, summarize_sublayer),
     "project": (projection, ProjectionConfig, summarize_projection),
     "attention": (attention_mass, AttentionMassConfig, None),
+    "heads": (heads, HeadsConfig, summarize_heads),
+    "head-project": (head_projection, HeadProjectionConfig, summarize_head_projection),
 }
+# probes whose examples are knowledge-conflict items (worlds.facts.ConflictItem), not prompts
+ON_CONFLICT_ITEMS = frozenset({"heads"})
 
 
 def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping[str, Any]],
           progress: Progress | None = None, **cfg) -> list[dict]:
-    """Run probe `name` (knockout, sublayer, project, attention) on `examples` (ProbeExamples
-    or dicts with prompt/subject/answer...); `cfg` sets fields of its config (e.g. `window=3`);
+    """Run probe `name` (knockout, sublayer, project, attention, heads, head-project) on
+    `examples` (ProbeExamples or dicts with prompt/subject/answer...; for `heads`, conflict
+    items); `cfg` sets fields of its config (e.g. `window=3`);
     an unknown field or a bad value is a ConfigError naming it. Returns the probe's records."""
     from knowflow.config import apply_overrides, validate_config
 
@@ -45,10 +58,13 @@ def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping
     fn, config_cls, _ = PROBES[name]
     config = apply_overrides(config_cls(), cfg)
     validate_config(config)
-    return fn(model, tokenizer, [as_example(e) for e in examples], config, progress)
+    data = list(examples) if name in ON_CONFLICT_ITEMS else [as_example(e) for e in examples]
+    return fn(model, tokenizer, data, config, progress)
 
 
-__all__ = ["PROBES", "AttentionMassConfig", "KnockoutConfig", "ProbeExample",
-           "ProjectionConfig", "SublayerConfig", "attention_mass", "builtin_facts", "knockout",
+__all__ = ["PROBES", "AttentionMassConfig", "HeadProjectionConfig", "HeadsConfig",
+           "KnockoutConfig", "ProbeExample", "ProjectionConfig", "SublayerConfig",
+           "attention_mass", "builtin_facts", "head_projection", "heads", "knockout",
            "load_examples", "mean_attention_mass", "probe", "projection", "sublayer_knockout",
-           "summarize_knockout", "summarize_projection", "summarize_sublayer"]
+           "summarize_head_projection", "summarize_heads", "summarize_knockout",
+           "summarize_projection", "summarize_sublayer"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from knowflow.errors import KnowflowError
+from knowflow.models.heads import first_child as _child
 
 _BLOCKS = ("layers", "h", "blocks", "block")
 _ATTN = ("self_attn", "attn", "attention", "self_attention")
@@ -33,14 +34,6 @@ class Arch:
     @property
     def n_layers(self) -> int:
         return len(self.blocks)
-
-
-def _child(module: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
-    for name in names:
-        child = getattr(module, name, None)
-        if isinstance(child, nn.Module):
-            return child
-    return None
 
 
 def arch_of(model: nn.Module) -> Arch:
