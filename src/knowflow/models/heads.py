@@ -216,3 +216,52 @@ def target_logits(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.T
     if bias is not None:
         out = out + bias[targets.to(bias.device)].float().cpu()
     return out
+
+
+def answer_split(tokenizer, cf_text: str, par_text: str
+                 ) -> tuple[tuple[int, ...], int, int] | None:
+    """The two answers' shared first tokens and their first differing tokens, (shared,
+    cf_token, par_token), each answer tokenized alone (as log-likelihood scoring does); None
+    when one answer's tokens begin the other's, so no token tells them apart."""
+    cf, par = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (cf_text, par_text))
+    shared = 0
+    while shared < min(len(cf), len(par)) and cf[shared] == par[shared]:
+        shared += 1
+    if shared == min(len(cf), len(par)):
+        return None
+    return tuple(cf[:shared]), cf[shared], par[shared]
+
+
+Variant = tuple[str, int, int]  # (edit, layer, head): edit "zero", "mean", or any other name
+
+
+def ablation_rows(kinds, n_layers: int, n_heads: int, head_dim: int,
+                  mean: torch.Tensor | None = None
+                  ) -> tuple[list[Variant], torch.Tensor, torch.Tensor]:
+    """One row per (kind, layer, head) after an unchanged row 0: the variants, and their
+    scale (rows, layers, heads) and fill (rows, layers, heads, head_dim) for
+    `last_position_sweep`. `zero` zeroes the head, `mean` puts `mean[layer, head]` (layers,
+    heads, head_dim) in its place, any other kind leaves it (an attention plan edits it)."""
+    variants = [(k, layer, head) for k in kinds for layer in range(n_layers)
+                for head in range(n_heads)]
+    scale = torch.ones(len(variants) + 1, n_layers, n_heads)
+    fill = torch.zeros(len(variants) + 1, n_layers, n_heads, head_dim)
+    for r, (kind, layer, head) in enumerate(variants, start=1):
+        if kind in ("zero", "mean"):
+            scale[r, layer, head] = 0.0
+        if kind == "mean":
+            if mean is None:
+                raise KnowflowError("mean ablation needs the heads' mean outputs")
+            fill[r, layer, head] = mean[layer, head]
+    return variants, scale, fill
+
+
+def log_odds_rows(model, ids: Sequence[int], cf_token: int, par_token: int,
+                  scale: torch.Tensor, fill: torch.Tensor | None = None, batch_size: int = 64,
+                  extra: Callable[[slice], dict] | None = None) -> torch.Tensor:
+    """log p(cf_token) - log p(par_token) after `ids` under each row's edit (see
+    `last_position_sweep`): (rows,). The softmax's normaliser cancels, so two logits do."""
+    hidden, _ = last_position_sweep(model, ids, scale, fill, batch_size, extra)
+    z = target_logits(model, hidden, torch.tensor([[cf_token, par_token]]).expand(
+        len(hidden), 2))                                              # (rows, 2)
+    return z[:, 0] - z[:, 1]

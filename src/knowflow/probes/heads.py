@@ -33,7 +33,14 @@ import numpy as np
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.models.heads import head_shape, last_position_sweep, target_logits
+from knowflow.models.heads import (
+    Variant,
+    ablation_rows,
+    answer_split,
+    head_shape,
+    last_position_sweep,
+    log_odds_rows,
+)
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.intercept import AttentionPlan, intercepted
@@ -97,40 +104,16 @@ def conflict_prompt(item: ConflictItem, tokenizer, prompt_format: str = "chat"
         raise KnowflowError(f"item {item.id}: its context is not in the rendered prompt; the "
                             "heads probe needs conflict items shown with their context")
     loc = locate(tokenizer, ProbeExample(prompt=prompt.text, context=span, id=item.id))
-    cf, par = (tokenizer(prompt.answer_prefix + first_answer_word(a),
-                         add_special_tokens=False)["input_ids"]
-               for a in (item.counterfactual_answer, item.parametric_answer))
-    shared = 0
-    while shared < min(len(cf), len(par)) and cf[shared] == par[shared]:
-        shared += 1
-    if shared == min(len(cf), len(par)):
+    split = answer_split(tokenizer, *(prompt.answer_prefix + first_answer_word(a) for a in
+                                      (item.counterfactual_answer, item.parametric_answer)))
+    if split is None:
         return None
-    return ConflictPrompt(item.id, tuple(loc.input_ids) + tuple(cf[:shared]), cf[shared],
-                          par[shared], loc.context)
+    shared, cf, par = split
+    return ConflictPrompt(item.id, tuple(loc.input_ids) + shared, cf, par, loc.context)
 
 
-def _variants(kinds: Sequence[str], n_layers: int, n_heads: int) -> list[tuple[str, int, int]]:
-    """The rows of one item after its base row: (edit, layer, head)."""
-    return [(k, layer, head) for k in kinds for layer in range(n_layers)
-            for head in range(n_heads)]
-
-
-def _edits(variants, n_layers: int, n_heads: int, head_dim: int, mean: torch.Tensor | None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row 0 unchanged, then one row per variant: scale (rows, layers, heads) and fill
-    (rows, layers, heads, head_dim) for `last_position_sweep`."""
-    rows = len(variants) + 1
-    scale = torch.ones(rows, n_layers, n_heads)
-    fill = torch.zeros(rows, n_layers, n_heads, head_dim)
-    for r, (kind, layer, head) in enumerate(variants, start=1):
-        if kind in ("zero", "mean"):
-            scale[r, layer, head] = 0.0
-        if kind == "mean":
-            fill[r, layer, head] = mean[layer, head]
-    return scale, fill
-
-
-def _block_plan(variants, prompt: ConflictPrompt, n_heads: int, layer_of: dict[int, int]):
+def _block_plan(variants: list[Variant], prompt: ConflictPrompt, n_heads: int,
+                layer_of: dict[int, int]):
     """Per slice of rows, the attention plan that cuts the `block` rows' head's edges from
     the answer position to the context (rows are numbered from the base row 0)."""
     k_len = len(prompt.ids)
@@ -158,19 +141,14 @@ def head_effects(model, prompt: ConflictPrompt, kinds: Sequence[str],
     is each head's mean output for `mean` ablation; `block` needs `intercepted(model)`'s
     `layer_of`."""
     n_layers, n_heads, head_dim = head_shape(model)
-    variants = _variants(kinds, n_layers, n_heads)
-    if "mean" in kinds and mean is None:
-        raise KnowflowError("mean ablation needs the heads' mean outputs")
-    scale, fill = _edits(variants, n_layers, n_heads, head_dim, mean)
+    variants, scale, fill = ablation_rows(kinds, n_layers, n_heads, head_dim, mean)
     extra = None
     if "block" in kinds:
         if layer_of is None:
             raise KnowflowError("blocking attention to the context needs intercepted(model)")
         extra = _block_plan(variants, prompt, n_heads, layer_of)
-    hidden, _ = last_position_sweep(model, prompt.ids, scale, fill, batch_size, extra)
-    targets = torch.tensor([[prompt.cf_token, prompt.par_token]]).expand(len(hidden), 2)
-    z = target_logits(model, hidden, targets)                     # (rows, 2)
-    odds = z[:, 0] - z[:, 1]                                       # (rows,)
+    odds = log_odds_rows(model, prompt.ids, prompt.cf_token, prompt.par_token, scale, fill,
+                         batch_size, extra)                            # (rows,)
     effects = (odds[1:] - odds[0]).view(len(kinds), n_layers, n_heads)
     return float(odds[0]), effects
 
