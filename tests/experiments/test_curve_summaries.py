@@ -1,14 +1,24 @@
-"""Every experiment's curve summary is `schema.curve_summary` of its records: inversion-smollm2
-(per series), inversion-tiny (counterfactual accuracy) and cpi-toy (M_C). Scripted records with
-a tied peak: the earliest step wins everywhere."""
+"""Every experiment's curve summary gives the hand-computed start / peak / peak step / final /
+rise / fall of its records: inversion-smollm2 (per series), inversion-tiny (counterfactual
+accuracy) and cpi-toy (M_C). Scripted records with a tied peak: the earliest step wins
+everywhere."""
 
 from knowflow.experiments.cpi_toy import trajectory_summary
 from knowflow.experiments.inversion_smollm2 import curves
-from knowflow.experiments.inversion_tiny import curve_summary as tiny_summary
-from knowflow.schema import curve_summary, named_curve
+from knowflow.experiments.inversion_tiny_curves import curve_summary as tiny_summary
+from knowflow.schema import curve_summary
 
 STEPS = [0, 10, 20, 30]
 VALUES = [0.25, 0.75, 0.75, 0.5]  # peak at step 10 (tied with 20)
+# by hand: start 0.25, peak 0.75 first reached at step 10, final 0.5; rise = 0.75 - 0.25,
+# fall = 0.75 - 0.5
+HAND = {"start": 0.25, "peak": 0.75, "peak_step": 10, "final": 0.5, "rise": 0.5, "fall": 0.25}
+
+
+def test_the_shared_curve_summary_against_hand_values():
+    assert curve_summary(STEPS, VALUES) == HAND
+    assert curve_summary([5], [0.4]) == {"start": 0.4, "peak": 0.4, "peak_step": 5,
+                                         "final": 0.4, "rise": 0.0, "fall": 0.0}
 
 
 def test_smollm2_curves_per_series():
@@ -16,10 +26,13 @@ def test_smollm2_curves_per_series():
                 "cf_acc_gen": v if s else None} for s, v in zip(STEPS, VALUES, strict=True)]
     out = curves(records)
     assert set(out) == {"cf_acc", "cf-quotes/cf_acc", "cf_acc_gen"}
-    assert out["cf_acc"] == curve_summary(STEPS, VALUES)
-    assert out["cf_acc"]["peak_step"] == 10
-    assert out["cf-quotes/cf_acc"] == curve_summary(STEPS, [1 - v for v in VALUES])
-    assert out["cf_acc_gen"] == curve_summary(STEPS[1:], VALUES[1:])  # missing values skipped
+    assert out["cf_acc"] == HAND
+    # 1 - VALUES = 0.75, 0.25, 0.25, 0.5: peak 0.75 at the start, lowest 0.25 at step 10
+    assert out["cf-quotes/cf_acc"] == {"start": 0.75, "peak": 0.75, "peak_step": 0,
+                                       "final": 0.5, "rise": 0.0, "fall": 0.25}
+    # step 0's value is missing: the curve starts at step 10 (0.75), which is also its peak
+    assert out["cf_acc_gen"] == {"start": 0.75, "peak": 0.75, "peak_step": 10, "final": 0.5,
+                                 "rise": 0.0, "fall": 0.25}
 
 
 def test_tiny_summary_is_the_cf_acc_curve():
@@ -28,10 +41,11 @@ def test_tiny_summary_is_the_cf_acc_curve():
                 "attn_subject_layers": [0.5, 0.25]}
                for s, v in zip(STEPS, VALUES, strict=True)]
     s = tiny_summary(records)
-    curve = curve_summary(STEPS, VALUES)
     assert {k: s[f"cf_acc_{k}"] for k in ("start", "peak", "peak_step", "final")} == \
-        {k: curve[k] for k in ("start", "peak", "peak_step", "final")}
-    assert (s["rise"], s["fall"]) == (curve["rise"], curve["fall"])
+        {k: HAND[k] for k in ("start", "peak", "peak_step", "final")}
+    assert (s["rise"], s["fall"]) == (HAND["rise"], HAND["fall"])
+    assert (s["param_acc_final"], s["attn_ctx_start"], s["attn_ctx_final"]) == \
+        (0.5, (0.25 + 0.125) / 2, (0.5 + 0.25) / 2)
     assert s["attn_ctx_at_peak"] == (0.75 + 0.375) / 2  # the step-10 record
 
 
@@ -40,8 +54,7 @@ def test_cpi_toy_summary_is_the_mc_curve():
                 "attn_subject_test": 1 - v, "proj_theta_S": 0.5, "proj_theta_C": 0.25 - v,
                 "value_conf_C+S": v / 2} for s, v in zip(STEPS, VALUES, strict=True)]
     s = trajectory_summary(records)
-    curve = named_curve("mc", STEPS, VALUES)
-    assert {k: s[k] for k in curve} == curve
+    assert {k: s[f"mc_{k}"] for k in HAND} == HAND
     assert s["attn_ctx_at_mc_peak"] == 0.75 and s["steps"] == 30
     assert s["proj_theta_C_after_peak_negative_share"] == 1.0  # steps 20 and 30
     assert (s["value_conf_C+S_start"], s["value_conf_C+S_final"]) == (0.125, 0.25)

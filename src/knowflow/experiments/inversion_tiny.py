@@ -29,23 +29,23 @@ continues an interrupted run along the same curve.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from knowflow import schema
 from knowflow.config import require
 from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.errors import ConfigError
+from knowflow.experiments.inversion_tiny_curves import arm_summary, mean_curve
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
+from knowflow.experiments.inversion_tiny_jobs import finetune_job, job_arm, pretrain_job
+from knowflow.experiments.inversion_tiny_phase import run_phase
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
-from knowflow.models.adapt import ALL_PROJECTIONS
 from knowflow.models.tiny import TinyModelConfig
 from knowflow.report.inversion_tiny import plot_inversion_tiny
 from knowflow.report.phase import with_phase
@@ -142,147 +142,6 @@ class InversionTinyConfig:
         require(self.track.train_examples >= 1, "track.train_examples", "must be at least 1")
 
 
-def arm_setup(cfg: InversionTinyConfig, arm: str) -> tuple[Mixture, SFTConfig, float, bool]:
-    """(mixture, finetuning config, static filter fraction, dynamic curation) of an arm."""
-    mix, sft = cfg.mixture, cfg.sft
-    if arm == "c_only":
-        mix = dataclasses.replace(mix, c=1.0, cs=0.0, s=0.0, aug=0)
-    elif arm == "augmented":
-        mix = dataclasses.replace(mix, aug=mix.aug + round(cfg.aug_share * mix.size))
-    elif arm == "qk_only":
-        sft = dataclasses.replace(sft, train="qk_only")
-    elif arm == "lora":
-        sft = dataclasses.replace(sft, train="lora", lora_targets=ALL_PROJECTIONS)
-    return mix, sft, cfg.filter_fraction if arm == "filtered" else 0.0, arm == "dynamic"
-
-
-def job_arm(cfg: InversionTinyConfig, arm: str) -> str:
-    """The arm whose job gives `arm`'s records: the first arm with the same setup."""
-    return next(a for a in cfg.arms if arm_setup(cfg, a) == arm_setup(cfg, arm))
-
-
-def pretrain_job(cfg: InversionTinyConfig, seed: int) -> dict:
-    import torch
-
-    from knowflow.train.pretrain import SHIPPED, load_pretrained, pretrained_path
-
-    torch.set_num_threads(1)
-    path = pretrained_path(cfg.world, cfg.model, cfg.pretrain, seed)
-    info = load_pretrained(path)[2]
-    return {"path": str(path), "source": "shipped" if path.parent == SHIPPED else "pretrained",
-            **{k: v for k, v in info.items() if k != "history"}}
-
-
-def finetune_job(cfg: InversionTinyConfig, arm: str, seed: int, job_dir: Path
-                 ) -> tuple[list[dict], dict]:
-    """Load the seed's pretrained model, build the arm's data, finetune through the HF Trainer
-    path of `knowflow sft` (checkpoints in `job_dir`, resumed if there); (records, extra)."""
-    import torch
-
-    from knowflow.curate.criticality import drop_lowest_no_context_loss, no_context_loss
-    from knowflow.train.callback import EvalCallback
-    from knowflow.train.curation import DynamicCuration, DynamicCurationConfig
-    from knowflow.train.pretrain import load_pretrained, pretrained_path
-    from knowflow.train.sft import finetune
-    from knowflow.train.tiny_track import TinyEvaluator, training_rows
-    from knowflow.worlds.tiny_world import evaluation_sets, finetuning_set, make_world
-
-    torch.set_num_threads(1)
-    mix, sft, fraction, dynamic = arm_setup(cfg, arm)
-    world = make_world(cfg.world, seed)
-    model, tokenizer, _ = load_pretrained(pretrained_path(cfg.world, cfg.model, cfg.pretrain,
-                                                          seed))
-    train = finetuning_set(world, mix, seed)
-    extra: dict = {"n_train": len(train)}
-    if fraction > 0:
-        kept = drop_lowest_no_context_loss(model, train, fraction, tokenizer)
-        for kind in ("C", "C+S", "S"):
-            extra[f"n_dropped_{kind}"] = (sum(ex.kind == kind for ex in train)
-                                          - sum(ex.kind == kind for ex in kept))
-        train = kept
-        extra["n_train"] = len(train)
-    evaluator = TinyEvaluator(tokenizer, train, evaluation_sets(world, seed),
-                              cfg.track.train_examples, arm in cfg.track.mechanism_arms)
-    callbacks = [EvalCallback(evaluator, cfg.track.every, job_dir)]
-    if dynamic:
-        callbacks.append(DynamicCuration(
-            lambda m: no_context_loss(m, train, tokenizer), len(train),
-            DynamicCurationConfig("dynamic", every=cfg.curate_every,
-                                  fraction=cfg.curate_fraction,
-                                  threshold=cfg.curate_threshold,
-                                  readmit=cfg.curate_readmit),
-            job_dir, kinds=[ex.kind for ex in train], seed=seed))
-    finetune(model, tokenizer, training_rows(tokenizer, train),
-             dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)
-    if dynamic:  # the drop set at the last re-scoring, by kind (wall times left out)
-        last = callbacks[1].history[-1]
-        extra.update(curation_rescorings=len(callbacks[1].history),
-                     **{f"n_dropped_{k}": n for k, n in last["dropped_by_kind"].items()})
-    return [_strip(r) for r in callbacks[0].records], extra
-
-
-def _strip(record: dict) -> dict:
-    """A tiny-world record without the callback's bookkeeping (kept out of metrics.jsonl so
-    that two runs of one config give identical files)."""
-    return {k: v for k, v in record.items() if k not in ("epoch", "train_loss", "eval_seconds")}
-
-
-def curve_summary(records: list[dict]) -> dict:
-    """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
-    accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
-    out = schema.named_curve("cf_acc", [r["step"] for r in records],
-                             [r["cf_acc"] for r in records])
-    out["rise"], out["fall"] = out.pop("cf_acc_rise"), out.pop("cf_acc_fall")
-    peak = next(i for i, r in enumerate(records) if r["step"] == out["cf_acc_peak_step"])
-
-    def layer_mean(r: dict, key: str) -> float:
-        return sum(r[key]) / len(r[key])
-
-    for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
-        out[f"{key}_final"] = records[-1][key]
-    for key, short in (("attn_context_layers", "attn_ctx"), ("attn_subject_layers", "attn_subj")):
-        out[f"{short}_start"] = layer_mean(records[0], key)
-        out[f"{short}_at_peak"] = layer_mean(records[peak], key)
-        out[f"{short}_final"] = layer_mean(records[-1], key)
-    return out
-
-
-def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
-    """The seed mean of every metric all seeds have, step by step (curves share their steps)."""
-    out = []
-    for rows in zip(*per_seed, strict=True):
-        rec: dict = {"step": rows[0]["step"]}
-        for key, value in rows[0].items():
-            if key == "step" or any(key not in r for r in rows):  # e.g. a kind filtered out
-                continue
-            if isinstance(value, (int, float, list)) and not isinstance(value, bool):
-                rec[key] = _mean_of([r[key] for r in rows])
-        out.append(rec)
-    return out
-
-
-def _mean_of(values: list):
-    """Element-wise mean of numbers or of equally shaped (nested) lists of numbers."""
-    if isinstance(values[0], list):
-        return [_mean_of([v[i] for v in values]) for i in range(len(values[0]))]
-    return sum(values) / len(values)
-
-
-def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
-    """Seed-mean curve summary plus each seed's own start/peak/peak step/final, as lists in
-    seed order (`seeds`), so an arm stays one flat row of the report's table."""
-    out = curve_summary(mean_curve(list(per_seed.values())))
-    out["seeds"] = list(per_seed)
-    own = [curve_summary(recs) for recs in per_seed.values()]
-    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
-                "fall"):
-        out[f"{key}_seeds"] = [row[key] for row in own]
-    out["fall_ci95"] = schema.seed_interval(out["fall_seeds"])
-    for key in sorted({k for extra in extras.values() for k in extra}):
-        out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
-    return out
-
-
 @register("inversion-tiny", InversionTinyConfig, with_phase(plot_inversion_tiny),
           "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
           columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
@@ -292,8 +151,6 @@ def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel. With
     `study=phase`, the phase diagram instead (`inversion_tiny_phase`)."""
     if cfg.study == "phase":
-        from knowflow.experiments.inversion_tiny_phase import run_phase
-
         return run_phase(cfg, out_dir)
     store = PartStore(out_dir)
     keys = {(arm, seed): f"{job_arm(cfg, arm)}-seed{seed}" for arm in cfg.arms

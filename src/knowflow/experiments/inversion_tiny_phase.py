@@ -13,6 +13,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from knowflow.experiments.cpi_toy import toy_phase
+from knowflow.experiments.inversion_tiny_jobs import finetune_job, pretrain_job
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import agreement, cell_key, cells, phase_summary
 from knowflow.io import atomic_write_json, atomic_write_jsonl
@@ -29,9 +31,6 @@ def cell_config(cfg, share: float, reliability: float):
 
 
 def run_phase(cfg, out_dir: Path) -> dict:
-    from knowflow.experiments.cpi_toy import toy_phase
-    from knowflow.experiments.inversion_tiny import finetune_job, pretrain_job
-
     store = PartStore(out_dir)
     grid = cells(cfg.phase)
     pre = {(r, s): (cell_config(cfg, 0.5, r), s) for _, r, s in grid}

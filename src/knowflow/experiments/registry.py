@@ -2,6 +2,10 @@
 
 Every experiment follows one signature, `run(cfg, out_dir) -> Summary`, where `Summary` is a
 JSON-able dict; `plot(run_dir)` draws the figures from the records on disk (never from models).
+
+The built-in experiments are registered by `knowflow/experiments/__init__.py`, which imports
+each of their modules. Python runs a package's `__init__` before any of its submodules, so they
+are registered before this module is first used; this module imports no experiment.
 """
 
 from __future__ import annotations
@@ -47,12 +51,7 @@ def register(name: str, config_cls: type, plot: Callable[[Path], list[Path]],
     return wrap
 
 
-def _load_builtin() -> None:
-    import knowflow.experiments  # noqa: F401  (registers the built-in experiments)
-
-
 def get_experiment(name: str) -> Experiment:
-    _load_builtin()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise ConfigError(f"unknown experiment {name!r} (known: {known})")
@@ -60,5 +59,4 @@ def get_experiment(name: str) -> Experiment:
 
 
 def list_experiments() -> list[Experiment]:
-    _load_builtin()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]

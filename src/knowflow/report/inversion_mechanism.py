@@ -13,7 +13,7 @@ from pathlib import Path
 
 from knowflow.io import read_json
 from knowflow.report.figures import save, subplots
-from knowflow.report.inversion_tiny import load_curves, mean_series
+from knowflow.report.inversion_curves import load_curves, mean_series
 from knowflow.runs import CONFIG
 
 SHARES = {"C": "c", "C+S": "cs", "S": "s"}

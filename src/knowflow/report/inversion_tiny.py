@@ -15,57 +15,11 @@ that key's curves (never a crash), so new metrics can be added to the run withou
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
-from knowflow.io import read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.runs import METRICS
-
-Curves = dict[str, dict[int, list[dict]]]  # arm -> seed -> records in step order
-
-
-def load_curves(run_dir: Path) -> Curves:
-    """The run's records grouped by arm and seed (records without arm/seed/step skipped)."""
-    arms: Curves = defaultdict(lambda: defaultdict(list))
-    path = Path(run_dir) / METRICS
-    if not path.exists():
-        return {}
-    for rec in read_jsonl(path):
-        if all(k in rec for k in ("arm", "seed", "step")):
-            arms[rec["arm"]][rec["seed"]].append(rec)
-    for seeds in arms.values():
-        for recs in seeds.values():
-            recs.sort(key=lambda r: r["step"])
-    return {arm: dict(seeds) for arm, seeds in arms.items()}
-
-
-def _value(rec: dict, key: str, layer: int | None) -> float | None:
-    value = rec.get(key)
-    if layer is not None:
-        value = value[layer] if isinstance(value, list) and layer < len(value) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return None if math.isnan(value) else float(value)
-
-
-def seed_series(recs: list[dict], key: str, layer: int | None = None
-                ) -> tuple[list[int], list[float]]:
-    """One seed's curve of `key` (or of its `layer` entry): the steps that have it."""
-    points = [(r["step"], _value(r, key, layer)) for r in recs]
-    points = [(s, v) for s, v in points if v is not None]
-    return [s for s, _ in points], [v for _, v in points]
-
-
-def mean_series(seeds: dict[int, list[dict]], key: str, layer: int | None = None
-                ) -> tuple[list[int], list[float]]:
-    """The seed mean of `key` at each step, over the seeds that recorded it there."""
-    by_step: dict[int, list[float]] = defaultdict(list)
-    for recs in seeds.values():
-        for step, value in zip(*seed_series(recs, key, layer), strict=True):
-            by_step[step].append(value)
-    steps = sorted(by_step)
-    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+from knowflow.report.inversion_curves import Curves, load_curves, mean_series, seed_series
+from knowflow.report.inversion_mechanism import mechanism_figure
 
 
 def _peak_label_offsets(peaks: list[tuple[float, float]], x_span: float) -> list[float]:
@@ -184,8 +138,6 @@ def plot_inversion_tiny(run_dir: Path) -> list[Path]:
     out = Path(run_dir) / "figures"
     if not arms:
         return []
-    from knowflow.report.inversion_mechanism import mechanism_figure
-
     figures = [save(cf_figure(arms), out / "1_counterfactual_accuracy.png"),
                _attention_figure(arms, out / "2_attention.png"),
                _accuracy_figure(arms, out / "3_accuracies.png")]

@@ -25,8 +25,32 @@ import torch
 from torch.nn import functional as F
 
 from knowflow.models.tiny import answer_logits, select_rows
-from knowflow.train.tiny_track import answer_attention, span_masks
+from knowflow.probes.mass import span_mass
 from knowflow.worlds.tiny_world import Example
+
+
+def span_masks(examples: Sequence[Example], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean masks of each example's context statements and question subject. (n, seq) x2"""
+    ctx = torch.zeros((len(examples), width), dtype=torch.bool)
+    subj = torch.zeros((len(examples), width), dtype=torch.bool)
+    for i, ex in enumerate(examples):
+        if ex.context is not None:
+            ctx[i, ex.context[0]:ex.context[1]] = True
+        subj[i, ex.subject] = True
+    return ctx, subj
+
+
+def answer_attention(attns, last: torch.Tensor, ctx: torch.Tensor, subj: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention mass from each row's answer position on the context and on the subject,
+    averaged over rows, per layer and head. (layers, heads) x2; differentiable."""
+    rows = torch.arange(len(last))
+    to_ctx, to_subj = [], []
+    for layer_attn in attns:  # (n, heads, seq, seq)
+        row = layer_attn[rows, :, last]  # (n, heads, seq)
+        to_ctx.append(span_mass(row, ctx[:, None]).mean(0))  # (heads,)
+        to_subj.append(span_mass(row, subj[:, None]).mean(0))
+    return torch.stack(to_ctx), torch.stack(to_subj)
 
 
 def context_attention(model, batch: dict[str, torch.Tensor], examples: Sequence[Example]

@@ -16,33 +16,9 @@ from collections.abc import Sequence
 import torch
 
 from knowflow.models.tiny import answer_logits, encode, encode_words, per_example_loss
-from knowflow.probes.mass import span_mass
+from knowflow.train.tiny_mechanism import answer_attention, gradient_projections, span_masks
 from knowflow.worlds.instruction_rows import IGNORE
 from knowflow.worlds.tiny_world import Example
-
-
-def span_masks(examples: Sequence[Example], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Boolean masks of each example's context statements and question subject. (n, seq) x2"""
-    ctx = torch.zeros((len(examples), width), dtype=torch.bool)
-    subj = torch.zeros((len(examples), width), dtype=torch.bool)
-    for i, ex in enumerate(examples):
-        if ex.context is not None:
-            ctx[i, ex.context[0]:ex.context[1]] = True
-        subj[i, ex.subject] = True
-    return ctx, subj
-
-
-def answer_attention(attns, last: torch.Tensor, ctx: torch.Tensor, subj: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention mass from each row's answer position on the context and on the subject,
-    averaged over rows, per layer and head. (layers, heads) x2; differentiable."""
-    rows = torch.arange(len(last))
-    to_ctx, to_subj = [], []
-    for layer_attn in attns:  # (n, heads, seq, seq)
-        row = layer_attn[rows, :, last]  # (n, heads, seq)
-        to_ctx.append(span_mass(row, ctx[:, None]).mean(0))  # (heads,)
-        to_subj.append(span_mass(row, subj[:, None]).mean(0))
-    return torch.stack(to_ctx), torch.stack(to_subj)
 
 
 @torch.no_grad()
@@ -109,8 +85,6 @@ class TinyEvaluator:
         self.mechanism = mechanism
 
     def __call__(self, model) -> dict:
-        from knowflow.train.tiny_mechanism import gradient_projections
-
         rec = tracking_record(model, self.eval_batches, self.train_batch, self.kinds)
         if self.mechanism:
             rec.update(gradient_projections(model, *self.eval_batches["cf"], self.train_batch,

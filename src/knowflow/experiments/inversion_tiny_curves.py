@@ -1,0 +1,63 @@
+"""`inversion-tiny`'s curves: the summary of one counterfactual-accuracy curve (start, peak,
+peak step, final, rise, fall, with the other accuracies and the attention mass), the seed mean
+of a set of curves, and an arm's summary over seeds."""
+
+from __future__ import annotations
+
+from knowflow import schema
+
+
+def curve_summary(records: list[dict]) -> dict:
+    """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
+    accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
+    out = schema.named_curve("cf_acc", [r["step"] for r in records],
+                             [r["cf_acc"] for r in records])
+    out["rise"], out["fall"] = out.pop("cf_acc_rise"), out.pop("cf_acc_fall")
+    peak = next(i for i, r in enumerate(records) if r["step"] == out["cf_acc_peak_step"])
+
+    def layer_mean(r: dict, key: str) -> float:
+        return sum(r[key]) / len(r[key])
+
+    for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
+        out[f"{key}_final"] = records[-1][key]
+    for key, short in (("attn_context_layers", "attn_ctx"), ("attn_subject_layers", "attn_subj")):
+        out[f"{short}_start"] = layer_mean(records[0], key)
+        out[f"{short}_at_peak"] = layer_mean(records[peak], key)
+        out[f"{short}_final"] = layer_mean(records[-1], key)
+    return out
+
+
+def mean_curve(per_seed: list[list[dict]]) -> list[dict]:
+    """The seed mean of every metric all seeds have, step by step (curves share their steps)."""
+    out = []
+    for rows in zip(*per_seed, strict=True):
+        rec: dict = {"step": rows[0]["step"]}
+        for key, value in rows[0].items():
+            if key == "step" or any(key not in r for r in rows):  # e.g. a kind filtered out
+                continue
+            if isinstance(value, (int, float, list)) and not isinstance(value, bool):
+                rec[key] = _mean_of([r[key] for r in rows])
+        out.append(rec)
+    return out
+
+
+def _mean_of(values: list):
+    """Element-wise mean of numbers or of equally shaped (nested) lists of numbers."""
+    if isinstance(values[0], list):
+        return [_mean_of([v[i] for v in values]) for i in range(len(values[0]))]
+    return sum(values) / len(values)
+
+
+def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
+    """Seed-mean curve summary plus each seed's own start/peak/peak step/final, as lists in
+    seed order (`seeds`), so an arm stays one flat row of the report's table."""
+    out = curve_summary(mean_curve(list(per_seed.values())))
+    out["seeds"] = list(per_seed)
+    own = [curve_summary(recs) for recs in per_seed.values()]
+    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
+                "fall"):
+        out[f"{key}_seeds"] = [row[key] for row in own]
+    out["fall_ci95"] = schema.seed_interval(out["fall_seeds"])
+    for key in sorted({k for extra in extras.values() for k in extra}):
+        out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
+    return out
