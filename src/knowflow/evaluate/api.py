@@ -28,6 +28,7 @@ from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import fit_batch_size
 from knowflow.evaluate.conditions import Sweep
 from knowflow.evaluate.config import MODES, EvalConfig
+from knowflow.evaluate.heads_calibration import calibrate as calibrate_heads
 from knowflow.evaluate.items import evaluate_items, flat, load_suites, render_prompts
 from knowflow.evaluate.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluate.metrics import summarize
@@ -79,11 +80,15 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
     if cfg.batch_size == 0:
         cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))
+    # a bare `heads` method: heads, k and gamma from a calibration split; all score held-out
+    cfg, by_suite, heads_calibration = calibrate_heads(model, tokenizer, cfg, by_suite,
+                                                       progress=progress)
     sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
-              "fields": dict(fields or {})}
+              "fields": dict(fields or {}),
+              **({"heads_calibration": heads_calibration} if heads_calibration else {})}
     run = _start(config, out_dir, runs_root)
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}

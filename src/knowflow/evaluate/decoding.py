@@ -32,11 +32,15 @@ from knowflow.evaluate.loglik import (
     right_pad,
     score_continuations,
 )
+from knowflow.evaluate.steer_heads import NAME as HEADS
+from knowflow.evaluate.steer_heads import HeadSteering, parse_spec, steered
 from knowflow.runs import Progress
 
 BASES = {"greedy": "the model's own next-token logits (default)",
          "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",
-         "adacad": "CAD with alpha_t = JSD(p(.|c,x) || p(.|x)) per token (Wang et al. 2025)"}
+         "adacad": "CAD with alpha_t = JSD(p(.|c,x) || p(.|x)) per token (Wang et al. 2025)",
+         HEADS: "scale the top-k context heads by gamma or prune the top-k memory heads, k and "
+                "gamma chosen on a calibration split (steer_heads.py)"}
 OPINION = "opinion"
 METHODS = {**BASES, OPINION: "opinion-based prompt with an instruction to answer from the "
                              "text (Zhou et al. 2023); combine as opinion+cad"}
@@ -49,18 +53,32 @@ class Method:
     base: str = "greedy"
     alpha: float = 1.0          # cad only
     opinion: bool = False
+    heads: str = ""             # heads only: its steering spec (steer_heads.py); "" to calibrate
 
     @property
     def contrastive(self) -> bool:
-        return self.base != "greedy"
+        return self.base not in ("greedy", HEADS)
 
     @property
     def spec(self) -> str:
-        return f"{OPINION}+{self.base}" if self.opinion else self.base
+        base = f"{HEADS}:{self.heads}" if self.heads else self.base
+        return f"{OPINION}+{base}" if self.opinion else base
+
+    @property
+    def steering(self) -> HeadSteering | None:
+        """The heads method's steering (a bare `heads` must be calibrated first)."""
+        if self.base != HEADS:
+            return None
+        if not self.heads:
+            raise ConfigError("a bare `heads` method chooses its heads on a calibration split, "
+                              "which knowflow.evaluate does; elsewhere give heads:L.H+L.HxGAMMA",
+                              "method")
+        return HeadSteering.parse(self.heads)
 
     @property
     def label(self) -> str:
-        name = f"cad(a={self.alpha:g})" if self.base == "cad" else self.base
+        name = f"cad(a={self.alpha:g})" if self.base == "cad" else self.spec.removeprefix(
+            f"{OPINION}+")
         if self.opinion:
             return OPINION if self.base == "greedy" else f"{OPINION}+{name}"
         return name
@@ -126,12 +144,17 @@ def parse_methods(method: str, alpha=1.0) -> list[Method]:
             opinion, base = True, "greedy"
         elif name.startswith(f"{OPINION}+"):
             opinion, base = True, name.removeprefix(f"{OPINION}+")
+        steer = parse_spec(base) if base.split(":")[0] == HEADS else None
+        if steer is not None:
+            base, out_heads = HEADS, steer.spec
+        else:
+            out_heads = ""
         if base not in BASES:
             raise ConfigError(f"unknown method {name!r}", "method",
                               f"give one or more of {', '.join(METHODS)} (or opinion+cad, "
                               "opinion+adacad), comma-separated")
         for a in (alphas if base == "cad" else (1.0,)):
-            m = Method(base, a, opinion)
+            m = Method(base, a, opinion, out_heads)
             if m not in out:
                 out.append(m)
     return out
@@ -276,7 +299,8 @@ def score_contrastive(model, tokenizer, prompts: Sequence[list[int]],
 def generate_with(method: Method, model, tokenizer, seqs, base_seqs=None, **run) -> list[str]:
     """`generate` for greedy (and opinion) methods, `generate_contrastive` otherwise."""
     if not method.contrastive:
-        return generate(model, tokenizer, seqs, **run)
+        with steered(model, method.steering):
+            return generate(model, tokenizer, seqs, **run)
     return generate_contrastive(model, tokenizer, seqs, base_seqs, method, **run)
 
 
@@ -284,5 +308,6 @@ def score_with(method: Method, model, tokenizer, seqs, base_seqs, continuations,
                ) -> list[list[Score]]:
     """`score_continuations` for greedy (and opinion) methods, `score_contrastive` otherwise."""
     if not method.contrastive:
-        return score_continuations(model, tokenizer, seqs, continuations, **run)
+        with steered(model, method.steering):
+            return score_continuations(model, tokenizer, seqs, continuations, **run)
     return score_contrastive(model, tokenizer, seqs, base_seqs, continuations, method, **run)
