@@ -14,7 +14,7 @@ import typer
 from rich.logging import RichHandler
 
 from knowflow.cli import eval as eval_cli
-from knowflow.cli import experiments, sft
+from knowflow.cli import experiments, probe_heads, sft
 from knowflow.cli.common import err_console
 from knowflow.cli.errors import Settings, guard
 from knowflow.cli.export import export_app
@@ -38,6 +38,9 @@ for _name, _command in (("list", experiments.list_cmd), ("config", experiments.c
                         ("eval", eval_cli.eval_cmd), ("sft", sft.sft_cmd),
                         ("curate", sft.curate_cmd), ("augment", sft.augment_cmd)):
     app.command(_name)(guard(_command))
+for _name, _command in (("heads", probe_heads.heads_cmd),
+                        ("head-project", probe_heads.head_project_cmd)):
+    probe_app.command(_name)(guard(_command))
 app.add_typer(probe_app, name="probe")
 app.add_typer(export_app, name="export")
 

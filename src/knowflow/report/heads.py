@@ -1,0 +1,51 @@
+"""Figures for `knowflow probe heads` and `probe head-project`: they read the summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from knowflow.report.figures import save, subplots
+
+
+def _heatmap(ax, grid: list[list[float]], title: str, signed: bool, fig) -> None:
+    cols = list(map(list, zip(*grid, strict=True)))               # (heads, layers)
+    if signed:
+        bound = max((abs(v) for row in grid for v in row), default=1.0) or 1.0
+        image = ax.imshow(cols, aspect="auto", origin="lower", cmap="RdBu",
+                          vmin=-bound, vmax=bound)
+    else:
+        image = ax.imshow(cols, aspect="auto", origin="lower", vmin=0.0, vmax=1.0,
+                          cmap="viridis")
+    fig.colorbar(image, ax=ax)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("head")
+    ax.set_title(title, fontsize=10)
+    ax.grid(False)
+
+
+def head_effects_figure(summary: dict, path: Path, title: str = "") -> Path:
+    """One heatmap per swept edit: the mean change in log p(cf) - log p(parametric) when the
+    head is removed (red, negative: a context head; blue, positive: a memory head)."""
+    effects = summary["effects"]
+    fig, axes = subplots(len(effects), width=4.6, height=3.6)
+    for i, (kind, block) in enumerate(effects.items()):
+        _heatmap(axes[0, i], block["mean"], f"{title} {kind}: change in log-odds".strip(),
+                 True, fig)
+    return save(fig, path)
+
+
+def head_projection_figure(summary: dict, path: Path, title: str = "") -> Path:
+    """Per head, the share of facts whose top projected token is the prediction; next to it
+    the whole attention sublayer's share per layer and the best head's."""
+    fig, axes = subplots(2, width=5.0, height=3.6)
+    _heatmap(axes[0, 0], summary["head_rate"], f"{title} head extraction rate".strip(), False,
+             fig)
+    ax = axes[0, 1]
+    layers = list(range(len(summary["attn_rate"])))
+    ax.plot(layers, summary["attn_rate"], marker="o", markersize=3, label="attention sublayer")
+    ax.plot(layers, [max(row) for row in summary["head_rate"]], marker="o", markersize=3,
+            label="best head of the layer")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("extraction rate")
+    ax.legend(fontsize=8)
+    return save(fig, path)
