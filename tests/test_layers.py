@@ -7,6 +7,7 @@ The order is the flow of data in DESIGN.md, lowest first:
     worlds       facts, items, prompts, instruction rows, suites, loaders: what everything reads
     models       the theory toys, the tiny Llama (its tokenizer, answer scoring), HF models
     evaluate, probes   score and dissect a model (siblings; neither imports the other)
+    explain      one answer's provenance: scores with evaluate, knocks out with probes
     curate       scores finetuning rows with a model
     train        finetunes, tracks (with evaluate and probes) and curates (with curate)
     report       reads run folders and draws; never touches a model
@@ -33,6 +34,7 @@ LAYERS = (
     {"worlds"},
     {"models"},
     {"evaluate", "probes"},
+    {"explain"},  # uses evaluate's scorer and probes' knockout, so above both; below train
     {"curate"},
     {"train"},
     {"report"},
@@ -127,7 +129,8 @@ def test_subpackages_named_like_public_functions_are_imported_with_from():
     # `import knowflow.evaluate.api` then `knowflow.evaluate.api.x` would fail
     bad = [f"{path}:{line}" for module, path in _modules().items()
            for target, line, how in _imports(path, module)
-           if how == "import" and target.split(".")[1:2] in (["evaluate"], ["curate"])]
+           if how == "import"
+           and target.split(".")[1:2] in (["evaluate"], ["curate"], ["explain"])]
     assert not bad, "use `from knowflow.evaluate... import ...`: " + ", ".join(bad)
 
 

@@ -32,6 +32,7 @@ _API = {
     "augment": "knowflow.curate.augment:augment",
     "curate": "knowflow.curate.criticality:curate_examples",
     "evaluate": "knowflow.evaluate.api:evaluate",
+    "explain": "knowflow.explain.api:explain",
     "finetune": "knowflow.train.sft:finetune",
     "get_suite": "knowflow.worlds.suites:get_suite",
     "list_experiments": "knowflow.experiments.registry:list_experiments",

@@ -17,6 +17,7 @@ from knowflow.errors import KnowflowError
 from knowflow.worlds.conditions import AGREEING, with_condition_contexts
 from knowflow.worlds.conditions import text_key as _key
 from knowflow.worlds.facts import ConflictItem, read_table, split_aliases, templates
+from knowflow.worlds.needle import needle_items
 
 SuiteFn = Callable[[int], list[ConflictItem]]
 _SUITES: dict[str, tuple[SuiteFn, str]] = {}
@@ -179,3 +180,15 @@ def quotes_suite(seed: int) -> list[ConflictItem]:
             counterfactual_answer=answer, parametric_answer=last, task="complete",
             relation="saying_ends_with", meta=_agreeing(context, fields, last)))
     return items
+
+
+@register_suite("needle-cf", "5-10 same-relation statements; one (the needle, meta['needle']) "
+                             "moves the queried fact to another answer")
+def needle_cf_suite(seed: int) -> list[ConflictItem]:
+    return needle_items(seed, "needle-cf", agree=False)
+
+
+@register_suite("needle-agree", "5-10 same-relation statements; one (the needle, "
+                                "meta['needle']) states the queried fact as it is")
+def needle_agree_suite(seed: int) -> list[ConflictItem]:
+    return needle_items(seed, "needle-agree", agree=True)

@@ -1,0 +1,256 @@
+"""`knowflow.explain`: where one answer came from — the context or the weights, which sentence,
+and which layers and heads carried it.
+
+For each item: the answer generated with the context and without it, the explained answer's
+log-probability under both and the source verdict (`source.py`); with `levels` including
+sentences, the attribution of each context sentence by ablation and by one pass
+(`attribution.py`); with mechanism, the knockout effects per layer and head (`mechanism.py`).
+Every item is checked before any model work starts (an empty context, one sentence where
+sentences are asked for, an answer the model cannot produce, a prompt longer than the model's
+window), so bad input writes nothing. `ExplainResult.save(dir)` writes the run folder
+(config.json, records.jsonl, summary.json); `knowflow explain` adds figures and report.html.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from knowflow.config import validate_config
+from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.evaluate.generate import generate
+from knowflow.evaluate.items import load_suites
+from knowflow.evaluate.loglik import score_continuations
+from knowflow.explain.attribution import (
+    agreement,
+    attention_to_sentences,
+    attribute,
+    one_pass_scores,
+)
+from knowflow.explain.config import ExplainConfig
+from knowflow.explain.mechanism import mechanism
+from knowflow.explain.prompts import encode, rendered, sentence_tokens
+from knowflow.explain.result import ExplainResult, summarize
+from knowflow.explain.source import expected_verdict, same_answer, verdict
+from knowflow.explain.splitter import split_sentences
+from knowflow.models.hf import load_model
+from knowflow.runs import Progress
+from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.suites import list_suites
+
+log = logging.getLogger(__name__)
+
+
+def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictItem] = "",
+            question: str | None = None, answer: str | None = None, *, tokenizer=None,
+            config: ExplainConfig | None = None, fields: dict[str, str] | None = None,
+            device: str = "auto", dtype: str = "auto", progress: Progress | None = None,
+            **overrides) -> ExplainResult:
+    """Explain `model`'s answers. With `question`, `data` is one context (text) and `answer`
+    the answer to explain (default: per `target`, the model's own); otherwise `data` is a
+    built-in suite name, a data file (any format `knowflow eval` reads; `fields` maps its
+    columns) or a list of ConflictItems. `overrides` set `ExplainConfig` fields."""
+    cfg = dataclasses.replace(config or ExplainConfig(), **overrides)
+    validate_config(cfg)
+    items = load_explain_items(data, question, cfg, fields)
+    if answer is not None and len(items) != 1:
+        raise ConfigError("an answer explains one item; give --context and --question",
+                          "answer")
+    name = model if isinstance(model, (str, Path)) else type(model).__name__
+    if isinstance(model, (str, Path)):
+        model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+    elif tokenizer is None:
+        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    start = time.perf_counter()
+    records = explain_items(model, tokenizer, items, cfg, answer, progress)
+    config_dict = {"explain": True, "model": str(name),
+                   "data": data if isinstance(data, (str, Path)) else "items",
+                   "question": question, "answer": answer, "n_items": len(items),
+                   **dataclasses.asdict(cfg), "fields": dict(fields or {})}
+    config_dict["data"] = str(config_dict["data"]) if question is None else "context"
+    return ExplainResult(records, summarize(records), config_dict,
+                         seconds=time.perf_counter() - start)
+
+
+def load_explain_items(data, question: str | None, cfg: ExplainConfig,
+                       fields: dict[str, str] | None = None) -> list[ConflictItem]:
+    """The items to explain: one context with its question, a suite, a file or items."""
+    if question is not None:
+        if not isinstance(data, str):
+            raise ConfigError("with a question, give the context as text", "context")
+        if not question.strip():
+            raise ConfigError("empty; give the question to answer", "question")
+        items = [ConflictItem(id="item-0", suite="explain", context=data.strip(),
+                              question=question.strip(), counterfactual_answer="",
+                              parametric_answer="")]
+    elif isinstance(data, (str, Path)):
+        if not str(data).strip():
+            raise ConfigError("give a context and a question, a suite or a data file", "data")
+        if str(data) in list_suites():
+            items = load_suites(str(data), None, cfg.limit, cfg.seed)[str(data)]
+        elif Path(data).exists():
+            items = next(iter(load_suites(None, data, cfg.limit, cfg.seed,
+                                          fields=fields).values()))
+        else:
+            raise ConfigError(f"{data!r} is neither a built-in suite nor a file", "data",
+                              f"give a file or one of {', '.join(list_suites())}")
+    else:
+        items = list(data)
+        if not items:
+            raise ConfigError("no items to explain", "data")
+    for item in items:
+        check_item(item, cfg)
+    return items
+
+
+def _where(item: ConflictItem) -> str:
+    return "context" if item.suite == "explain" else f"{item.suite}: item {item.id}"
+
+
+def check_item(item: ConflictItem, cfg: ExplainConfig) -> None:
+    """An item explain can work on (no model needed): a context, and where sentences are
+    attributed, at least two sentences; a counterfactual or parametric target it carries."""
+    where = _where(item)
+    if not item.context.strip():
+        raise DataError(where, "the context is empty; explain needs a context to attribute to",
+                        hint="give a non-empty context")
+    if cfg.sentences and len(split_sentences(item.context)) < 2:
+        raise DataError(where, "the context has one sentence, so there is nothing to compare "
+                        "it with", hint="give a context of two or more sentences, or "
+                        "--levels source")
+    if cfg.target != "generated":
+        gold = item.counterfactual_answer if cfg.target == "counterfactual" else \
+            item.parametric_answer
+        if not gold.strip():
+            raise DataError(where, f"no {cfg.target} answer to explain",
+                            hint="give --answer, or --target generated")
+
+
+def _check_answer(model, tokenizer, item: ConflictItem, answer: str, prompt_len: int) -> None:
+    """The answer is something the model can produce, and the prompt with it fits the model."""
+    where = _where(item)
+    if not answer.strip():
+        raise DataError(where, "the answer to explain is empty (the model generated nothing)",
+                        hint="give --answer, or another --target")
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    vocab = model.get_output_embeddings().weight.shape[0]
+    unk = tokenizer.unk_token_id
+    if not ids or any(i >= vocab or (unk is not None and i == unk) for i in ids):
+        raise DataError(where, f"the model cannot produce the answer {answer!r} (its tokenizer "
+                        "has no tokens for it)", hint="give an answer in the model's vocabulary")
+    check_window(model, where, prompt_len + len(ids))
+
+
+def check_window(model, where: str, n_tokens: int) -> None:
+    window = getattr(model.config, "max_position_embeddings", None)
+    if window is not None and n_tokens > window:
+        raise DataError(where, f"the prompt with its answer is {n_tokens} tokens, longer than "
+                        f"the model's window ({window})", hint="give a shorter context")
+
+
+def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig,
+                  answer: str | None = None, progress: Progress | None = None) -> list[dict]:
+    """One record per item (see the module docstring)."""
+    fmt = cfg.prompt_format
+    with_ctx = [rendered(it, tokenizer, fmt) for it in items]
+    without = [rendered(it, tokenizer, fmt, "") for it in items]
+    seqs, bare = encode(tokenizer, with_ctx), encode(tokenizer, without)
+    for it, s in zip(items, seqs, strict=True):
+        check_window(model, _where(it), len(s) + (cfg.max_new_tokens if answer is None else 1))
+    clock = time.perf_counter()
+    gen = dict(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
+    said = generate(model, tokenizer, seqs, **gen)
+    said_bare = generate(model, tokenizer, bare, **gen)
+    targets = [answer if answer is not None else _target(it, out, cfg)
+               for it, out in zip(items, said, strict=True)]
+    for it, a, s in zip(items, targets, seqs, strict=True):
+        _check_answer(model, tokenizer, it, a, len(s))
+    conts = [[p.answer_prefix + a] + ([p.answer_prefix + m] if m else [])
+             for p, a, m in zip(with_ctx, targets, said_bare, strict=True)]
+    scored = score_continuations(model, tokenizer, seqs, conts, batch_size=cfg.batch_size)
+    scored_bare = score_continuations(model, tokenizer, bare, conts, batch_size=cfg.batch_size)
+    shared = (time.perf_counter() - clock) / len(items)
+    records = []
+    for i, it in enumerate(items):
+        lp_ctx, lp_bare = scored[i][0][0], scored_bare[i][0][0]
+        if not math.isfinite(lp_ctx) or not math.isfinite(lp_bare):
+            raise DataError(_where(it), f"the model cannot produce the answer {targets[i]!r} "
+                            "(probability 0)", hint="give another answer")
+        rec = _source_record(it, cfg, targets[i], said[i], said_bare[i], scored[i],
+                             scored_bare[i])
+        rec["seconds"] = {"source": shared}
+        if cfg.sentences:
+            rec.update(_sentences(model, tokenizer, it, seqs[i], conts[i][0], lp_ctx, cfg,
+                                  rec["seconds"]))
+        records.append(rec)
+        if progress is not None:
+            progress(i + 1, len(items), "explain")
+    return records
+
+
+def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
+    if cfg.target == "counterfactual":
+        return item.counterfactual_answer
+    if cfg.target == "parametric":
+        return item.parametric_answer
+    return generated
+
+
+def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str, said: str,
+                   said_bare: str, scored, scored_bare) -> dict:
+    lp_ctx, lp_bare = scored[0][0], scored_bare[0][0]
+    name, numbers = verdict(lp_ctx, lp_bare, same_answer(answer, said_bare),
+                            cfg.context_ratio, cfg.confident)
+    labelled = bool(item.counterfactual_answer.strip() and item.parametric_answer.strip())
+    expected = expected_verdict(item, answer) if labelled else None
+    mem = {"memory_answer_logprob_context": scored[1][0] if len(scored) > 1 else None,
+           "memory_answer_logprob_no_context": scored_bare[1][0]
+           if len(scored_bare) > 1 else None}
+    mem["memory_answer_prob_no_context"] = math.exp(mem["memory_answer_logprob_no_context"]) \
+        if mem["memory_answer_logprob_no_context"] is not None else None
+    return {"id": item.id, "suite": item.suite, "context": item.context,
+            "question": item.question, "target": cfg.target, "answer": answer,
+            "answer_generated": said, "answer_no_context": said_bare,
+            "answer_tokens": scored[0][1], "logprob_context": lp_ctx,
+            "logprob_no_context": lp_bare, "context_contribution": lp_ctx - lp_bare, **mem,
+            "verdict": name, "verdict_numbers": numbers,
+            "counterfactual_answer": item.counterfactual_answer,
+            "parametric_answer": item.parametric_answer,
+            "expected_verdict": expected,
+            "verdict_agrees": None if expected is None else expected == name,
+            "needle": item.meta.get("needle")}
+
+
+def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], continuation: str,
+               lp_ctx: float, cfg: ExplainConfig, seconds: dict) -> dict:
+    sentences = split_sentences(item.context)
+    clock = time.perf_counter()
+    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg)
+    seconds["ablation"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)
+    if any(not s for s in spans):
+        raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
+    mass = attention_to_sentences(model, prompt_ids, spans)        # (layers, heads, sentences)
+    one_pass = one_pass_scores(mass)
+    seconds["one_pass"] = time.perf_counter() - clock
+    out = {"sentences": [{"text": s.text, "attribution": w, "one_pass": o}
+                         for s, w, o in zip(sentences, attr.weights, one_pass, strict=True)],
+           **attr.to_dict(), "one_pass": agreement(attr.weights, one_pass)}
+    needle = item.meta.get("needle")
+    if needle is not None:
+        out["top_hit"] = attr.top == needle
+        out["one_pass_hit"] = out["one_pass"]["one_pass_top"] == needle
+    if cfg.mechanism:
+        clock = time.perf_counter()
+        answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        context_keys = sorted({p for s in spans for p in s})
+        out["mechanism"] = mechanism(model, prompt_ids, answer_ids, context_keys,
+                                     spans[attr.top], mass[:, :, attr.top], cfg.window,
+                                     cfg.n_heads, cfg.batch_size)
+        seconds["mechanism"] = time.perf_counter() - clock
+    return out

@@ -1,0 +1,128 @@
+"""Sentence attribution of one answer: by ablation (a sparse linear surrogate over random
+sentence subsets, ContextCite's method) and by one forward pass (attention).
+
+Ablation. Random masks keep each sentence with probability `keep_prob`; the answer's
+teacher-forced log-probability after each ablated prompt is scored by the log-likelihood
+scorer of `knowflow eval` (`evaluate.loglik.score_continuations`), so the ablated prompts of
+one item run as length-sorted batches on top of one KV cache of the tokens they all share
+(the chat template and everything before the first sentence that differs), and only the
+answer's positions are projected to the vocabulary. A lasso surrogate (`surrogate.py`) fitted on
+the masks gives each sentence's attribution; held-out masks give its LDS; removing the k
+top sentences gives the top-k drop (the fall of the answer's log-probability).
+
+One pass. The attention from the answer position (the last prompt token, which predicts the
+answer's first token) to each sentence's tokens, averaged over layers and heads, from a
+single forward pass with attention captured (`probes.intercept`); reported next to the
+ablation result with its rank agreement. Its per-head masses pick the heads the mechanism
+knocks out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from knowflow.evaluate.loglik import score_continuations
+from knowflow.explain.config import ExplainConfig
+from knowflow.explain.prompts import ablated_prompts
+from knowflow.explain.splitter import Sentence
+from knowflow.explain.surrogate import fit_surrogate, random_masks, spearman
+from knowflow.probes.arch import arch_of
+from knowflow.probes.common import device_of
+from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.probes.mass import span_mass
+from knowflow.worlds.facts import ConflictItem
+
+
+@dataclass(frozen=True)
+class Attribution:
+    weights: list[float]             # per sentence, in context order
+    intercept: float                 # the surrogate's log-probability with no sentence
+    alpha: float                     # the lasso penalty CV chose
+    top: int                         # the sentence with the largest weight
+    lds: float | None                # Spearman on held-out ablations (None: no holdout)
+    topk_drop: dict[int, float]      # k -> log p(full) - log p(without the k top sentences)
+    n_prompts: int                   # ablated prompts scored
+
+    def to_dict(self) -> dict:
+        return {"attribution_intercept": self.intercept, "lasso_alpha": self.alpha,
+                "top_sentence": self.top, "lds": self.lds,
+                "topk_drop": {str(k): v for k, v in self.topk_drop.items()},
+                "n_ablated_prompts": self.n_prompts}
+
+
+def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+                masks: torch.Tensor, continuation: str, cfg: ExplainConfig) -> torch.Tensor:
+    """The continuation's log-probability after the prompt under each mask: (ablations,)."""
+    seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format)
+    scores = score_continuations(model, tokenizer, seqs, [[continuation]] * len(seqs),
+                                 batch_size=cfg.batch_size)
+    return torch.tensor([s[0][0] for s in scores], dtype=torch.float64)
+
+
+def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,
+                                                                           torch.Tensor]:
+    """(fit masks (n_ablations, sentences), held-out masks (n_holdout, sentences)), drawn from
+    a generator seeded by the config's seed and the item's key."""
+    seed = int(hashlib.sha256(f"{cfg.seed}:{key}".encode()).hexdigest()[:15], 16)
+    gen = torch.Generator().manual_seed(seed)
+    masks = random_masks(cfg.n_ablations + cfg.n_holdout, n_sentences, cfg.keep_prob, gen)
+    return masks[:cfg.n_ablations], masks[cfg.n_ablations:]
+
+
+def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+              continuation: str, logprob_full: float, cfg: ExplainConfig) -> Attribution:
+    """Ablation attribution of the continuation to each sentence (see the module docstring)."""
+    n = len(sentences)
+    fit_masks, held = ablation_masks(n, cfg, item.id + item.context)
+    targets = score_masks(model, tokenizer, item, sentences, torch.cat([fit_masks, held]),
+                          continuation, cfg)
+    surrogate = fit_surrogate(fit_masks, targets[:len(fit_masks)], cfg.cv_folds, cfg.seed)
+    weights = surrogate.weights
+    lds = spearman(surrogate.predict(held), targets[len(fit_masks):]) if len(held) > 1 \
+        else None
+    order = sorted(range(n), key=lambda j: -float(weights[j]))
+    ks = sorted({k for k in cfg.top_k if k < n})
+    drops: dict[int, float] = {}
+    if ks:
+        removed = torch.ones(len(ks), n, dtype=torch.int64)
+        for r, k in enumerate(ks):
+            removed[r, order[:k]] = 0
+        fallen = score_masks(model, tokenizer, item, sentences, removed, continuation, cfg)
+        drops = {k: logprob_full - float(v) for k, v in zip(ks, fallen, strict=True)}
+    return Attribution([float(w) for w in weights], surrogate.intercept, surrogate.alpha,
+                       order[0], lds, drops, len(targets) + len(ks))
+
+
+@torch.no_grad()
+def attention_to_sentences(model, prompt_ids: list[int], spans: Sequence[Sequence[int]]
+                           ) -> torch.Tensor:
+    """(layers, heads, sentences): the attention probability from the answer position (the
+    prompt's last token) to each sentence's tokens, from one forward pass."""
+    arch = arch_of(model)
+    ids = torch.tensor([prompt_ids], device=device_of(model))            # (1, seq)
+    with intercepted(model) as layer_of:
+        plan = AttentionPlan(capture=frozenset(range(arch.n_layers)),
+                             capture_rows=torch.tensor([len(prompt_ids) - 1]),
+                             layer_of=layer_of)
+        model(input_ids=ids, knowflow_plan=plan, logits_to_keep=1)
+    weights = torch.stack([plan.captured[layer][0] for layer in range(arch.n_layers)]
+                          ).cpu()                                          # (layers, heads, seq)
+    return torch.stack([span_mass(weights, torch.tensor(list(s), dtype=torch.long))
+                        for s in spans], dim=-1)                           # (layers, heads, sent)
+
+
+def one_pass_scores(mass: torch.Tensor) -> list[float]:
+    """Per sentence, the mean over layers and heads of (layers, heads, sentences) mass."""
+    return [float(v) for v in mass.mean((0, 1))]
+
+
+def agreement(weights: Sequence[float], scores: Sequence[float]) -> dict:
+    """How the one-pass estimate agrees with the ablation weights: same top sentence, and the
+    Spearman correlation of the two orders."""
+    w, s = torch.tensor(list(weights)), torch.tensor(list(scores))
+    return {"one_pass_top": int(s.argmax()), "same_top": int(s.argmax()) == int(w.argmax()),
+            "spearman": spearman(w, s)}
