@@ -49,17 +49,19 @@ def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: 
 
 
 
-def build_tokenizer(vocab: Sequence[str]):
-    """A PreTrainedTokenizerFast whose ids are the positions of `vocab` (no duplicates)."""
+def build_tokenizer(vocab: Sequence[str], split_punctuation: bool = False):
+    """A PreTrainedTokenizerFast whose ids are the positions of `vocab` (no duplicates).
+    Words are split on whitespace; with `split_punctuation`, punctuation is a word of its own
+    (`tokenizers`' Whitespace pre-tokenizer: "Paris." is "Paris", ".")."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from tokenizers.pre_tokenizers import Whitespace, WhitespaceSplit
     from transformers import PreTrainedTokenizerFast
 
     if len(set(vocab)) != len(vocab):
         raise ValueError("duplicate words in the vocabulary")
     core = Tokenizer(WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=UNK))
-    core.pre_tokenizer = WhitespaceSplit()
+    core.pre_tokenizer = Whitespace() if split_punctuation else WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS,
                                    pad_token=PAD, unk_token=UNK)
 

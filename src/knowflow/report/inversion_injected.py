@@ -1,0 +1,55 @@
+"""Figures of `inversion-injected`, drawn from `metrics.jsonl` (records tagged with `arm`,
+`seed` and `extra_epochs`): per arm, the seed-mean counterfactual accuracy under both scorings,
+held-out C and C+S accuracy and recall of the injected facts; and `mixed` at each memory
+strength."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from knowflow.io import read_jsonl
+from knowflow.report.figures import save, subplots
+from knowflow.runs import METRICS
+
+PANELS = (("cf_acc", "counterfactual acc. (log-lik.)"), ("cf_acc_gen", "counterfactual acc. "
+          "(generation)"), ("c_acc_gen", "held-out C acc. (gen.)"),
+          ("cs_acc_gen", "held-out C+S acc. (gen.)"), ("recall_acc", "recall, no context"))
+
+
+def _mean_curves(records: list[dict], key: str) -> dict[tuple, tuple[list, list]]:
+    """(arm, extra_epochs) -> (steps, seed-mean of `key`)."""
+    acc: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.get(key) is not None:
+            acc[r["arm"], r.get("extra_epochs", 0)][r["step"]].append(r[key])
+    return {k: (sorted(v), [sum(v[s]) / len(v[s]) for s in sorted(v)]) for k, v in acc.items()}
+
+
+def plot_inversion_injected(run_dir: Path) -> list[Path]:
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    records = read_jsonl(path)
+    strengths = sorted({r.get("extra_epochs", 0) for r in records})
+    fig, axes = subplots(len(PANELS), 2 if len(strengths) > 1 else 1)
+    for col, (key, title) in enumerate(PANELS):
+        curves = _mean_curves(records, key)
+        ax = axes[0, col]
+        for (arm, extra), (steps, values) in sorted(curves.items()):
+            if extra == strengths[0] or arm != "mixed":
+                ax.plot(steps, values, label=arm)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("stage-2 step")
+        ax.set_ylim(-0.02, 1.02)
+        if len(strengths) > 1:
+            ax2 = axes[1, col]
+            for (arm, extra), (steps, values) in sorted(curves.items()):
+                if arm == "mixed":
+                    ax2.plot(steps, values, label=f"mixed, +{extra} epochs")
+            ax2.set_title(f"{title}: memory strength", fontsize=9)
+            ax2.set_ylim(-0.02, 1.02)
+    axes[0, 0].legend(fontsize=7)
+    if len(strengths) > 1:
+        axes[1, 0].legend(fontsize=7)
+    return [save(fig, Path(run_dir) / "figures" / "inversion_injected.png")]
