@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.knowflow-setup
 
-.PHONY: setup demo test test-all lint bench clean
+.PHONY: setup demo test test-all lint docs bench clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,11 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
-test: setup lint
+# The documentation site, offline and strict: a broken link, anchor or API name fails it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test: setup lint docs
 	$(BIN)/pytest
 
 # The optional extras too (lm-eval, TRL, parquet/datasets/pandas), torch kept at 2.13.0.
@@ -44,4 +48,4 @@ bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

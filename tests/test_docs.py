@@ -1,0 +1,113 @@
+"""The documentation keeps up with the code: every flag of every `knowflow` command appears on
+that command's page under docs/commands/, every page is reachable from mkdocs.yml's nav, and
+the README stays a short entry point whose links resolve. (`make test` builds the site itself
+with `mkdocs build --strict`.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from knowflow.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+COMMANDS = DOCS / "commands"
+
+
+def leaf_commands(command, path=()):
+    """(path, command) for every runnable command under the Typer app's click group."""
+    subs = getattr(command, "commands", None)
+    if subs is None:
+        yield path, command
+        return
+    for name, sub in sorted(subs.items()):
+        yield from leaf_commands(sub, (*path, name))
+
+
+def flags(command) -> list[str]:
+    """Every long option name a command accepts (both halves of --x/--no-x), but --help."""
+    names = []
+    for param in command.params:
+        if getattr(param, "param_type_name", "") != "option" or getattr(param, "hidden", False):
+            continue
+        names += [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]
+    return [n for n in names if n != "--help"]
+
+
+def page_for(path: tuple[str, ...]) -> Path:
+    """docs/commands/<group>-<sub>.md where a subcommand has its own page, else the group's
+    (or the command's) docs/commands/<name>.md."""
+    own = COMMANDS / f"{'-'.join(path)}.md"
+    return own if own.exists() else COMMANDS / f"{path[0]}.md"
+
+
+def mentions(text: str, flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
+ROOT_COMMAND = typer.main.get_command(app)
+LEAVES = list(leaf_commands(ROOT_COMMAND))
+
+
+def test_the_walk_finds_the_commands_and_their_flags():
+    """A guard on the walk itself: it must see known commands and known flags, or every
+    coverage check below would pass vacuously."""
+    found = {" ".join(p): flags(c) for p, c in LEAVES}
+    assert {"run", "eval", "sft", "probe knockout", "export lm-eval"} <= set(found)
+    assert {"--keep-peak", "--stop-drop", "--no-track", "--max-length"} <= set(found["sft"])
+    assert {"--final-norm", "--no-final-norm", "--top-k"} <= set(found["probe project"])
+    assert not mentions("--no-final-norm", "--final-norm")
+    assert mentions("use `--final-norm`.", "--final-norm")
+
+
+def test_every_command_has_a_page():
+    missing = sorted({str(page_for(p).relative_to(ROOT)) for p, _ in LEAVES
+                      if not page_for(p).exists()})
+    assert not missing, f"commands without a page: {missing}"
+
+
+def test_every_flag_of_every_command_is_documented_on_its_page():
+    gaps = []
+    for path, command in LEAVES:
+        page = page_for(path)
+        text = page.read_text(encoding="utf-8") if page.exists() else ""
+        gaps += [f"knowflow {' '.join(path)} {flag} (not in {page.relative_to(ROOT)})"
+                 for flag in flags(command) if not mentions(text, flag)]
+    assert not gaps, "undocumented flags:\n" + "\n".join(gaps)
+
+
+def test_global_options_are_documented():
+    text = (COMMANDS / "index.md").read_text(encoding="utf-8")
+    gaps = [f for f in flags(ROOT_COMMAND) if not mentions(text, f)]
+    assert not gaps, f"global options missing from docs/commands/index.md: {gaps}"
+
+
+def nav_pages(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [p for v in node.values() for p in nav_pages(v)]
+    return [p for v in node for p in nav_pages(v)]
+
+
+def test_every_page_is_in_the_nav():
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = set(nav_pages(config["nav"]))
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert not listed - pages, f"nav names pages that do not exist: {sorted(listed - pages)}"
+    assert not pages - listed, f"add these pages to mkdocs.yml's nav: {sorted(pages - listed)}"
+
+
+def test_readme_is_short_and_its_local_links_resolve():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 300
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert local, "the README links no docs page"
+    broken = [t for t in local if not (ROOT / t).exists()]
+    assert not broken, f"README links to missing files: {broken}"
