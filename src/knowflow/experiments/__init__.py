@@ -3,6 +3,7 @@
 import knowflow.experiments.inversion_injected  # noqa: F401
 import knowflow.experiments.inversion_smollm2  # noqa: F401
 import knowflow.experiments.inversion_tiny  # noqa: F401
+import knowflow.experiments.inversion_tiny_heads  # noqa: F401
 import knowflow.experiments.ocr_smollm2  # noqa: F401
 import knowflow.experiments.ocr_toy  # noqa: F401
 import knowflow.experiments.sft  # noqa: F401

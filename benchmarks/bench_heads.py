@@ -1,0 +1,86 @@
+"""Speed of the per-head sweep (`knowflow probe heads`) against one forward pass per head.
+
+The batched sweep runs each item's prompt prefix once and recomputes only the answer position
+for every (layer, head) edit, as rows of a few batches (`models.heads.last_position_sweep`).
+The reference loop runs the whole prompt once per head with that head zeroed by a hand-written
+o_proj pre-hook. Both measure the same numbers (the script checks they agree on the loop's
+items); the loop is timed on a few items and scaled to the sweep's item count.
+
+    .venv/bin/python benchmarks/bench_heads.py --items 64 --loop-items 2 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from knowflow.models.heads import head_shape, out_projections
+from knowflow.models.hf import load_model
+from knowflow.probes.heads import conflict_prompt, head_effects
+from knowflow.worlds.suites import get_suite
+
+
+def loop_effects(model, prompt) -> torch.Tensor:
+    """Zero-ablation effects, one full forward pass per head: (layers, heads)."""
+    n_layers, n_heads, d = head_shape(model)
+    ids = torch.tensor([prompt.ids])
+
+    def odds() -> float:
+        logits = model(ids, logits_to_keep=1).logits[0, -1]
+        return float(logits[prompt.cf_token] - logits[prompt.par_token])
+
+    base = odds()
+    out = torch.zeros(n_layers, n_heads)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            def zero(module, args, head=head):
+                x = args[0].clone()
+                x[:, -1, head * d:(head + 1) * d] = 0.0
+                return (x,)
+            handle = out_projections(model)[layer].register_forward_pre_hook(zero)
+            out[layer, head] = odds() - base
+            handle.remove()
+    return out
+
+
+@torch.no_grad()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--suites", default="cf-capitals,cf-world")
+    parser.add_argument("--items", type=int, default=64)
+    parser.add_argument("--loop-items", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tok = load_model(args.model)
+    names = args.suites.split(",")
+    items = [it for name in names for it in get_suite(name, limit=args.items // len(names))]
+    prompts = [p for p in (conflict_prompt(it, tok, "chat") for it in items) if p is not None]
+    n_layers, n_heads, _ = head_shape(model)
+    print(f"{args.model}: {n_layers} layers x {n_heads} heads; {len(prompts)} items "
+          f"(prompt {min(len(p.ids) for p in prompts)}-{max(len(p.ids) for p in prompts)} "
+          f"tokens), {args.threads} thread(s)")
+    start = time.perf_counter()
+    swept = [head_effects(model, p, ("zero",), batch_size=args.batch_size)[1][0]
+             for p in prompts]
+    sweep_s = time.perf_counter() - start
+    start = time.perf_counter()
+    looped = [loop_effects(model, p) for p in prompts[: args.loop_items]]
+    loop_s = time.perf_counter() - start
+    per_item_loop = loop_s / len(looped)
+    diff = max(float((a - b).abs().max()) for a, b in zip(swept, looped, strict=False))
+    print(f"batched sweep (zero ablation, every head): {sweep_s:.1f} s for {len(prompts)} "
+          f"items ({sweep_s / len(prompts):.2f} s/item)")
+    print(f"one forward per head: {loop_s:.1f} s for {len(looped)} items "
+          f"({per_item_loop:.1f} s/item) -> {per_item_loop * len(prompts):.0f} s for "
+          f"{len(prompts)} items")
+    print(f"speed-up: {per_item_loop * len(prompts) / sweep_s:.1f}x; max |effect difference| "
+          f"on the loop's items: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
