@@ -1,5 +1,9 @@
 """Atomic folders and files under a resume: what a killed run leaves is replaced, not an error."""
 
+import os
+import tempfile
+from pathlib import Path
+
 from knowflow.io import atomic_write_folder
 from knowflow.runs import remove_stale_temps
 
@@ -27,8 +31,28 @@ def test_a_finished_folder_with_its_marker_is_kept(tmp_path):
 
 def test_stale_temps_of_a_killed_run_are_removed(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("{}\n")
-    (tmp_path / ".metrics.jsonl.abc.tmp").write_text("{")
-    (tmp_path / ".model.x1y2").mkdir()
-    (tmp_path / ".model.x1y2" / "adapter_config.json").write_text("{")
+    fd, tmp = tempfile.mkstemp(prefix=".metrics.jsonl.", suffix=".tmp", dir=tmp_path)
+    os.close(fd)  # what atomic_write_bytes leaves when killed
+    (tmp_path / "checkpoints").mkdir()
+    fd, inner = tempfile.mkstemp(prefix=".a.json.", suffix=".tmp", dir=tmp_path / "checkpoints")
+    os.close(fd)
+    half = Path(tempfile.mkdtemp(prefix=".model.", dir=tmp_path))  # atomic_write_folder's
+    (half / "adapter_config.json").write_text("{")
+    old = Path(tempfile.mkdtemp(prefix=".model.old.", dir=tmp_path))
     remove_stale_temps(tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "metrics.jsonl"]
+    assert not list((tmp_path / "checkpoints").iterdir())
+    assert not old.exists() and not Path(tmp).exists() and not Path(inner).exists()
+
+
+def test_a_resume_keeps_the_users_hidden_folders(tmp_path):
+    """`run --resume --run-dir RUN` deleted every dot-folder in RUN (.git, notebooks')."""
+    for rel in (".git/objects/ab/.keep.abcdefgh.tmp", ".git/HEAD", ".ipynb_checkpoints/x.ipynb",
+                ".cache.abcdefgh/keep"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    remove_stale_temps(tmp_path)
+    after = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    # only `.cache.abcdefgh` has the name of an atomic write's temp folder
+    assert after == [p for p in before if not p.startswith(".cache.abcdefgh")]

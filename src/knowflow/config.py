@@ -86,9 +86,11 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
             return number
         if tp is str:
             return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         name = getattr(tp, "__name__", str(tp))
-        raise ConfigError(f"cannot parse {value!r} as {name}", key) from None
+        shown = value if not isinstance(value, (str, int)) or len(str(value)) <= 40 else \
+            f"{str(value)[:20]}... ({len(str(value))} characters)"
+        raise ConfigError(f"cannot parse {shown!r} as {name}", key) from None
     return value
 
 
@@ -142,13 +144,18 @@ def _set(cfg: Any, path: list[str], value: Any, full_key: str) -> Any:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # damaged JSON, a 4300-digit number, ...
                 value = None
-            if not isinstance(value, dict):
-                raise ConfigError("is a section, not a value", full_key,
-                                  f"set its fields with dotted keys ({full_key}.NAME=VALUE; "
-                                  "see `knowflow config`)")
-        return dataclasses.replace(cfg, **{head: config_from_dict(tp, value, full_key + ".")})
+        if not isinstance(value, dict) or not value:
+            raise ConfigError("is a section, not a value" if not isinstance(value, dict) else
+                              "an empty section sets nothing (it would not reset the section)",
+                              full_key, f"set its fields with dotted keys ({full_key}.NAME="
+                              "VALUE; see `knowflow config`)")
+        try:  # a JSON object sets the fields it names; the others stay as they are
+            section = apply_overrides(current, flatten(value))
+        except ConfigError as exc:
+            raise exc.under(full_key + ".") from None
+        return dataclasses.replace(cfg, **{head: section})
     return dataclasses.replace(cfg, **{head: _parse(value, tp, full_key)})
 
 
@@ -172,12 +179,17 @@ def require(condition: bool, field: str, message: str) -> None:
 
 # Generic rules every config obeys, by field name: (test, what is wrong, applies to floats).
 _MIN_ONE = (lambda v: v >= 1, "must be at least 1", False)
+MAX_PROCESSES = 256   # workers and threads: a bound far above any machine knowflow runs on
+MAX_SEED = 2**32 - 1  # numpy's
+MAX_INT = 2**63 - 1   # no count, size or step of any config comes near it
 _NAMED_RULES: dict[str, tuple[Any, str, bool]] = {
     "threads": _MIN_ONE, "workers": _MIN_ONE,
     "seed": (lambda v: v >= 0, "must not be negative", False),
     "seeds": (lambda v: v >= 0, "must not be negative", False),
     "lr": (lambda v: v > 0, "must be positive", True),
 }
+_UPPER_RULES: dict[str, int] = {"threads": MAX_PROCESSES, "workers": MAX_PROCESSES,
+                                "seed": MAX_SEED, "seeds": MAX_SEED}
 
 
 def _generic_checks(cfg: Any, prefix: str) -> None:
@@ -193,6 +205,9 @@ def _generic_checks(cfg: Any, prefix: str) -> None:
                                              isinstance(v, float))
             if rule and number and not isinstance(v, bool) and not rule[0](v):
                 raise ConfigError(f"{rule[1]}, got {v}", prefix + name)
+            most = _UPPER_RULES.get(name, MAX_INT)
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > most:
+                raise ConfigError(f"must be at most {most}, got {v}", prefix + name)
     every, steps = values.get("eval_every"), values.get("steps")
     if isinstance(every, int) and isinstance(steps, int) and every > steps >= 1:
         raise ConfigError(f"{every} is larger than {prefix}steps={steps}", prefix + "eval_every",

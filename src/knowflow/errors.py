@@ -43,11 +43,18 @@ class DataError(KnowflowError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run; `run_dir` (if any) is left resumable."""
+    """Ctrl-C (or SIGTERM, `signal` 15) during a run; `run_dir` (if any) is left resumable."""
 
-    def __init__(self, run_dir: object = None):
-        self.run_dir = run_dir
+    def __init__(self, run_dir: object = None, signal: int | None = None):
+        self.run_dir, self.signal = run_dir, signal
         super().__init__(str(run_dir or ""))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so a terminated run unwinds as an interrupted
+    one does (its workers stopped, a resumable run left resumable, the rest removed)."""
+
+    signal = 15
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from knowflow.errors import DataError, KnowflowError
 
 
 def _umask() -> int:
@@ -24,6 +30,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` through a temp file in the same folder, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _replaceable(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, _FILE_MODE)
@@ -36,6 +43,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _replaceable(path: Path) -> None:
+    """A write replaces only a regular file: never a device, a pipe, a socket or a folder."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode):
+        raise KnowflowError(f"{path}: exists and is not a regular file; knowflow does not "
+                            "write over it", "give the path of a new or an ordinary file")
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -66,41 +84,15 @@ def atomic_write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
 
 def read_json(path: str | Path, hint: str | None = None) -> Any:
     """A JSON file knowflow wrote; damage is a `DataError` naming the file and line."""
-    from knowflow.errors import DataError
-
-    text = _read_text(path, hint)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(path, f"damaged JSON ({exc.msg})", line=exc.lineno,
-                        hint=hint) from None
+    return decode_json(read_text(path, hint), path, what="damaged JSON", hint=hint,
+                       strict=False)
 
 
 def read_jsonl(path: str | Path, hint: str | None = None) -> list[dict]:
     """A JSONL file knowflow wrote; damage is a `DataError` naming the file and line."""
-    from knowflow.errors import DataError
-
-    records = []
-    for n, line in enumerate(_read_text(path, hint).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"damaged JSON line ({exc.msg})", line=n, hint=hint) from None
-    return records
-
-
-def _read_text(path: str | Path, hint: str | None) -> str:
-    from knowflow.errors import DataError
-
-    data = Path(path).read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise DataError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line=line,
-                        hint=hint) from None
+    return [decode_json(line, path, line=n, what="damaged JSON line", hint=hint, strict=False)
+            for n, line in enumerate(read_text(path, hint).splitlines(), start=1)
+            if line.strip()]
 
 
 def check_output_dir(path: str | Path, what: str = "output folder") -> None:
@@ -115,8 +107,6 @@ def check_output_file(path: str | Path, what: str = "output file") -> None:
 
 
 def _check_writable(path: Path, what: str, want_dir: bool) -> None:
-    from knowflow.errors import KnowflowError
-
     if path.exists():
         if want_dir and not path.is_dir():
             raise KnowflowError(f"{path}: the {what} is a file", "give a folder path")
@@ -160,3 +150,139 @@ def atomic_write_folder(target: str | Path, write: Callable[[Path], None], marke
         if not (target / marker).exists():
             raise
     return target
+
+
+# ---- The one reader of JSON, JSONL and CSV files (knowflow's own and the user's) ----------
+# Every decoding problem becomes a `DataError` naming the file and line: bytes that are not
+# UTF-8, damaged JSON, a number too long for Python's int conversion, nesting too deep for the
+# parser, NaN/Infinity in a user's file, a CSV row whose cell count differs from the header's,
+# a column named twice. A UTF-8 byte-order mark (Excel, Notepad) is accepted and dropped.
+
+CSV_FIELD_LIMIT = 2**31 - 1  # csv's default is 131,072 characters: far below a model's window
+_LONG_NUMBER = re.compile(r"\d{4000,}")
+
+
+def read_text(path: str | Path, hint: str | None = None) -> str:
+    """The UTF-8 text of `path` without a leading byte-order mark."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line=line,
+                        hint=hint or "save the file as UTF-8") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def decode_json(text: str, path: str | Path, line: int = 1, what: str = "invalid JSON",
+                hint: str | None = None, strict: bool = True, pos: int = 0,
+                whole: bool = True) -> Any:
+    """`json.loads(text)` (or, with `whole=False`, one value at `pos`: (value, end)); every
+    failure is a `DataError` at `line` (the line `text` starts on in the file) plus the line
+    of the problem within `text`. `strict`: NaN and Infinity are refused (a user's file)."""
+    decoder = json.JSONDecoder(parse_constant=_no_constants if strict else None)
+
+    def at(p: int) -> int:
+        return line + text.count("\n", 0, p)
+
+    try:
+        if whole:
+            return decoder.decode(text)
+        return decoder.raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"{what} ({exc.msg})", line=at(exc.pos), hint=hint) from None
+    except RecursionError:
+        raise DataError(path, f"{what} (nested too deeply for the JSON reader)", line=at(pos),
+                        hint=hint or "flatten the record") from None
+    except ValueError as exc:  # NaN/Infinity (strict), or an integer of 4300+ digits
+        found = _LONG_NUMBER.search(text, pos)
+        if "digits" in str(exc) and found is not None:
+            raise DataError(path, f"{what} (a number of {len(found.group())} digits)",
+                            line=at(found.start()), hint=hint or "give an ordinary number"
+                            ) from None
+        raise DataError(path, f"{what} ({exc})", line=at(pos), hint=hint) from None
+
+
+def json_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, object]]:
+    """(line number, record) of a JSONL file or of a file holding one JSON list."""
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        yield from _json_list(Path(path), text, strict)
+        return
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            yield n, decode_json(raw, path, line=n, strict=strict)
+
+
+def _json_list(path: Path, text: str, strict: bool) -> Iterator[tuple[int, object]]:
+    """Elements of a top-level JSON array, each with the line it starts on."""
+    def skip(p: int) -> int:
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    def line_of(p: int) -> int:
+        return text.count("\n", 0, p) + 1
+
+    pos = skip(text.index("[") + 1)
+    if pos < len(text) and text[pos] == "]":
+        return
+    while True:
+        rec, end = decode_json(text, path, strict=strict, pos=pos, whole=False)
+        yield line_of(pos), rec
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]":
+            if text[skip(pos + 1):].strip():
+                raise DataError(path, "text after the JSON list", line=line_of(pos))
+            return
+        raise DataError(path, "invalid JSON (expected ',' or ']')", line=line_of(pos))
+
+
+def csv_rows(path: str | Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """The header of a CSV file and its rows as (line the row starts on, {column: cell}).
+    A column named twice, or a row with more or fewer cells than the header, is refused."""
+    csv.field_size_limit(CSV_FIELD_LIMIT)
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    try:
+        header = next(reader, [])
+    except csv.Error as exc:
+        raise DataError(path, f"not a readable CSV header ({exc})", line=1) from None
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, start=1):
+        if name in seen:
+            raise DataError(path, f"column {name!r} appears twice (columns {seen[name]} and "
+                            f"{i})", line=1, hint="rename or remove one of them")
+        seen[name] = i
+
+    def rows() -> Iterator[tuple[int, dict]]:
+        start = reader.line_num + 1
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise DataError(path, f"unreadable row ({exc})", line=start) from None
+            if row and len(row) != len(header):
+                raise DataError(path, f"{len(row)} cells, but the header has {len(header)} "
+                                "columns", line=start,
+                                hint="quote cells that hold a comma or a quote (\"a, b\")")
+            if row:
+                yield start, dict(zip(header, row, strict=True))
+            start = reader.line_num + 1
+
+    return header, rows()
+
+
+def read_records(path: str | Path) -> Iterator[tuple[int, object]]:
+    """(line number, record) of a CSV, JSONL or JSON-list file (by its suffix)."""
+    if Path(path).suffix.lower() == ".csv":
+        return csv_rows(path)[1]
+    return json_records(path)

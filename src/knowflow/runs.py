@@ -17,6 +17,8 @@ stage)`.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import time
 import zipfile
@@ -28,6 +30,7 @@ from typing import Any, Protocol
 
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from knowflow.outputs import IDENTITY, check_out_dir, claim, config_hash, release, run_command
 
 CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
 ITEMS, RECORDS = "items.jsonl", "records.jsonl"  # an eval's per-item, a probe's per-example
@@ -74,32 +77,52 @@ def _existing(path: Path) -> set[Path]:
 
 @dataclass
 class RunFolder:
-    """A run folder being written (see the module docstring). `existed`: the folders that were
+    """A run folder being written (see the module docstring). `existed`: the paths that were
     there before the run (None for a resumed run, which is never removed); `written`: the
-    files this run wrote, the only ones removed from an `--out` folder that existed before."""
+    files this run created, the only ones removed from an `--out` folder that existed before
+    (a file it wrote over is kept). The folder is claimed (`knowflow.outputs.claim`) from
+    `start_run` until `close`, which `finish_run` and every refusal call."""
 
     path: Path
     existed: set[Path] | None = None
     written: list[Path] = field(default_factory=list)
+    claimed: bool = False
 
     def write_json(self, name: str, data: Any) -> Path:
-        return self._wrote(atomic_write_json(self.path / name, data))
+        return self._write(name, atomic_write_json, data)
 
     def write_records(self, name: str, records: list[dict]) -> Path:
         """The run's records file (`metrics.jsonl`, `items.jsonl`, `records.jsonl`)."""
-        return self._wrote(atomic_write_jsonl(self.path / name, records))
+        return self._write(name, atomic_write_jsonl, records)
 
     def write_summary(self, summary: dict) -> Path:
         """`summary.json`: written last but the page, it marks the run finished."""
         return self.write_json(SUMMARY, summary)
 
-    def _wrote(self, path: Path) -> Path:
-        self.written.append(Path(path))
-        return Path(path)
+    def _write(self, name: str, write, data) -> Path:
+        path = self.path / name
+        new = not path.exists()
+        write(path, data)
+        if new:
+            self.written.append(path)
+        return path
+
+    def claim(self) -> RunFolder:
+        if not self.claimed:
+            claim(self.path)
+            self.claimed = True
+        return self
+
+    def close(self) -> None:
+        """Let go of the folder (another process may write it now)."""
+        if self.claimed:
+            self.claimed = False
+            release(self.path)
 
     def discard(self) -> None:
         """Undo the run after a refusal: a folder it made goes with the parents made for it;
-        in a folder that was there before, only the files it wrote (and its figures/)."""
+        in a folder that was there before, only the files it created (and its figures/)."""
+        self.close()
         if self.existed is None:
             return
         if self.path not in self.existed:
@@ -114,25 +137,32 @@ class RunFolder:
     def refusals(self, interrupt: bool = False) -> Iterator[RunFolder]:
         """Bad input found inside the block (a `KnowflowError`, or too little memory)
         discards the run and the error goes on; with `interrupt`, so does Ctrl-C (a run that
-        cannot be resumed leaves nothing)."""
+        cannot be resumed leaves nothing). Any other way out lets go of the folder."""
         try:
             yield self
         except (KnowflowError, MemoryError, RuntimeError) as exc:
             if isinstance(exc, KnowflowError) or out_of_memory(exc):
                 self.discard()
+            self.close()
             raise
         except KeyboardInterrupt:
             if interrupt:
                 self.discard()
+            self.close()
+            raise
+        except BaseException:
+            self.close()
             raise
 
 
 def start_run(config: dict, name: str, runs_root: str | Path | None = None,
               out_dir: str | Path | None = None) -> RunFolder:
-    """A new run folder with its `config.json` written: `out_dir` as given (made if it is
-    missing), or a fresh `runs_root/name/<timestamp>/`."""
+    """A new run folder, claimed, with its `config.json` and `run.json` written: `out_dir` as
+    given (made if it is missing; see `outputs.check_out_dir` for what it may hold), or a
+    fresh `runs_root/name/<timestamp>/`."""
     if out_dir is not None:
         path = Path(out_dir)
+        check_out_dir(path, name)
         existed = _existing(path / "figures")  # figures/ too: kept if it was there
         path.mkdir(parents=True, exist_ok=True)
     else:
@@ -140,11 +170,61 @@ def start_run(config: dict, name: str, runs_root: str | Path | None = None,
         path = new_run_dir(Path(runs_root or "runs"), name)
     run = RunFolder(path, existed)
     try:
+        run.claim()
+        if out_dir is not None:
+            check_out_dir(path, name)  # again, now that it is ours: no one slipped in
         run.write_json(CONFIG, config)
+        run.write_json(IDENTITY, {"command": name, "config_sha256": config_hash(path)})
     except BaseException:
         run.discard()
         raise
     return run
+
+
+@contextmanager
+def holding(out_dir: str | Path | None) -> Iterator[None]:
+    """Hold the claim on an `--out` folder across several steps (`evaluate`, then
+    `finish_run`), so no other process writes it in between; a folder made here and left
+    empty (a refusal) is removed again, with the parents made for it."""
+    if out_dir is None:
+        yield
+        return
+    out = Path(out_dir)
+    existed = _existing(out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        claim(out)
+        try:
+            yield
+        finally:
+            release(out)
+    finally:
+        if out not in existed and out.is_dir() and not any(out.iterdir()):
+            _remove_made(out, existed)
+
+
+def check_identity(run_dir: Path, command: str) -> None:
+    """`run_dir` is a run of `command` whose config.json is the one it started with; else a
+    `DataError` saying what it is (checked before `--resume` reads anything else)."""
+    owner = run_command(run_dir)
+    if owner is not None and owner != command:
+        what = "sft" if owner == "sft" else f"run {owner}"
+        raise DataError(run_dir, f"this is a `{owner}` run, not a `{command}` run",
+                        hint=f"continue it with `knowflow {what} --resume --run-dir {run_dir}`"
+                        if not owner.startswith(("eval", "probe")) else
+                        "an eval or probe run cannot be resumed; start a fresh run")
+    path = Path(run_dir) / IDENTITY
+    if not path.exists():
+        return  # written before run.json existed
+    ident = read_json(path, hint="start a fresh run (without --resume)")
+    saved = ident.get("config_sha256") if isinstance(ident, dict) else None
+    if not isinstance(saved, str):
+        raise DataError(path, "not a knowflow run identity (no config_sha256)",
+                        hint="start a fresh run (without --resume)")
+    if saved != config_hash(run_dir):
+        raise DataError(Path(run_dir) / CONFIG, "changed since the run started (its hash "
+                        f"differs from {IDENTITY}'s)", hint="put the original back, or start "
+                        "a fresh run with the changed settings (--set)")
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -172,21 +252,39 @@ class PartStore:
 
     def load(self, key: str) -> dict[str, Any] | None:
         path = self.dir / f"{key}.json"
-        return read_json(path, hint=f"delete {path} to recompute just that piece, then "
-                                    "--resume") if path.exists() else None
+        if not path.exists():
+            return None
+        hint = f"delete {path} to recompute just that piece, then --resume"
+        saved = read_json(path, hint=hint)
+        if not (isinstance(saved, dict) and isinstance(saved.get("records"), list)
+                and isinstance(saved.get("summary"), dict)
+                and all(isinstance(r, dict) for r in saved["records"])):
+            raise DataError(path, "not a knowflow checkpoint (expected records and a "
+                            "summary)", hint=hint)
+        return saved
 
     def save(self, key: str, records: list[dict], summary: dict) -> None:
         atomic_write_json(self.dir / f"{key}.json", {"records": records, "summary": summary})
 
 
+# What `knowflow.io`'s atomic writes leave when killed: `.<name>.<8 chars>.tmp` files and
+# `.<name>.<8 chars>` (or `.<name>.old.<8 chars>`) folders, as tempfile names them.
+_TEMP_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+_TEMP_DIR = re.compile(r"^\..+\.(old\.)?[a-z0-9_]{8}$")
+
+
 def remove_stale_temps(run_dir: Path) -> None:
-    """Delete what a killed process left half-written: atomic writes' temp files
-    (`.<name>.*.tmp`) and temp folders (`.<name>.*`). Never results: those are renamed in."""
-    for path in sorted(Path(run_dir).rglob(".*"), reverse=True):
-        if path.is_file() and path.suffix == ".tmp":
-            path.unlink(missing_ok=True)
-        elif path.is_dir() and path.parent == Path(run_dir):
-            shutil.rmtree(path, ignore_errors=True)
+    """Delete what a killed process left half-written: atomic writes' temp files and temp
+    folders, by their names. Nothing else: never results (those are renamed in), never a
+    hidden folder of the user's (`.git`, `.ipynb_checkpoints`), never anything inside one."""
+    for folder, dirs, files in os.walk(run_dir):
+        for name in files:
+            if _TEMP_FILE.match(name):
+                Path(folder, name).unlink(missing_ok=True)
+        temps = [d for d in dirs if _TEMP_DIR.match(d) and Path(folder) == Path(run_dir)]
+        for name in temps:
+            shutil.rmtree(Path(folder, name), ignore_errors=True)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
 
 
 def check_run_files(run_dir: Path, resume: bool = True) -> None:

@@ -68,8 +68,8 @@ def test_eval_run_folder(tiny_model_dir, tmp_path, spies):
     res = cli.invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite", "cf-capitals",
                            "--limit", "3", "--max-new-tokens", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert {p.name for p in out.iterdir()} == {"config.json", "items.jsonl", "summary.json",
-                                               "figures", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"config.json", "run.json", "items.jsonl",
+                                               "summary.json", "figures", "report.html"}
     assert spies["records"] == ["items.jsonl"] and spies["finished"] == [out]
     assert len(read_jsonl(out / "items.jsonl")) == 3
     assert (out / "figures" / "context_vs_memory.png").stat().st_size > 1000
@@ -84,8 +84,8 @@ def test_probe_run_folder(tiny_model_dir, tmp_path, spies):
                            "--all", "--window", "1", "--runs-dir", str(root)])
     assert res.exit_code == 0, res.output
     (run,) = (root / "probe-knockout").iterdir()
-    assert {p.name for p in run.iterdir()} == {"config.json", "records.jsonl", "summary.json",
-                                               "figures", "report.html"}
+    assert {p.name for p in run.iterdir()} == {"config.json", "run.json", "records.jsonl",
+                                               "summary.json", "figures", "report.html"}
     assert spies["records"] == ["records.jsonl"] and spies["finished"] == [run]
     assert read_json(run / "config.json")["probe"] == "knockout"
     assert (run / "figures" / "knockout.png").stat().st_size > 1000
@@ -96,8 +96,7 @@ def test_probe_run_folder(tiny_model_dir, tmp_path, spies):
 def test_a_probe_refused_after_its_folder_was_made_leaves_nothing(tiny_model_dir, tmp_path,
                                                                   spies):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
+    out.mkdir()  # there before, empty (a folder of the user's files is refused earlier)
     before = _tree(tmp_path)
     for where in (["--runs-dir", str(tmp_path / "runs")], ["--out", str(out)]):
         res = cli.invoke(app, ["probe", "knockout", "--model", str(tiny_model_dir), "--limit",

@@ -7,6 +7,7 @@ without importing torch or transformers (seconds); everything here is light.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -31,10 +32,17 @@ RunsOpt = Annotated[Path, Opt("--runs-dir", help="Where run directories go.")]
 
 
 def check_threads(threads: int) -> None:
-    """--threads: at least one torch thread."""
+    """--threads: at least one torch thread, at most one per CPU this process may use (more
+    only slows torch down; tens of thousands crash it)."""
     if threads < 1:
         raise ConfigError(f"must be at least 1, got {threads}", "--threads",
                           "give --threads 1 (fastest for small models) or more")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    if threads > cpus:
+        raise ConfigError(f"must be at most {cpus} (the CPUs this process may use), got "
+                          f"{threads}", "--threads", "more threads than CPUs only slow torch "
+                          "down")
 
 
 def set_threads(threads: int) -> None:

@@ -2,15 +2,19 @@
 
 What the user can fix (bad input, a missing or unwritable file, a device this machine lacks,
 a damaged file knowflow wrote) becomes one line, `error: <where>: <what is wrong>; <what to
-do>`, and exit code 2. Ctrl-C is one line and exit code 130 (a run is left resumable). Anything
-else is a bug: one line and exit code 1. `--verbose`/`-v` adds the full traceback.
+do>`, and exit code 2. Ctrl-C is one line and exit code 130; SIGTERM is handled the same way,
+exit code 143 (a run is left resumable). Anything else is a bug: one line and exit code 1.
+`--verbose`/`-v` adds the full traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
+import signal
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +23,8 @@ import typer
 from rich.text import Text
 
 from knowflow.cli.common import err_console
-from knowflow.errors import Interrupted, KnowflowError, out_of_memory
+from knowflow.errors import Interrupted, KnowflowError, Terminated, out_of_memory
+from knowflow.outputs import run_command
 
 _OS_ERRORS = {
     errno.ENOENT: ("no such file or folder", "check the path"),
@@ -53,14 +58,36 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
-def _interrupted(exc: KeyboardInterrupt) -> str:
+def _interrupted(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The one line, and exit code 130 (SIGINT) or 143 (SIGTERM), of an interrupted command."""
+    signum = getattr(exc, "signal", None) or signal.SIGINT
+    what = "terminated" if signum == signal.SIGTERM else "interrupted"
+    code = 128 + int(signum)
     run_dir = exc.run_dir if isinstance(exc, Interrupted) else None
     if not run_dir:
-        return "interrupted; nothing was written"
-    experiment = Path(run_dir).parent.name
+        return f"{what}; nothing was written", code
+    experiment = run_command(Path(run_dir)) or Path(run_dir).parent.name
     command = "sft" if experiment == "sft" else f"run {experiment}"
-    return (f"{run_dir}: interrupted; continue it with `knowflow {command} --resume "
-            f"--run-dir {run_dir}`")
+    return (f"{run_dir}: {what}; continue it with `knowflow {command} --resume "
+            f"--run-dir {run_dir}`"), code
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises `Terminated` where SIGINT raises KeyboardInterrupt (main thread only),
+    so both unwind the same way; the previous handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Settings:
@@ -75,12 +102,14 @@ def guard(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with _sigterm_as_interrupt():
+                return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except KeyboardInterrupt as exc:
-            _report(_interrupted(exc), exc)
-            raise typer.Exit(code=130) from None
+            message, code = _interrupted(exc)
+            _report(message, exc)
+            raise typer.Exit(code=code) from None
         except Exception as exc:
             known = describe(exc)
             message, code = known or (f"internal error ({type(exc).__name__}: {exc}); rerun "

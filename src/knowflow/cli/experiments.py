@@ -93,12 +93,12 @@ def report_cmd(
     )] = None,
 ) -> None:
     """Write a self-contained report.html (figures embedded, config, summary tables)."""
-    from knowflow.io import check_output_file
+    from knowflow.outputs import check_out_files
     from knowflow.report.html import write_report
 
     target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
     check_run_folders(run_dirs)
-    check_output_file(target, "report file")
+    check_out_files({"report": target})
     path = write_report(run_dirs, target)
     console.print(f"report: {path}", highlight=False)
 

@@ -99,11 +99,12 @@ def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str
     return examples[: common.limit] if common.limit else examples
 
 
-def _validate_data(common: _Common) -> None:
+def _validate_data(common: _Common, kind: str | None = None) -> None:
     """Check the options and read a prompts file before the model loads, so bad input fails
-    fast and leaves nothing behind."""
+    fast and leaves nothing behind (`kind`: the probe, whose earlier runs --out may hold)."""
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
+    from knowflow.outputs import check_out_dir
 
     check_threads(common.threads)
     if common.data and common.suite:
@@ -117,6 +118,8 @@ def _validate_data(common: _Common) -> None:
 
         load_examples(common.data)
         warn_duplicate_keys(common.data)
+    if common.out is not None and kind is not None:
+        check_out_dir(common.out, f"probe-{kind}", inputs=[common.data])
     check_output_dir(common.out or common.runs_dir, "output folder")
     check_model(common.model)
 
@@ -132,7 +135,7 @@ def _run(kind: str, common: _Common, cfg, with_context: bool = False,
     from knowflow.probes.arch import arch_of
     from knowflow.runs import RECORDS, start_run
 
-    _validate_data(common)
+    _validate_data(common, kind)
     model, tokenizer = _load_model(common)
     arch = arch_of(model)
     examples = _examples(common, tokenizer, with_context, prompt_format)

@@ -20,6 +20,8 @@ from knowflow.cli.common import (
 from knowflow.cli.progress import Bars
 from knowflow.errors import ConfigError, KnowflowError
 
+MAX_RATIO = 100  # counterfactual copies per example: beyond, the same substitutions repeat
+
 
 def _rows(data: str, seed: int):
     from knowflow.train.sft_job import BUILTIN, load_rows
@@ -31,10 +33,11 @@ def _rows(data: str, seed: int):
     return load_rows(data, MixtureConfig(seed=seed))
 
 
-def _check_out(data: str, out: Path) -> None:
-    """--out is a new or replaceable file that is not the input (checked before any work)."""
+def _check_out(data: str, out: Path, derived: tuple[tuple[str, str], ...] = ()) -> None:
+    """--out, and the files named after it (`derived`: (what, suffix)), are new or
+    replaceable files, none the input nor another's (checked before any work)."""
     from knowflow.errors import DataError
-    from knowflow.io import check_output_file
+    from knowflow.outputs import check_out_files
     from knowflow.train.sft_job import BUILTIN
 
     if data != BUILTIN and not Path(data).is_file():
@@ -43,7 +46,8 @@ def _check_out(data: str, out: Path) -> None:
     if data != BUILTIN and out.resolve() == Path(data).resolve():
         raise ConfigError(f"{out} is the input file", "--out",
                           "write to a new file; the input is read while the output is written")
-    check_output_file(out, "output file")
+    check_out_files({"output": out, **{what: out.with_suffix(suffix) for what, suffix in derived}},
+                    inputs=[] if data == BUILTIN else [Path(data)])
 
 
 def sft_cmd(
@@ -170,7 +174,7 @@ def curate_cmd(
     cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
     validate_config(cfg)
     check_seed(seed)
-    _check_out(data, out)
+    _check_out(data, out, (("scores", ".scores.jsonl"), ("histogram", ".png")))
     check_device(device)
     check_model(model)
     set_threads(threads)
@@ -215,9 +219,9 @@ def augment_cmd(
     from knowflow.worlds.instruction_rows import save_instructions
 
     check_seed(seed)
-    if not 0 < ratio < 1e6:  # also refuses nan and inf
-        raise ConfigError(f"must be a positive number, got {ratio}", "--ratio",
-                          "e.g. 0.25 adds one counterfactual per four examples")
+    if not 0 < ratio <= MAX_RATIO:  # also refuses nan and inf
+        raise ConfigError(f"must be a positive number up to {MAX_RATIO}, got {ratio}",
+                          "--ratio", "e.g. 0.25 adds one counterfactual per four examples")
     _check_out(data, out)
     rows = _rows(data, seed)
     result = augment(rows, ratio, seed)

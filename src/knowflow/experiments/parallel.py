@@ -1,11 +1,33 @@
 """Independent jobs of an experiment in worker processes (spawned; one torch thread each,
-which is the fast configuration for small models on CPU)."""
+which is the fast configuration for small models on CPU).
+
+Workers never outlive the run: they are started with SIGINT blocked (a Ctrl-C at the terminal
+reaches the whole process group; the parent alone handles it, so no worker prints a
+KeyboardInterrupt traceback, even while still importing), on Linux they are killed when the
+parent dies (`PR_SET_PDEATHSIG`), and when the parent stops early (Ctrl-C, SIGTERM, an error)
+it kills them rather than waiting for their jobs, so no worker, and no multiprocessing
+resource tracker held open by them, is left behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init() -> None:
+    """In each worker: die with the parent (Linux), ignore SIGINT (the parent handles it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _one_thread(fn, *args):
@@ -13,6 +35,28 @@ def _one_thread(fn, *args):
 
     torch.set_num_threads(1)
     return fn(*args)
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT held back (not lost: delivered on exit) while workers are started, so they
+    start with it blocked and never see a terminal's Ctrl-C."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Kill the workers now (their jobs are lost; a resumed run redoes them), then close."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            proc.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_jobs(fn: Callable, jobs: Sequence[tuple], workers: int,
@@ -44,10 +88,15 @@ def run_pipeline(first: Callable, first_jobs: Sequence[tuple], then: Callable,
                     done(job2, result)
         return firsts
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx)
+    with _sigint_blocked():  # the resource tracker starts here
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
+
+    def submit(fn, *args):
+        with _sigint_blocked():  # a worker started now inherits the blocked SIGINT
+            return pool.submit(_one_thread, fn, *args)
+
     try:
-        pending = {pool.submit(_one_thread, first, *job): (i, job)
-                   for i, job in enumerate(first_jobs)}
+        pending = {submit(first, *job): (i, job) for i, job in enumerate(first_jobs)}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -61,9 +110,9 @@ def run_pipeline(first: Callable, first_jobs: Sequence[tuple], then: Callable,
                 if first_done:
                     first_done(job, result)
                 for job2 in follow(job, result):
-                    pending[pool.submit(_one_thread, then, *job2)] = (None, job2)
+                    pending[submit(then, *job2)] = (None, job2)
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _stop(pool)
         raise
     pool.shutdown(wait=True)
     return firsts

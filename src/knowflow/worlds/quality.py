@@ -31,19 +31,19 @@ def duplicate_key_lines(path: Path) -> list[int]:
     path = Path(path)
     if path.suffix.lower() == ".csv" or not path.is_file():
         return []
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    text = path.read_bytes().decode("utf-8-sig", errors="replace")
     found: set[int] = set()
     if text.lstrip().startswith("["):
         try:
             json.loads(text, object_pairs_hook=_list_hook(found))
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         return sorted(found)
     for n, raw in enumerate(text.splitlines(), start=1):
         if raw.strip():
             try:
                 json.loads(raw, object_pairs_hook=_hook(found, n))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
     return sorted(found)
 

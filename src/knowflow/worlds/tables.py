@@ -202,8 +202,13 @@ def renamed(where: str, line: int, rec: object, mapping: Mapping[str, str]) -> o
             first, *rest = _answers(where, line, value, column)
             aliases = "answer_aliases" if key == "answer" else "memory_aliases"
             extra = rec.get(mapping.get(aliases, ""), [])
+            extra = [extra] if isinstance(extra, str) else extra or []
+            if not isinstance(extra, (list, tuple)) or \
+                    not all(isinstance(v, str) for v in extra):
+                raise DataError(where, f"expected a string or a list of strings, got "
+                                f"{type(extra).__name__}", line=line, field=mapping[aliases])
             out[key] = first
-            out[aliases] = [*rest, *([extra] if isinstance(extra, str) else extra or [])]
+            out[aliases] = [*rest, *extra]
         elif key not in out:
             if key in ("context", "question") and value is not None and \
                     not isinstance(value, str):

@@ -1,0 +1,189 @@
+"""Where a command may write, checked once, before anything is written; and the claim that
+keeps two processes out of one run folder.
+
+Every command that writes checks its outputs here first:
+- `check_out_dir(path, command)`: an `--out` folder is new, empty, or a knowflow run of the
+  same command (written again); never another command's run, never a folder of the user's
+  own files, never one holding an input of the command.
+- `check_out_files(outputs, inputs)`: the files of `curate`, `augment` and `report` are
+  regular files or new, none is an input, none is another output of the same command, none
+  is a file of a knowflow run (its config, records, summary) but that run's report page.
+Atomic writes (`knowflow.io`) never replace a non-regular file (a device, a pipe, a folder).
+
+A run folder is identified by `run.json` (`IDENTITY`): the command that wrote it and the
+SHA-256 of its `config.json`, so `--resume` can tell a `sft` run from a `cpi-toy` run and an
+edited config from the one the run started with. Folders written before `run.json` existed
+are recognised from their config (a probe's names it; an eval's has `scoring` and `suites`)
+or their place (`runs/<experiment>/<timestamp>`).
+
+`claim(folder)` takes an exclusive `flock` on `folder/.knowflow.lock` (re-entrant within one
+process, released by `release`, and by the kernel when the process dies, so a killed run
+never leaves a stale claim); a second process writing the same folder is refused at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from knowflow.errors import KnowflowError
+from knowflow.io import check_output_dir, check_output_file
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no claim, as before
+    fcntl = None
+
+CONFIG, SUMMARY, REPORT = "config.json", "summary.json", "report.html"
+IDENTITY = "run.json"
+LOCK = ".knowflow.lock"
+_HELD: dict[Path, list] = {}  # folder -> [fd, depth]
+
+
+def config_hash(run_dir: Path) -> str:
+    return hashlib.sha256((Path(run_dir) / CONFIG).read_bytes()).hexdigest()
+
+
+def run_command(run_dir: Path) -> str | None:
+    """The command that wrote run folder `run_dir` (an experiment's name, `eval`,
+    `probe-<kind>`), or None if it is not a knowflow run."""
+    run_dir = Path(run_dir)
+    try:
+        ident = json.loads((run_dir / IDENTITY).read_text(encoding="utf-8"))
+        if isinstance(ident, dict) and isinstance(ident.get("command"), str):
+            return ident["command"]
+    except (OSError, ValueError, RecursionError):
+        pass
+    try:
+        config = json.loads((run_dir / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("probe"), str):
+        return f"probe-{config['probe']}"
+    if {"scoring", "suites"} <= set(config):
+        return "eval"
+    if not any((run_dir / name).exists() for name in (SUMMARY, "metrics.jsonl", "checkpoints")):
+        return None  # a config.json alone may be anyone's
+    return run_dir.resolve().parent.name or None
+
+
+def _regular_or_new(path: Path, what: str) -> None:
+    """Outputs replace only regular files (never a device, a pipe or a socket)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise KnowflowError(f"{path}: the {what} exists and is not a regular file",
+                            "give the path of a new or an ordinary file")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def check_out_dir(path: str | Path, command: str, inputs=()) -> None:
+    """`path` may receive a run of `command` (see the module docstring); else a
+    `KnowflowError` now, before any work."""
+    path = Path(path)
+    _regular_or_new(path, "output folder")
+    check_output_dir(path, "output folder")
+    if not path.is_dir():
+        return
+    held = [p for p in path.iterdir() if p.name != LOCK]
+    if held:
+        owner = run_command(path)
+        if owner is None:
+            raise KnowflowError(f"{path}: the output folder is not empty and holds no "
+                                "knowflow run", "give a new or empty folder (a run writes "
+                                "config.json, summary.json and report.html there)")
+        if owner != command:
+            raise KnowflowError(f"{path}: the output folder holds a `{owner}` run, not a "
+                                f"`{command}` run", "give a new or empty folder; another "
+                                "command's run is never written over")
+    for given in inputs:
+        if given is not None and Path(given).exists() and _inside(Path(given), path):
+            raise KnowflowError(f"{given}: an input is inside the output folder {path}",
+                                "write the run to another folder")
+
+
+def check_out_files(outputs: dict[str, Path], inputs=()) -> None:
+    """`outputs` ({what: path}, e.g. {"--out": kept.jsonl, "scores": kept.scores.jsonl}) may
+    be written (see the module docstring); else a `KnowflowError` now, before any work."""
+    seen: dict[Path, str] = {}
+    for what, out in outputs.items():
+        out = Path(out)
+        check_output_file(out, f"{what} file")
+        _regular_or_new(out, f"{what} file")
+        key = out.resolve()
+        if key in seen:
+            raise KnowflowError(f"{out}: the {what} file would be written over the "
+                                f"{seen[key]} file", "give --out a name ending in .jsonl")
+        seen[key] = what
+        for given in inputs:
+            if given is not None and Path(given).exists() and \
+                    Path(given).resolve() == key:
+                raise KnowflowError(f"{out}: the {what} file would replace the input {given}",
+                                    "write to a new file")
+        folder = out.parent
+        if out.exists() and out.name != REPORT and (folder / CONFIG).is_file() and \
+                run_command(folder) is not None:
+            raise KnowflowError(f"{out}: a file of the knowflow run {folder}; the {what} "
+                                "would replace it", "write to a path outside the run folder")
+
+
+def claim(folder: str | Path) -> None:
+    """Claim run folder `folder` (which exists) for this process; a `KnowflowError` if another
+    live process holds it."""
+    folder = Path(folder).resolve()
+    if folder in _HELD:
+        _HELD[folder][1] += 1
+        return
+    if fcntl is None:  # pragma: no cover
+        _HELD[folder] = [None, 1]
+        return
+    lock = folder / LOCK
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise KnowflowError(f"{folder}: another knowflow process (pid {owner}) is writing "
+                                "this run folder", "wait for it to end, or give another "
+                                "folder") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:  # released and removed while we waited: take a new one
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[folder] = [fd, 1]
+
+
+def release(folder: str | Path) -> None:
+    """Undo one `claim`; the last one removes the lock file and lets go."""
+    folder = Path(folder).resolve()
+    held = _HELD.get(folder)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _HELD[folder]
+    if held[0] is not None:
+        (folder / LOCK).unlink(missing_ok=True)  # while still holding it: see `claim`
+        os.close(held[0])
