@@ -108,6 +108,9 @@ def jsd(z_p: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
     return (0.5 * (kl_p + kl_q) / math.log(2)).clamp(min=0.0)
 
 
+MAX_ALPHA = 1000.0
+
+
 def parse_alphas(alpha) -> tuple[float, ...]:
     """--alpha: one number or several, comma-separated; each finite and >= 0."""
     if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
@@ -126,6 +129,9 @@ def parse_alphas(alpha) -> tuple[float, ...]:
                               ) from None
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"must be a finite number >= 0, got {p}", "alpha")
+        if value > MAX_ALPHA:  # (1 + alpha) z overflows float32 near 1e37: NaN scores
+            raise ConfigError(f"must be at most {MAX_ALPHA:g}, got {p}", "alpha",
+                              "beyond 1000, CAD ranks tokens by z(y|c,x) - z(y|x) alone")
         out.append(value)
     if not out:
         raise ConfigError("no value given", "alpha")

@@ -40,6 +40,15 @@ CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
 
 
+# The transformers schedulers and optimizers that train here as configured (no evaluation
+# loop, no scheduler kwargs, no optional packages): each ran two steps on a tiny model
+# (tests/train/test_sft_choices.py). Others (reduce_lr_on_plateau, cosine_with_min_lr,
+# warmup_stable_decay, adamw_bnb_8bit, galore_adamw, ...) failed there.
+SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts",
+              "polynomial", "inverse_sqrt")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
+
+
 @dataclass(frozen=True)
 class SFTConfig:
     train: TrainMode = "lora"        # full | lora | qk_only
@@ -81,11 +90,16 @@ class SFTConfig:
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
-        from transformers.training_args import OptimizerNames
-
-        if self.optim is not None and self.optim not in {o.value for o in OptimizerNames}:
-            raise ConfigError(f"{self.optim!r} is not a transformers optimizer", "optim",
-                              "e.g. adamw_torch, sgd, adafactor")
+        if self.weight_decay < 0:
+            raise ConfigError(f"must not be negative, got {self.weight_decay}", "weight_decay")
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"unknown scheduler {self.scheduler!r} (known: "
+                              f"{', '.join(SCHEDULERS)})", "scheduler")
+        if self.optim is not None and self.optim not in OPTIMIZERS:
+            raise ConfigError(f"{self.optim!r} is not an optimizer knowflow can train with "
+                              f"(known: {', '.join(OPTIMIZERS)})", "optim",
+                              "the others need packages or hardware knowflow does not install "
+                              "(bitsandbytes, torchao, galore-torch, ...) or an eval loop")
         if self.trainer not in ("hf", "trl"):
             raise ConfigError(f"{self.trainer!r} is not one of hf, trl", "trainer")
         if self.trainer == "trl":
