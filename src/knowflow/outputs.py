@@ -107,8 +107,8 @@ def check_out_dir(path: str | Path, command: str, inputs=()) -> None:
                                 "knowflow run", "give a new or empty folder (a run writes "
                                 "config.json, summary.json and report.html there)")
         if owner != command:
-            raise KnowflowError(f"{path}: the output folder holds a `{owner}` run, not a "
-                                f"`{command}` run", "give a new or empty folder; another "
+            raise KnowflowError(f"{path}: the output folder holds a run of `{owner}`, not "
+                                f"of `{command}`", "give a new or empty folder; another "
                                 "command's run is never written over")
     for given in inputs:
         if given is not None and Path(given).exists() and _inside(Path(given), path):
