@@ -18,20 +18,30 @@ import knowflow
 from knowflow.errors import ConfigError
 
 PUBLIC = {
-    "augment": ("knowflow.curate.augment", "augment"),
-    "curate": ("knowflow.curate.criticality", "curate_examples"),
-    "evaluate": ("knowflow.evaluate.api", "evaluate"),
+    "augment": ("knowflow.api", "augment"),
+    "curate": ("knowflow.api", "curate"),
+    "evaluate": ("knowflow.api", "evaluate"),
+    "explain": ("knowflow.explain.api", "explain"),
     "finetune": ("knowflow.train.sft", "finetune"),
     "get_suite": ("knowflow.worlds.suites", "get_suite"),
     "list_experiments": ("knowflow.experiments.registry", "list_experiments"),
     "list_suites": ("knowflow.worlds.suites", "list_suites"),
     "load_model": ("knowflow.models.hf", "load_model"),
-    "probe": ("knowflow.probes", "probe"),
+    "probe": ("knowflow.api", "probe"),
     "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
     "write_report": ("knowflow.report.html", "write_report"),
     "RelianceTracker": ("knowflow.train.tracker", "RelianceTracker"),
     "SFTConfig": ("knowflow.train.sft", "SFTConfig"),
     "TrackerConfig": ("knowflow.train.tracker", "TrackerConfig"),
+    "AttentionMassConfig": ("knowflow.probes.mass", "AttentionMassConfig"),
+    "AugmentConfig": ("knowflow.curate.augment", "AugmentConfig"),
+    "CurateConfig": ("knowflow.curate.criticality", "CurateConfig"),
+    "EvalConfig": ("knowflow.evaluate.config", "EvalConfig"),
+    "HeadProjectionConfig": ("knowflow.probes.head_projection", "HeadProjectionConfig"),
+    "HeadsConfig": ("knowflow.probes.heads", "HeadsConfig"),
+    "KnockoutConfig": ("knowflow.probes.knockout", "KnockoutConfig"),
+    "ProjectionConfig": ("knowflow.probes.projection", "ProjectionConfig"),
+    "SublayerConfig": ("knowflow.probes.sublayer", "SublayerConfig"),
 }
 
 
@@ -67,25 +77,26 @@ def test_evaluate_and_curate_stay_functions_after_every_module_is_imported():
     for name in ("evaluate", "curate"):
         assert inspect.isfunction(getattr(knowflow, name)), name
     assert inspect.ismodule(sys.modules["knowflow.evaluate"])  # the package still imports
-    from knowflow.evaluate import api
+    from knowflow import api
     assert api.evaluate is knowflow.evaluate
 
 
 def test_setting_a_public_name_is_refused():
-    with pytest.raises(AttributeError, match="knowflow.evaluate.api.evaluate"):
+    with pytest.raises(AttributeError, match="knowflow.api.evaluate"):
         knowflow.evaluate = print
 
 
 def test_signatures_and_help_are_real():
     _import_everything()
     sig = inspect.signature(knowflow.evaluate)
-    assert list(sig.parameters)[:2] == ["model", "suites"]
     assert "config" in sig.parameters and "out_dir" in sig.parameters
-    assert list(inspect.signature(knowflow.probe).parameters)[:4] == [
-        "name", "model", "tokenizer", "examples"]
+    for entry in (knowflow.evaluate, knowflow.probe, knowflow.curate):  # one shape
+        params = inspect.signature(entry).parameters
+        assert list(params)[:2] == ["model", "data"], entry
+        assert params["config"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    assert list(inspect.signature(knowflow.augment).parameters)[:1] == ["data"]  # no model
     assert list(inspect.signature(knowflow.load_model).parameters)[:1] == ["name"]
-    assert list(inspect.signature(knowflow.curate).parameters)[:3] == [
-        "model", "tokenizer", "examples"]
     text = pydoc.render_doc(knowflow.evaluate, renderer=pydoc.plaintext)
     assert "evaluate(model=" in text and "args, **kwargs" not in text
 

@@ -12,17 +12,26 @@ The order is the flow of data in DESIGN.md, lowest first:
     train        finetunes, tracks (with evaluate and probes) and curates (with curate)
     report       reads run folders and draws; never touches a model
     experiments  wire all of the above (and register their report's figures)
-    cli          the `knowflow` command and the Python API façade (knowflow/__init__.py)
+    cli, api     the `knowflow` command, and the Python API (knowflow/api.py: entry points that
+                 load models and data by name and finish run folders as the CLI does;
+                 knowflow/__init__.py exports them)
 
 Imports are read from the source (module level and inside functions alike). An import that
 must point the wrong way for a while goes in KNOWN_EXCEPTIONS with the reason (none does now);
 an entry fails the test once it is no longer needed (delete it then).
+
+Below the packages, modules: no import cycle among any knowflow modules, inside a package or
+between packages (function-level imports counted too, so none can hide one), and imports of
+knowflow modules sit at module level, except in the modules listed in FUNCTION_IMPORTS with
+the reason. The import graph is `benchmarks/code_shape.py`'s, which prints the same cycles and
+the longest import chain.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pkgutil
 from pathlib import Path
 
@@ -39,12 +48,27 @@ LAYERS = (
     {"train"},
     {"report"},
     {"experiments"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "api", "__main__", "__init__"},
 )
 SIBLINGS_APART = {("evaluate", "probes"), ("probes", "evaluate")}
 
 # (importing module, imported module) -> why it is still allowed
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+# module (or package, ending in ".") whose functions may import knowflow modules -> why
+FUNCTION_IMPORTS: dict[str, str] = {
+    "knowflow.cli.": "a command imports the library when it runs, so `knowflow --help` and a "
+                     "refused flag answer in 0.2 s instead of importing torch, transformers "
+                     "and matplotlib (4 s)",
+}
+_SHAPE = Path(__file__).resolve().parents[1] / "benchmarks" / "code_shape.py"
+
+
+def _code_shape():
+    spec = importlib.util.spec_from_file_location("code_shape", _SHAPE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _unit(module: str) -> str:
@@ -144,3 +168,45 @@ def test_the_checker_sees_an_upward_import(tmp_path):
                                                ("knowflow.worlds.facts", 4),
                                                ("knowflow.train.sft", 2)]
     assert _layer(_unit("knowflow.train.sft")) > _layer(_unit("knowflow.worlds.x"))
+
+
+def test_no_import_cycle_among_modules():
+    shape = _code_shape()
+    edges, inner = shape.graph(SRC)
+    for module, target, _ in inner:  # a function-level import is still an edge
+        if target in edges and target != module:
+            edges[module].add(target)
+    cycles = shape.cycles(edges)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_knowflow_imports_sit_at_module_level():
+    _, inner = _code_shape().graph(SRC)
+    allowed = list(FUNCTION_IMPORTS)
+
+    def listed(module: str) -> bool:
+        return any(module == a or (a.endswith(".") and module.startswith(a)) for a in allowed)
+
+    bad = sorted({f"{module} imports {target} inside a function (line {line})"
+                  for module, target, line in inner if not listed(module)})
+    assert not bad, "move these to module level (or list the module, with the reason):\n" + \
+        "\n".join(bad)
+    stale = [a for a in allowed if not any(a == m or (a.endswith(".") and m.startswith(a))
+                                           for m, _, _ in inner)]
+    assert not stale, f"FUNCTION_IMPORTS entries no longer needed (delete them): {stale}"
+
+
+def test_the_cycle_check_sees_a_cycle_and_a_function_level_import(tmp_path):
+    """The checks can fail: a two-module cycle through a function-level import is found."""
+    pkg = tmp_path / "knowflow"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from knowflow.sub.b import g\n")
+    (pkg / "sub" / "b.py").write_text("def g():\n    from knowflow.sub import a\n")
+    shape = _code_shape()
+    edges, inner = shape.graph(pkg)
+    assert edges["knowflow.sub.a"] == {"knowflow.sub.b"}
+    assert inner == [("knowflow.sub.b", "knowflow.sub.a", 2)]
+    edges["knowflow.sub.b"].add("knowflow.sub.a")
+    assert shape.cycles(edges) == [["knowflow.sub.a", "knowflow.sub.b"]]

@@ -1,14 +1,19 @@
 """knowflow: where does a language model's answer come from — its context or its weights?
 
-The Python API mirrors the `knowflow` command and is meant for a notebook:
+The Python API mirrors the `knowflow` command and is meant for a notebook. Every entry point
+has one shape, `f(model, data, *, config=None, **overrides) -> Result` (model: a name, a path
+or a loaded model with `tokenizer=`; data: a suite name, a file or items), and every Result
+has `.save(dir)` (the run folder the command writes) and `.to_pandas()` (see knowflow.api):
 
-    model, tokenizer = knowflow.load_model("smollm2-135m-instruct")
-    res = knowflow.evaluate(model, "cf-capitals", scoring="loglik")   # context reliance
-    recs = knowflow.probe("knockout", model, tokenizer, examples, window=3)
+    res = knowflow.evaluate("smollm2-135m-instruct", "cf-capitals", scoring="loglik")
+    res.summary["cf-capitals"]["loglik"]["counterfactual_accuracy"]; res.to_pandas()
+    res = knowflow.evaluate(model, "cf-capitals", tokenizer=tokenizer, out_dir="runs/e")
+    ko = knowflow.probe(model, "cf-capitals", tokenizer=tokenizer,
+                        config=knowflow.KnockoutConfig(window=3))
+    cur = knowflow.curate(model, "train.jsonl", tokenizer=tokenizer, drop=0.25)
+    aug = knowflow.augment("train.jsonl", ratio=0.5); aug.save("out/")
     knowflow.list_suites(), knowflow.get_suite("cf-capitals", limit=5)
-    knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", out_dir="runs/x")
-    kept, scores = knowflow.curate(model, tokenizer, rows, CurateConfig(drop=0.25))
-    rows = knowflow.augment(rows, ratio=0.5)
+    knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", runs_root="runs")
 
 `RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning.
 
@@ -29,20 +34,29 @@ __version__ = "0.1.0"
 
 # public name -> "module:attribute" it is defined as
 _API = {
-    "augment": "knowflow.curate.augment:augment",
-    "curate": "knowflow.curate.criticality:curate_examples",
-    "evaluate": "knowflow.evaluate.api:evaluate",
+    "augment": "knowflow.api:augment",
+    "curate": "knowflow.api:curate",
+    "evaluate": "knowflow.api:evaluate",
     "explain": "knowflow.explain.api:explain",
     "finetune": "knowflow.train.sft:finetune",
     "get_suite": "knowflow.worlds.suites:get_suite",
     "list_experiments": "knowflow.experiments.registry:list_experiments",
     "list_suites": "knowflow.worlds.suites:list_suites",
     "load_model": "knowflow.models.hf:load_model",
-    "probe": "knowflow.probes:probe",
+    "probe": "knowflow.api:probe",
     "run_experiment": "knowflow.experiments.runner:run_experiment",
     "write_report": "knowflow.report.html:write_report",
+    "AttentionMassConfig": "knowflow.probes.mass:AttentionMassConfig",
+    "AugmentConfig": "knowflow.curate.augment:AugmentConfig",
+    "CurateConfig": "knowflow.curate.criticality:CurateConfig",
+    "EvalConfig": "knowflow.evaluate.config:EvalConfig",
+    "HeadProjectionConfig": "knowflow.probes.head_projection:HeadProjectionConfig",
+    "HeadsConfig": "knowflow.probes.heads:HeadsConfig",
+    "KnockoutConfig": "knowflow.probes.knockout:KnockoutConfig",
+    "ProjectionConfig": "knowflow.probes.projection:ProjectionConfig",
     "RelianceTracker": "knowflow.train.tracker:RelianceTracker",
     "SFTConfig": "knowflow.train.sft:SFTConfig",
+    "SublayerConfig": "knowflow.probes.sublayer:SublayerConfig",
     "TrackerConfig": "knowflow.train.tracker:TrackerConfig",
 }
 

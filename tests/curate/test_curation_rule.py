@@ -22,7 +22,7 @@ from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, m
 def test_lowest_share_by_hand():
     scores = [0.5, 0.1, 0.3, 0.1, 0.9, 0.3]
     assert lowest_share(scores, 0.5) == [1, 3, 2]           # round(3); ties: earlier first
-    assert lowest_share(scores, 0.5, ties="later") == [3, 1, 5]
+    assert lowest_share([0.3, 0.3, 0.3], 0.34) == [0]       # all tied: the first goes
     assert lowest_share(scores, 0.0) == []
     assert lowest_share(scores, 0.2) == [1]                 # round(1.2) = 1
 
@@ -69,8 +69,10 @@ def test_instruction_rule_matches_criticality_scores(tok, rows):
     losses = no_context_loss(model, rows, tok, "chat", batch_size=4)
     assert torch.allclose(losses, torch.tensor([s["loss_without_context"] for s in scores]),
                           atol=1e-6)
-    expected = set(lowest_share(losses, 0.25, ties="later"))
+    expected = set(lowest_share(losses, 0.25))
     assert dropped_indices(scores, cfg) == expected
+    tied = [{"index": i, "loss_without_context": 1.0, "criticality": 0.0} for i in range(4)]
+    assert dropped_indices(tied, cfg) == {0}  # the static rule's tie-break: earlier first
 
 
 def test_toy_dynamic_curation():

@@ -10,6 +10,7 @@ import importlib
 import pytest
 from typer.testing import CliRunner
 
+import knowflow.api as api_mod
 import knowflow.experiments.runner as runner_mod
 import knowflow.runs as runs_mod
 from knowflow.cli import app
@@ -36,6 +37,7 @@ def spies(monkeypatch):
 
     monkeypatch.setattr(runs_mod.RunFolder, "write_records", records_spy)
     monkeypatch.setattr(runner_mod, "finish_run", finish_spy)
+    monkeypatch.setattr(api_mod, "finish_run", finish_spy)  # evaluate/probe through knowflow.api
     return seen
 
 

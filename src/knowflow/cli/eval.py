@@ -61,8 +61,9 @@ def eval_cmd(
              "`knowflow export lm-eval` (repeatable; no model runs).")] = None,
 ) -> None:
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
+    from knowflow.api import evaluate
     from knowflow.config import validate_config
-    from knowflow.evaluate.api import EvalConfig, evaluate
+    from knowflow.evaluate.config import EvalConfig
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
     from knowflow.worlds.tables import parse_fields
@@ -72,25 +73,24 @@ def eval_cmd(
         _eval_from_lm_eval(from_lm_eval, out, seed, clash=suite or data)
         return
     mapping = parse_fields(fields)
-    validate_config(EvalConfig(
+    cfg = EvalConfig(
         scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
         context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-        max_new_tokens=max_new_tokens, known_by=known_by, method=method, alpha=alpha,
-        conditions=conditions))
+        max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
+        method=method, alpha=alpha, conditions=conditions)
+    validate_config(cfg)
     check_suites(suite)
     check_device(device)
     check_output_dir(out or Path("runs") / "eval", "output folder")
     check_model(model)
     set_threads(threads)
     with Bars("eval") as progress:
-        result = evaluate(
-            model, suite, data=data, fields=mapping, device=device, dtype=dtype,
-            out_dir=out, runs_root=None if out else Path("runs"), progress=progress,
-            scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
-            context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-            max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
-            method=method, alpha=alpha, conditions=conditions)
-    report = _finish_eval(result.out_dir)
+        # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
+        result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
+                          config=cfg, fields=mapping, device=device, dtype=dtype,
+                          out_dir=out, runs_root=None if out else Path("runs"),
+                          progress=progress)
+    report = result.out_dir / "report.html"
     print_eval(result.summary)
     if result.conditions:
         show_conditions(result.conditions, result.out_dir)
@@ -100,15 +100,8 @@ def eval_cmd(
     console.print(f"report: {report}", highlight=False)
 
 
-def _finish_eval(run_dir: Path) -> Path:
-    """The eval run folder's figures and report.html, as every run is finished."""
-    from knowflow.experiments.runner import finish_run
-    from knowflow.report.eval_run import eval_figures
-
-    return finish_run(run_dir, None, eval_figures, title="knowflow eval")[1]
-
-
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
+    from knowflow.api import finish_eval
     from knowflow.evaluate.api import from_lm_eval
     from knowflow.io import check_output_dir
 
@@ -118,7 +111,7 @@ def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) 
     check_output_dir(out or Path("runs") / "eval", "output folder")
     result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
                           seed=seed)
-    report = _finish_eval(result.out_dir)
+    report = finish_eval(result.out_dir)
     print_eval(result.summary)
     console.print(f"results: {result.out_dir}", highlight=False)
     console.print(f"report: {report}", highlight=False)

@@ -14,10 +14,21 @@ import dataclasses
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from knowflow.config import require
 from knowflow.errors import KnowflowError
 from knowflow.worlds.facts import Instruction
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    ratio: float = 0.25   # counterfactual copies added per original example
+    seed: int = 0
+
+    def validate(self) -> None:
+        require(0 < self.ratio < 1e6, "ratio", "must be a positive number, e.g. 0.25 adds one "
+                "counterfactual per four examples")  # also refuses nan and inf
 
 
 def _key(text: str) -> str:

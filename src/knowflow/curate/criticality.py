@@ -24,10 +24,17 @@ import torch
 import torch.nn.functional as F
 
 from knowflow.config import require
+from knowflow.models.batching import pad_id as tokenizer_pad_id
+from knowflow.models.batching import right_pad
+from knowflow.models.tiny import encode as encode_tiny
+from knowflow.models.tiny import per_example_loss
 from knowflow.runs import Progress
+from knowflow.worlds.cpi_toy import ToyData
+from knowflow.worlds.cpi_toy import no_context as toy_no_context
 from knowflow.worlds.facts import Instruction
 from knowflow.worlds.instruction_rows import IGNORE, encode
 from knowflow.worlds.prompts import FORMATS
+from knowflow.worlds.tiny_world import no_context as tiny_no_context
 
 # The experiments' dynamic arms (README, "Dynamic curation"): drop, for good, up to 3/4 of the
 # rows still in at each re-scoring, of those only rows the model answers from memory alone
@@ -63,15 +70,8 @@ def response_losses(model, encoded: Sequence[dict], pad_id: int, batch_size: int
     out = [0.0] * len(encoded)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        width = max(len(encoded[i]["input_ids"]) for i in idx)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(idx), width), IGNORE, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            n = len(encoded[i]["input_ids"])
-            ids[row, :n] = torch.tensor(encoded[i]["input_ids"])
-            labels[row, :n] = torch.tensor(encoded[i]["labels"])
-            mask[row, :n] = 1
+        ids, mask = right_pad([encoded[i]["input_ids"] for i in idx], pad_id)  # (batch, seq)
+        labels, _ = right_pad([encoded[i]["labels"] for i in idx], IGNORE)       # (batch, seq)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         logits = logits[:, :-1].float()                    # (batch, seq-1, vocab)
         target = labels[:, 1:].to(device)                  # (batch, seq-1)
@@ -91,33 +91,27 @@ def score_examples(model, tokenizer, examples: Sequence[Instruction], cfg: Curat
     cfg.validate()
     with_ctx = [encode(tokenizer, ex, cfg.prompt_format, context=True) for ex in examples]
     without = [encode(tokenizer, ex, cfg.prompt_format, context=False) for ex in examples]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
-        tokenizer.eos_token_id
-    both = response_losses(model, with_ctx + without, pad, cfg.batch_size, progress)
+    both = response_losses(model, with_ctx + without, tokenizer_pad_id(tokenizer),
+                           cfg.batch_size, progress)
     n = len(examples)
     return [{"index": i, "kind": ex.extra.get("kind"), "has_context": bool(ex.input),
              "loss_with_context": both[i], "loss_without_context": both[n + i],
              "criticality": both[n + i] - both[i]} for i, ex in enumerate(examples)]
 
 
-def lowest_share(scores: Sequence[float] | torch.Tensor, fraction: float,
-                 ties: str = "earlier") -> list[int]:
-    """Indices of the round(fraction * n) lowest scores, lowest first. Equal scores: the
-    `ties="earlier"` example is dropped first (stable order), or the later one with "later"."""
+def lowest_share(scores: Sequence[float] | torch.Tensor, fraction: float) -> list[int]:
+    """Indices of the round(fraction * n) lowest scores, lowest first. The one tie-break of
+    every curation rule (static, dynamic, `knowflow curate`): of equal scores the earlier
+    example is dropped first (a stable sort)."""
     values = torch.as_tensor(scores, dtype=torch.float64).flatten()  # (n,)
     n_drop = int(round(fraction * len(values)))
-    if ties == "later":
-        order = torch.argsort(values.flip(0), stable=True)
-        order = len(values) - 1 - order
-    else:
-        order = torch.argsort(values, stable=True)
-    return order[:n_drop].tolist()
+    return torch.argsort(values, stable=True)[:n_drop].tolist()
 
 
 def dropped_indices(scores: Sequence[dict], cfg: CurateConfig) -> set[int]:
-    """The `cfg.drop` share of examples with the lowest `cfg.by` score (ties: earlier kept)."""
+    """The `cfg.drop` share of examples with the lowest `cfg.by` score (`lowest_share`)."""
     key = "loss_without_context" if cfg.by == "no_context_loss" else "criticality"
-    return set(lowest_share([s[key] for s in scores], cfg.drop, ties="later"))
+    return set(lowest_share([s[key] for s in scores], cfg.drop))
 
 
 def curate_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
@@ -145,29 +139,22 @@ def no_context_loss(model, data, tokenizer=None, prompt_format: str = "chat",
     `tokenizer`), a list of `Instruction` rows (with the HF `tokenizer`), or a list of
     already encoded no-context rows (`input_ids`, `labels`; from `instruction_rows_no_context`).
     """
-    from knowflow.worlds.cpi_toy import ToyData
-
     was_training = getattr(model, "training", False)
     model.eval()
     try:
         if isinstance(data, ToyData):
-            from knowflow.worlds.cpi_toy import no_context
             with torch.no_grad():
-                bare = no_context(data)
+                bare = toy_no_context(data)
                 logits, _ = model(bare.tokens, bare.mask)  # (n, A)
                 return F.cross_entropy(logits, bare.answer, reduction="none")
         rows = list(data)
         if rows and isinstance(rows[0], Instruction):
             rows = instruction_rows_no_context(tokenizer, rows, prompt_format)
         if rows and isinstance(rows[0], dict):
-            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
-                tokenizer.eos_token_id
-            return torch.tensor(response_losses(model, rows, pad, batch_size))
-        from knowflow.models.tiny import encode as encode_tiny
-        from knowflow.models.tiny import per_example_loss
-        from knowflow.worlds.tiny_world import no_context
+            return torch.tensor(response_losses(model, rows, tokenizer_pad_id(tokenizer),
+                                                batch_size))
         with torch.no_grad():
-            return per_example_loss(model, encode_tiny(tokenizer, [no_context(ex)
+            return per_example_loss(model, encode_tiny(tokenizer, [tiny_no_context(ex)
                                                                    for ex in rows]))
     finally:
         model.train(was_training)

@@ -26,10 +26,10 @@ from pathlib import Path
 from knowflow.config import validate_config
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import fit_batch_size
-from knowflow.evaluate.conditions import Sweep
+from knowflow.evaluate.conditions import Sweep, Swept
 from knowflow.evaluate.config import MODES, EvalConfig
 from knowflow.evaluate.heads_calibration import calibrate as calibrate_heads
-from knowflow.evaluate.items import evaluate_items, flat, load_suites, render_prompts
+from knowflow.evaluate.items import evaluate_items, flat, load_data, render_prompts
 from knowflow.evaluate.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluate.metrics import summarize
 from knowflow.models.hf import load_model
@@ -49,10 +49,10 @@ class Results:
     modes: tuple[str, ...] = field(default=("generate", "loglik"))
     stage_seconds: dict[str, float] = field(default_factory=dict)  # load, score, known facts
     conditions: dict | None = None      # {method: {suite: {mode: per condition}}}, a sweep's
+    swept: Swept | None = None          # the sweep's summary and records (conditions.json/l)
 
 
-def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None = None, *,
-             data: str | Path | Sequence[str | Path] | None = None, tokenizer=None,
+def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
@@ -69,7 +69,7 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     validate_config(cfg)
     start = time.time()
     quality: dict[str, dict] = {}
-    by_suite = load_suites(suites, data, cfg.limit, cfg.seed, quality, fields)  # before loading
+    by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields)  # before loading
     model_name = model if isinstance(model, str) else type(model).__name__
     timings: dict[str, float] = {}
     if isinstance(model, (str, Path)):
@@ -108,7 +108,7 @@ def evaluate(model="smollm2-135m-instruct", suites: str | Sequence[str] | None =
     return Results(summary, records, config, run.path if run is not None else None,
                    time.time() - start, MODES[cfg.scoring],
                    {k: round(v, 2) for k, v in timings.items()},
-                   swept.summary if swept is not None else None)
+                   swept.summary if swept is not None else None, swept)
 
 
 def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
@@ -121,12 +121,16 @@ def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: E
 
 
 def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
-                  out_dir: str | Path | None, runs_root: str | Path | None) -> Path | None:
-    """An eval run folder (`config.json`, `items.jsonl` of flat records, `summary.json`) in
-    `out_dir` (or a fresh `runs_root/eval/<timestamp>/`); nothing without either."""
+                  out_dir: str | Path | None, runs_root: str | Path | None,
+                  conditions: Swept | None = None) -> Path | None:
+    """An eval run folder (`config.json`, `items.jsonl` of flat records, `summary.json`, and
+    a sweep's `conditions.json`/`.jsonl`) in `out_dir` (or a fresh
+    `runs_root/eval/<timestamp>/`); nothing without either."""
     run = _start(config, out_dir, runs_root)
     if run is None:
         return None
+    if conditions is not None:
+        Sweep.write(run.path, conditions)
     _write_items(run, records, summary)
     return run.path
 

@@ -10,11 +10,12 @@ continues from a copy of its cache, so the prefix costs one forward pass per run
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from knowflow.models.batching import cache_keyword, model_device, output_cache
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -45,41 +46,21 @@ def encode_prompts(tokenizer, texts: Sequence[str], add_special_tokens: Sequence
             for t, a in zip(texts, add_special_tokens, strict=True)]
 
 
-def model_device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _cache_name(model) -> str:
-    """transformers 5 renamed `past_key_values` to `cache`; accept either."""
-    name = getattr(model, "_knowflow_cache_name", None)
-    if name is None:
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-        params = inspect.signature(base.forward).parameters
-        name = "cache" if "cache" in params else "past_key_values"
-        model._knowflow_cache_name = name
-    return name
-
-
 def forward(model, past=None, last_only: bool = False, **inputs):
     """`model(**inputs)` with a KV cache; returns (logits, cache). With `last_only`, logits for
     the last position only (`logits_to_keep=1` skips the vocabulary projection elsewhere)."""
     kwargs = {**inputs, "use_cache": True}
     if past is not None:
-        kwargs[_cache_name(model)] = past
+        kwargs[cache_keyword(model)] = past
     if last_only and getattr(model, "_knowflow_keep_ok", True):
         try:
             out = model(**kwargs, logits_to_keep=1)
         except TypeError:
             model._knowflow_keep_ok = False
         else:
-            return out.logits, _cache_of(out)
+            return out.logits, output_cache(out)
     out = model(**kwargs)
-    return (out.logits[:, -1:] if last_only else out.logits), _cache_of(out)
-
-
-def _cache_of(out):
-    cache = out.get("cache") if hasattr(out, "get") else None
-    return cache if cache is not None else out.past_key_values
+    return (out.logits[:, -1:] if last_only else out.logits), output_cache(out)
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

@@ -85,7 +85,8 @@ class Sweep:
         return {mode: condition_summary(by_condition, mode, self.main.n_bootstrap,
                                         self.main.seed) for mode in MODES[self.main.scoring]}
 
-    def write(self, target: Path, swept: Swept) -> None:
+    @staticmethod
+    def write(target: Path, swept: Swept) -> None:
         """conditions.json and conditions.jsonl (`report.tradeoff.tradeoff_from_run` draws
         the figure from them)."""
         atomic_write_json(target / "conditions.json", swept.summary)

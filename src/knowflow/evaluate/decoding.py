@@ -34,6 +34,7 @@ from knowflow.evaluate.loglik import (
 )
 from knowflow.evaluate.steer_heads import NAME as HEADS
 from knowflow.evaluate.steer_heads import HeadSteering, parse_spec, steered
+from knowflow.models.batching import pad_id
 from knowflow.runs import Progress
 
 BASES = {"greedy": "the model's own next-token logits (default)",
@@ -226,10 +227,6 @@ def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, tabl
     return out
 
 
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-
 def _batches(model, seqs, base_seqs, batch_size: int, share_prefix: bool):
     if len(seqs) != len(base_seqs):
         raise ValueError("one no-context prompt per prompt")
@@ -248,7 +245,7 @@ def generate_contrastive(model, tokenizer, seqs: Sequence[list[int]],
     texts = [""] * len(seqs)
     for n, batch in enumerate(batches):
         outs = _decode_batch(model, [list(seqs[i]) for i in batch],
-                             [list(base_seqs[i]) for i in batch], prefixes, _pad_id(tokenizer),
+                             [list(base_seqs[i]) for i in batch], prefixes, pad_id(tokenizer),
                              max_new_tokens, table, method)
         for i, toks in zip(batch, outs, strict=True):
             texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
@@ -289,9 +286,9 @@ def score_contrastive(model, tokenizer, prompts: Sequence[list[int]],
         owner = [b for b, i in enumerate(batch) for _ in conts[i]]
         flat = [c for i in batch for c in conts[i]]
         z_c, ids, cmask = _candidate_logits(model, [list(prompts[i]) for i in batch], flat,
-                                            owner, prefixes[0], _pad_id(tokenizer))
+                                            owner, prefixes[0], pad_id(tokenizer))
         z_n, _, _ = _candidate_logits(model, [list(base_prompts[i]) for i in batch], flat,
-                                      owner, prefixes[1], _pad_id(tokenizer))
+                                      owner, prefixes[1], pad_id(tokenizer))
         logp = torch.log_softmax(method.logits(z_c, z_n).float(), dim=-1)  # (rows, width, vocab)
         tok = logp.gather(-1, ids[..., None]).squeeze(-1)                  # (rows, width)
         scores = tok[:, 0] + (tok[:, 1:] * cmask[:, 1:]).sum(-1)

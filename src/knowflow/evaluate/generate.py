@@ -23,6 +23,7 @@ from knowflow.evaluate.batching import (
     prefill,
     sorted_batches,
 )
+from knowflow.models.batching import pad_id as tokenizer_pad_id
 from knowflow.runs import Progress
 
 
@@ -113,7 +114,7 @@ def generate(model, tokenizer, seqs: Sequence[list[int]], batch_size: int = 16,
     the tokens every prompt starts with are run once (see `batching.Prefix`)."""
     prefix = Prefix.build(model, seqs, share=share_prefix)
     table = stop_table(tokenizer, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = tokenizer_pad_id(tokenizer)
     texts: list[str] = [""] * len(seqs)
     done = 0
     for batch in sorted_batches([len(s) for s in seqs], batch_size):

@@ -58,6 +58,33 @@ def load_suites(suites: str | Sequence[str] | None = None,
     return out
 
 
+def load_data(data=None, limit: int | None = None, seed: int = 0,
+              quality: dict[str, dict] | None = None,
+              fields: dict[str, str] | None = None) -> dict[str, list[ConflictItem]]:
+    """Items by suite for `evaluate`'s `data`: built-in suite names (a list, or one
+    comma-separated string), data files (a path, or a string naming an existing file), and/or
+    `ConflictItem`s (grouped by their `suite`); None: every built-in suite."""
+    if data is None or isinstance(data, (str, Path)):
+        data = [data] if data is not None else []
+    names: list[str] = []
+    files: list[str | Path] = []
+    items: list[ConflictItem] = []
+    for entry in data:
+        if isinstance(entry, ConflictItem):
+            items.append(entry)
+        elif isinstance(entry, Path) or Path(str(entry)).exists():
+            files.append(entry)
+        else:
+            names += [s.strip() for s in str(entry).split(",")]
+    if data and not items and not files and not any(names):
+        return load_suites(",".join(names), None, limit, seed, quality, fields)  # the error
+    out = load_suites([n for n in names if n], files, limit, seed, quality, fields) \
+        if names or files or not items else {}
+    for it in items:
+        out.setdefault(it.suite, []).append(it)
+    return out
+
+
 def render_prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
     opinion = single_method(cfg.method, cfg.alpha).opinion
     pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only, opinion)

@@ -30,7 +30,9 @@ from knowflow.errors import DataError
 from knowflow.evaluate.items import choice
 from knowflow.evaluate.metrics import memorization_ratio
 from knowflow.evaluate.normalize import primary
+from knowflow.io import atomic_write_jsonl, atomic_write_text
 from knowflow.worlds.facts import ConflictItem
+from knowflow.worlds.loaders import json_records
 from knowflow.worlds.prompts import PromptConfig, render
 
 TASK_PREFIX = "knowflow_"
@@ -93,8 +95,6 @@ def task_docs(items: Sequence[ConflictItem], tokenizer, prompt_format: str) -> l
 def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: str | Path,
                    prompt_format: str = "chat") -> dict[str, Path]:
     """Write one lm-eval task per suite into `out_dir`; returns {task name: YAML path}."""
-    from knowflow.io import atomic_write_jsonl, atomic_write_text
-
     out = Path(out_dir)
     atomic_write_text(out / f"{LOADER}.py", _LOADER_SOURCE)
     tasks: dict[str, Path] = {}
@@ -123,8 +123,6 @@ def _logliks(path: Path, line: int, sample: dict) -> tuple[float, float]:
 
 def read_lm_eval_samples(path: str | Path) -> tuple[str, list[dict]]:
     """(suite, knowflow records) from an lm-eval `--log_samples` file of an exported task."""
-    from knowflow.worlds.loaders import json_records
-
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such file", hint="give a samples_knowflow_<suite>_*.jsonl "

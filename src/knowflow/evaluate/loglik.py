@@ -22,6 +22,8 @@ from knowflow.evaluate.batching import (
     sorted_batches,
 )
 from knowflow.evaluate.tree import score_batch_tree
+from knowflow.models.batching import pad_id as tokenizer_pad_id
+from knowflow.models.batching import right_pad
 from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
@@ -36,18 +38,6 @@ def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
             raise ValueError(f"a continuation encodes to no tokens: {conts!r}")
         out.append(ids)
     return out
-
-
-def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, mask), each (rows, longest), padded on the right: candidate blocks."""
-    width = max(len(c) for c in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for r, c in enumerate(seqs):
-        ids[r, :len(c)] = torch.tensor(c)
-        mask[r, :len(c)] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
@@ -130,7 +120,7 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
                     for p, cs in zip(prompts, continuations, strict=True)]
     conts = encode_continuations(tokenizer, continuations)
     prefix = Prefix.build(model, prompts, share=share_prefix)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = tokenizer_pad_id(tokenizer)
     out: list[list[Score]] = [[] for _ in prompts]
     done = 0
     for batch in sorted_batches([len(p) for p in prompts], batch_size):

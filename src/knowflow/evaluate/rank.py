@@ -24,6 +24,7 @@ import torch
 
 from knowflow.evaluate.batching import Prefix, prefill, sorted_batches
 from knowflow.evaluate.loglik import encode_continuations, score_continuations
+from knowflow.models.batching import pad_id as tokenizer_pad_id
 from knowflow.runs import Progress
 
 
@@ -135,7 +136,7 @@ def rank_candidates(model, tokenizer, prompts: Sequence[list[int]],
     full_scores = [[lp for lp, _ in row[:len(c)]]
                    for row, c in zip(scores, continuations, strict=True)]
     if texts is None:  # some first token does not round-trip: score them from the prompts
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        pad_id = tokenizer_pad_id(tokenizer)
         first_scores = first_token_logprobs(model, prompts, firsts, pad_id, batch_size)
     else:
         first_scores = []

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from knowflow.evaluate.batching import Prefix, forward, left_pad, model_device
+from knowflow.evaluate.batching import Prefix, forward, left_pad
+from knowflow.models.batching import model_device
 
 
 def tree_layout(conts: list[list[list[int]]]

@@ -23,16 +23,23 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS, drop_lowest_no_context_loss
+from knowflow.experiments.mitigations import THEORY, fall_removed, meets_goal
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.phase import PhaseConfig, cells, phase_summary
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_json, atomic_write_jsonl
+from knowflow.models.cpi_toy import (
+    OneLayerCPI,
+    pretrained_value_matrix,
+    train_value_matrix,
+)
 from knowflow.report.cpi_toy import plot_cpi_toy
 from knowflow.report.phase import PHASE, with_phase
 from knowflow.runs import METRICS, PartStore
 from knowflow.schema import named_curve
-from knowflow.train.cpi_toy import ToyFinetuneConfig
+from knowflow.train.cpi_toy import ToyFinetuneConfig, finetune, indist_accuracy
+from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
 
 log = logging.getLogger(__name__)
 
@@ -194,15 +201,6 @@ def run_arm(cfg: CpiToyConfig, arm: Arm) -> tuple[list[dict], dict]:
     """Build the world, the pretrained model and the arm's data; finetune; summarize."""
     import torch
 
-    from knowflow.curate.criticality import drop_lowest_no_context_loss
-    from knowflow.models.cpi_toy import (
-        OneLayerCPI,
-        pretrained_value_matrix,
-        train_value_matrix,
-    )
-    from knowflow.train.cpi_toy import finetune, indist_accuracy
-    from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
-
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
@@ -244,10 +242,6 @@ def _arm_key(arm: Arm) -> str:
             + ("-d{}x{:g}t{}r{}".format(*arm.dynamic) if arm.dynamic else ""))
 
 
-# The inversion criterion inversion-tiny's findings use: M_C rises, then falls; C-only does not.
-INVERSION_RISE, INVERSION_FALL, NO_FALL = 0.2, 0.15, 0.05
-
-
 def verdict(summary: dict) -> str | None:
     """One sentence for the report: does M_C rise and then fall here, and not under C-only?
     None when the `inversion` part did not run (nothing to judge)."""
@@ -255,16 +249,16 @@ def verdict(summary: dict) -> str | None:
     if not inv:
         return None
     rise = inv["mc_peak"] - inv["mc_start"]
-    shown = rise >= INVERSION_RISE and inv["mc_fall"] >= INVERSION_FALL and (
-        c_only is None or c_only["mc_fall"] < NO_FALL)
+    shown = THEORY.inverts(rise, inv["mc_fall"]) and (
+        c_only is None or THEORY.steady(c_only["mc_fall"]))
     curve = (f"M_C rises {inv['mc_start']:.3f} -> {inv['mc_peak']:.3f} (step "
              f"{inv['mc_peak_step']} of {inv['steps']}) and ends at {inv['mc_final']:.3f} "
              f"(fall {inv['mc_fall']:.3f})")
     control = (f", while C-only finetuning falls {c_only['mc_fall']:.3f}" if c_only
                else " (C-only control not run)")
     head = "The theory model inverts" if shown else "No inversion in the theory model"
-    return (f"{head}: {curve}{control}; criterion: rise >= {INVERSION_RISE}, fall >= "
-            f"{INVERSION_FALL}, C-only fall < {NO_FALL}.")
+    return (f"{head}: {curve}{control}; criterion: rise >= {THEORY.rise}, fall >= "
+            f"{THEORY.fall}, C-only fall < {THEORY.no_fall}.")
 
 
 def findings(summary: dict) -> dict:
@@ -380,11 +374,6 @@ def phase_verdict(rows: list[dict], phase: PhaseConfig) -> str:
             f"{len(inv)} of {len(rows)} cells (C+S share, delta_C): {', '.join(inv) or 'none'}.")
 
 
-# The mitigation goal: remove at least this share of the fall, keep in-distribution accuracy
-# within this much of the unmitigated arm.
-GOAL_REMOVED, GOAL_INDIST = 0.8, 0.02
-
-
 def mitigation_findings(mit: dict) -> dict:
     """Per mitigation arm: the share of the baseline's M_C fall it removes, the change in
     in-distribution accuracy, and whether both meet the goal."""
@@ -393,11 +382,9 @@ def mitigation_findings(mit: dict) -> dict:
     for name, arm in mit.items():
         if name == "baseline":
             continue
-        removed = 1 - max(arm["mc_fall"], 0.0) / base["mc_fall"] if base["mc_fall"] > 0 \
-            else None
+        removed = fall_removed(base["mc_fall"], arm["mc_fall"])
         change = arm.get("indist_final", float("nan")) - base.get("indist_final", float("nan"))
         out[f"{name}_fall_removed"] = removed
         out[f"{name}_indist_change"] = change
-        out[f"{name}_goal_met"] = removed is not None and removed >= GOAL_REMOVED and \
-            change >= -GOAL_INDIST - 1e-12
+        out[f"{name}_goal_met"] = meets_goal(removed, change)
     return out

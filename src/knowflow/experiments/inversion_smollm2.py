@@ -27,26 +27,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
-from knowflow.experiments.cpi_toy import INVERSION_FALL, INVERSION_RISE
+from knowflow.curate.augment import augment
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS, CurateConfig, curate_examples
+from knowflow.evaluate.generate import generate
+from knowflow.evaluate.normalize import alternatives, answers_present
+from knowflow.experiments.mitigations import (
+    SMOLLM2_ARMS,
+    SMOLLM2_MITIGATIONS,
+    SMOLLM2_MODES,
+    THEORY,
+    fall_removed,
+    meets_goal,
+)
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from knowflow.models.hf import load_model
 from knowflow.report.reliance import plot_arms
 from knowflow.runs import METRICS, SUMMARY
 from knowflow.schema import curve_summary
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
+from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 from knowflow.train.tracker import TrackerConfig
-from knowflow.worlds.instructions import MixtureConfig
+from knowflow.worlds.instruction_rows import save_instructions
+from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_rows
+from knowflow.worlds.prompts import instruction_prompt
 
 log = logging.getLogger(__name__)
 
-MODES = ("lora", "full", "qk_only")           # plain finetuning arms
-MITIGATIONS = ("curated", "augmented", "dynamic")
-ARMS = (*MODES, *MITIGATIONS)
+MODES, MITIGATIONS, ARMS = SMOLLM2_MODES, SMOLLM2_MITIGATIONS, SMOLLM2_ARMS
 DEFAULT_ARMS = ("lora", "dynamic")  # sized for < 45 min on 2 CPU cores (README)
-GOAL_REMOVED, GOAL_INDIST = 0.8, 0.02          # the mitigation goal: fall removed, accuracy kept
 
 
 @dataclass(frozen=True)
@@ -94,8 +105,6 @@ class InversionSmolConfig:
         return arm if arm in MODES else self.base
 
     def job(self, arm: str, data: str = "builtin"):
-        from knowflow.train.sft_job import SFTJobConfig
-
         mode = self.mode(arm)
         lr = {"lora": self.sft.lr, "full": self.full_lr, "qk_only": self.qk_lr}[mode]
         sft = dataclasses.replace(self.sft, train=mode, lr=lr)
@@ -107,9 +116,6 @@ class InversionSmolConfig:
 
 def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
     """The training file of `arm` (written once into its folder)."""
-    from knowflow.worlds.instruction_rows import save_instructions
-    from knowflow.worlds.instructions import builtin_mixture
-
     if arm in (*MODES, "dynamic"):
         return "builtin"
     path = arm_dir / "train.jsonl"
@@ -117,12 +123,9 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
         return str(path)
     rows = builtin_mixture(cfg.mixture)
     if arm == "augmented":
-        from knowflow.curate.augment import augment
 
         rows = augment(rows, cfg.augment_ratio, cfg.mixture.seed)
     else:
-        from knowflow.curate.criticality import CurateConfig, curate_examples
-        from knowflow.models.hf import load_model
 
         model, tok = load_model(cfg.model)
         ccfg = CurateConfig(drop=cfg.curate_drop, prompt_format=cfg.sft.prompt_format)
@@ -134,10 +137,6 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
 
 def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> dict:
     """Share of held-out C and C+S rows whose answer the model's greedy output mentions."""
-    from knowflow.evaluate.generate import generate
-    from knowflow.evaluate.normalize import alternatives, answers_present
-    from knowflow.worlds.prompts import instruction_prompt
-
     if not rows:
         return {}
     seqs = []
@@ -155,10 +154,6 @@ def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> d
 
 
 def run_arm(cfg: InversionSmolConfig, arm: str, out_dir: Path) -> dict:
-    from knowflow.models.hf import load_model
-    from knowflow.train.sft_job import run_sft_job
-    from knowflow.worlds.instructions import heldout_rows
-
     arm_dir = out_dir / "arms" / arm
     if (arm_dir / SUMMARY).exists():
         return read_json(arm_dir / SUMMARY)
@@ -234,13 +229,13 @@ def mitigation_goal(base: dict, arm: dict) -> dict:
     """How much of the base arm's fall `arm` removes, the in-distribution accuracy it keeps,
     and whether that meets the goal (>= 80% removed, within 2 points)."""
     out: dict = {}
-    if base["fall"] > 0:
-        out["fall_removed"] = 1 - max(arm["fall"], 0.0) / base["fall"]
+    removed = fall_removed(base["fall"], arm["fall"])
+    if removed is not None:
+        out["fall_removed"] = removed
     if base.get("indist_final") is not None and arm.get("indist_final") is not None:
         out["indist_change"] = arm["indist_final"] - base["indist_final"]
     if "fall_removed" in out and "indist_change" in out:
-        out["goal_met"] = (out["fall_removed"] >= GOAL_REMOVED
-                           and out["indist_change"] >= -GOAL_INDIST - 1e-12)
+        out["goal_met"] = meets_goal(out["fall_removed"], out["indist_change"])
     return out
 
 
@@ -256,7 +251,7 @@ def findings(summary: dict, base_arm: str = "lora") -> dict:
     for arm in MITIGATIONS:
         if arm in arms:
             out.update({f"{arm}_{k}": v for k, v in mitigation_goal(base, arms[arm]).items()})
-    shown = base["rise"] >= INVERSION_RISE and base["fall"] >= INVERSION_FALL
+    shown = THEORY.inverts(base["rise"], base["fall"])
     others = ", ".join(f"{arm} {row['fall']:.3f}" for arm, row in arms.items()
                        if arm != base_arm)
     label = {"lora": "LoRA", "full": "full", "qk_only": "QK-only"}[base_arm]
@@ -265,5 +260,5 @@ def findings(summary: dict, base_arm: str = "lora") -> dict:
         f"accuracy {base['cf_acc_start']:.3f} -> peak {base['cf_acc_peak']:.3f} (step "
         f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['fall']:.3f}"
         + (f" (the other arms fall {others})" if others else "")
-        + f"; criterion: rise >= {INVERSION_RISE}, fall >= {INVERSION_FALL}.")
+        + f"; criterion: rise >= {THEORY.rise}, fall >= {THEORY.fall}.")
     return {"verdict": verdict, **out}

@@ -42,6 +42,7 @@ from knowflow.experiments.inversion_tiny_curves import arm_summary, mean_curve
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
 from knowflow.experiments.inversion_tiny_jobs import finetune_job, job_arm, pretrain_job
 from knowflow.experiments.inversion_tiny_phase import run_phase
+from knowflow.experiments.mitigations import TINY_ARMS, TINY_DEFAULT_ARMS
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
@@ -56,10 +57,7 @@ from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
 
 log = logging.getLogger(__name__)
 
-ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora", "dynamic")
-# the paper's study and its mitigations; `dynamic` (issue 13's curation, which does not help
-# here: README) is opt-in, `--set arms=...,dynamic`, so that `make demo` stays under 6 minutes
-DEFAULT_ARMS = ARMS[:-1]
+ARMS, DEFAULT_ARMS = TINY_ARMS, TINY_DEFAULT_ARMS  # (`--set arms=...,dynamic` adds dynamic)
 
 
 @dataclass(frozen=True)

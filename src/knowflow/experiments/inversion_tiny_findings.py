@@ -4,12 +4,11 @@ which examples' gradients move it), each with a sentence for the report."""
 
 from __future__ import annotations
 
+from knowflow.experiments.mitigations import TINY, TINY_MITIGATIONS, fall_removed, meets_goal
 from knowflow.worlds.tiny_world import Mixture
 
-# The criterion of issue 12, on every seed: `mixed` rises by RISE and then falls by FALL,
-# while `c_only` falls by less than NO_FALL.
-RISE, FALL, NO_FALL = 0.3, 0.2, 0.05
-GOAL_REMOVED, GOAL_IN_DIST = 0.8, 0.02  # dynamic curation: 80% of the fall gone, in-dist kept
+# The criterion of issue 12 (`mitigations.TINY`), on every seed: `mixed` rises and then falls,
+# while `c_only` does not fall.
 
 
 def findings(summary: dict) -> dict:
@@ -19,21 +18,21 @@ def findings(summary: dict) -> dict:
     mixed, c_only = summary.get("mixed"), summary.get("c_only")
     if mixed:
         out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
-        out["mixed_inverts_seeds"] = [r >= RISE and f >= FALL for r, f in
+        out["mixed_inverts_seeds"] = [TINY.inverts(r, f) for r, f in
                                       zip(mixed["rise_seeds"], mixed["fall_seeds"], strict=True)]
     if c_only:
         out["c_only_fall"] = c_only["fall"]
     if mixed and c_only:
-        steady = [f < NO_FALL for f in c_only["fall_seeds"]]
+        steady = [TINY.steady(f) for f in c_only["fall_seeds"]]
         out["inversion_shown"] = all(out["mixed_inverts_seeds"]) and all(steady)
         n, k = len(steady), sum(out["mixed_inverts_seeds"])
         out["verdict"] = (
             f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
             f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
-            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {RISE} and fall >= "
-            f"{FALL} on {k} of {n} seeds, while C-only finetuning falls "
-            f"{max(c_only['fall_seeds']):.2f} at most (< {NO_FALL} needed).")
-    for arm in ("filtered", "augmented", "qk_only", "lora", "dynamic"):
+            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {TINY.rise} and fall >= "
+            f"{TINY.fall} on {k} of {n} seeds, while C-only finetuning falls "
+            f"{max(c_only['fall_seeds']):.2f} at most (< {TINY.no_fall} needed).")
+    for arm in TINY_MITIGATIONS:
         if mixed and summary.get(arm):
             row = summary[arm]
             out[f"{arm}_fall_minus_mixed"] = row["fall"] - mixed["fall"]
@@ -41,12 +40,13 @@ def findings(summary: dict) -> dict:
                 a < m for a, m in zip(row["fall_seeds"], mixed["fall_seeds"], strict=True))
             # in-distribution accuracy: held-out C and C+S items at the end, as mixed keeps it
             out[f"{arm}_in_dist_minus_mixed"] = _in_dist(row) - _in_dist(mixed)
-            base = _mean(mixed["fall_seeds"])  # per-seed falls, as the 95% intervals use
-            if base > 0:
-                out[f"{arm}_fall_removed"] = 1 - _mean(row["fall_seeds"]) / base
+            # per-seed falls, as the 95% intervals use
+            removed = fall_removed(_mean(mixed["fall_seeds"]), _mean(row["fall_seeds"]))
+            if removed is not None:
+                out[f"{arm}_fall_removed"] = removed
     if "dynamic_fall_removed" in out:  # issue 13's goal for dynamic curation
-        out["dynamic_meets_goal"] = (out["dynamic_fall_removed"] >= GOAL_REMOVED
-                                     and out["dynamic_in_dist_minus_mixed"] >= -GOAL_IN_DIST)
+        out["dynamic_meets_goal"] = meets_goal(out["dynamic_fall_removed"],
+                                               out["dynamic_in_dist_minus_mixed"])
     mech = summary.get("mechanism")
     if mech:
         out["mechanism_verdict"] = mechanism_verdict(mech)

@@ -31,13 +31,16 @@ from pathlib import Path
 
 from knowflow.config import require
 from knowflow.errors import ConfigError
+from knowflow.evaluate.rank import grouped_stats, rank_candidates, ranks_from_scores, summarize
 from knowflow.evaluate.rank_table import family_table
 from knowflow.experiments.registry import Summary, register
-from knowflow.models.hf import SMOLLM2
-from knowflow.models.tiny import TinyModelConfig
+from knowflow.models.hf import SMOLLM2, load_model
+from knowflow.models.tiny import TinyModelConfig, make_model
 from knowflow.report.ocr_smollm2 import plot_ocr_smollm2
-from knowflow.train.sft import CHECKPOINTS, SFTConfig
+from knowflow.train.callback import EvalCallback
+from knowflow.train.sft import CHECKPOINTS, SFTConfig, finetune
 from knowflow.worlds.ocr_people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate
+from knowflow.worlds.tiny_world import BOS, EOS, PAD, SPECIALS, UNK
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +109,6 @@ def tiny_model(cfg: OcrSmolConfig, data: OcrPeopleData):
     from tokenizers.pre_tokenizers import Whitespace
     from transformers import PreTrainedTokenizerFast
 
-    from knowflow.models.tiny import make_model
-    from knowflow.worlds.tiny_world import BOS, EOS, PAD, SPECIALS, UNK
-
     texts = [*data.train_texts, *(it.sentence(c) for it in data.eval_items
                                   for c in it.candidates)]
     vocab = [*SPECIALS, *_words(texts)]  # PAD, UNK, BOS, EOS = 0..3, as make_model expects
@@ -121,8 +121,6 @@ def tiny_model(cfg: OcrSmolConfig, data: OcrPeopleData):
 
 
 def load(cfg: OcrSmolConfig, data: OcrPeopleData):
-    from knowflow.models.hf import load_model
-
     if cfg.model == TINY:
         return tiny_model(cfg, data)
     return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
@@ -158,8 +156,6 @@ class RankEvaluator:
         self.continuations = [it.continuations(with_suffix) for it in self.items]
 
     def __call__(self, model) -> dict:
-        from knowflow.evaluate.rank import rank_candidates, summarize
-
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         ranks = rank_candidates(base, self.tokenizer, self.prompts, self.continuations,
                                 [it.correct for it in self.items], self.batch_size)
@@ -173,12 +169,9 @@ class RankEvaluator:
         rec.update(self._prior(ranks.full_scores))
         return rec
 
-
     def _prior(self, scores: list[list[float]]) -> dict:
         """Counterfactual families: `prior_mean_rank` / `prior_top1` of the real-world
         implication (Amsterdam -> Dutch), which the trained mapping contradicts."""
-        from knowflow.evaluate.rank import grouped_stats, ranks_from_scores
-
         idx = [i for i, it in enumerate(self.items) if it.prior_answer]
         if not idx:
             return {}
@@ -247,9 +240,6 @@ def findings(summary: dict) -> dict:
                    "train_mean_rank_after", "fact_mean_rank_after", "top1_after"))
 def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
     import torch
-
-    from knowflow.train.callback import EvalCallback
-    from knowflow.train.sft import finetune
 
     torch.set_num_threads(cfg.threads)
     cfg.validate()

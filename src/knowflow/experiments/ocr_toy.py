@@ -31,9 +31,11 @@ from knowflow.config import require
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_bytes, atomic_write_jsonl
+from knowflow.models.ocr_toy import ToyOCR
 from knowflow.report.ocr_toy import OV_BLOCKS, plot_ocr_toy
 from knowflow.runs import METRICS, PartStore
-from knowflow.train.ocr_toy import OcrTrainConfig
+from knowflow.train.ocr_toy import OcrTrainConfig, train
+from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES, OcrData, datasets, family_names, make_world
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +169,6 @@ def distinct_fractions(cfg: OcrToyConfig) -> list[float]:
     subjects (a seed draws the same order whatever the fraction); those would be recomputed
     for nothing. Equal shown counts mean equal splits, since rounding is monotone in f.
     """
-    from knowflow.worlds.ocr_toy import make_world
-
     w = cfg.world
 
     def shown(f: float) -> int:
@@ -216,10 +216,6 @@ def _blocks(world, wov: np.ndarray) -> dict[str, np.ndarray]:
 def run_part(cfg: OcrToyConfig, part: Part) -> tuple[list[dict], dict, dict[str, np.ndarray]]:
     """Build each seed's world, train the part's model on all seeds at once, summarize."""
     import torch
-
-    from knowflow.models.ocr_toy import ToyOCR
-    from knowflow.train.ocr_toy import train
-    from knowflow.worlds.ocr_toy import OcrData, datasets, make_world
 
     torch.set_num_threads(1)
     w, m = cfg.world, cfg.model
@@ -349,8 +345,6 @@ def verdict(claims: dict, f: dict, m: dict) -> str:
 
 def family_table(summary: dict, names: tuple[str, ...]) -> dict:
     """One row per (family, model): its test implication accuracy and loss."""
-    from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES
-
     return {f"{name}/{model}": {"causal": name in CAUSAL_FAMILIES,
                                 "test_impl_acc": summary[model][f"test_acc_{name}"],
                                 "test_impl_loss": summary[model][f"test_loss_{name}"]}
@@ -375,8 +369,6 @@ def causal_vs_spurious(table: dict) -> dict:
           columns=("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_acc",
                    "test_margin", "nuclear_norm", "frobenius_norm"))
 def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
-    from knowflow.worlds.ocr_toy import family_names
-
     store = PartStore(out_dir)
     parts = parts_of(cfg)
     todo = [p for p in parts if store.load(p.name) is None]

@@ -5,8 +5,7 @@ experiment's own `check`, that the runs folder is writable); bad input found lat
 run directory and the folders made for it, so a refused command leaves the filesystem as it
 was. Ctrl-C leaves the run resumable and raises `Interrupted` naming it.
 
-`finish_run` is the last step of every run folder, an experiment's, an eval's (`knowflow
-eval`) or a probe's (`knowflow probe`): figures, `summary.json`, `report.html`.
+`finish_run` (`report.finish`) is the last step of every run folder (an experiment's here).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,9 @@ from knowflow.errors import (
 )
 from knowflow.experiments.registry import get_experiment
 from knowflow.io import check_output_dir, read_json
+from knowflow.report.finish import finish_run
 from knowflow.runs import (
     CONFIG,
-    REPORT,
     Progress,
     RunFolder,
     check_run_files,
@@ -125,22 +123,6 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
     seconds = time.perf_counter() - start
     figures, report = finish_run(run, summary, exp.plot)
     return RunResult(run.path, summary, exp.columns, figures, report, seconds)
-
-
-def finish_run(run: RunFolder | Path, summary: dict | None,
-               figures: Callable[[Path], list[Path | None] | None] | None = None,
-               title: str = "knowflow report") -> tuple[list[Path], Path]:
-    """Finish a run folder the same way for every command (experiment, eval, probe): its
-    figures (`figures(run_dir)` draws them under `run_dir/figures/`), then `summary.json`
-    (None: already written), then `report.html`. Returns (figure paths, report path)."""
-    from knowflow.report.html import write_report
-
-    run = run if isinstance(run, RunFolder) else RunFolder(Path(run))
-    drawn = [Path(p) for p in (figures(run.path) or []) if p is not None] if figures else []
-    if summary is not None:
-        run.write_summary(summary)
-    report = write_report([run.path], run.path / REPORT, title=title)
-    return drawn, report
 
 
 def default_config_dict(name: str) -> dict:

@@ -9,19 +9,20 @@ from pathlib import Path
 from knowflow.config import require
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
+from knowflow.models.hf import check_device, check_model
 from knowflow.report.reliance import plot_sft
 from knowflow.runs import Progress
+from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
+from knowflow.worlds.quality import duplicate_key_lines, warn_duplicate_keys
+from knowflow.worlds.suites import list_suites
 
 
 def check(cfg: SFTJobConfig) -> None:
     """What the config alone cannot show: the device, the model, the names of suites and
     schedulers, and options that only make sense together. Runs before the run folder exists."""
     from transformers.trainer_utils import SchedulerType
-
-    from knowflow.models.hf import check_device, check_model
-    from knowflow.worlds.suites import list_suites
 
     s, t = cfg.sft, cfg.track
     require(s.weight_decay >= 0, "sft.weight_decay", f"must not be negative, got {s.weight_decay}")
@@ -40,7 +41,6 @@ def check(cfg: SFTJobConfig) -> None:
         require(t.stop_drop is None, "track.stop_drop",
                 "--stop-drop needs tracking; drop --no-track or --stop-drop")
     if cfg.curate.mode != "dynamic":
-        from knowflow.train.curation import DynamicCurationConfig
 
         require(cfg.curate == DynamicCurationConfig(), "curate.mode",
                 "--curate-every, --curate-fraction and --curate-threshold need "
@@ -50,7 +50,6 @@ def check(cfg: SFTJobConfig) -> None:
     check_device(cfg.device)
     check_model(cfg.model)
     if cfg.data != BUILTIN:
-        from knowflow.worlds.quality import warn_duplicate_keys
 
         warn_duplicate_keys(Path(cfg.data))
 
@@ -66,7 +65,6 @@ def run(cfg: SFTJobConfig, out_dir: Path, progress: Progress | None = None) -> d
         sft_fields = {f.name for f in dataclasses.fields(SFTConfig)}
         raise exc.under("sft.") if exc.field in sft_fields else exc from None
     if cfg.data != BUILTIN:
-        from knowflow.worlds.quality import duplicate_key_lines
 
         summary["n_duplicate_keys"] = len(duplicate_key_lines(Path(cfg.data)))
     return summary

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from knowflow.models.batching import right_pad
 from knowflow.worlds.tiny_world import BOS, EOS, PAD, UNK, Example
 
 
@@ -74,13 +75,7 @@ def encode_words(tokenizer, words: Sequence[str]) -> list[int]:
 def encode(tokenizer, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
     """Right-padded ids, mask, last prompt position, answer and memory ids."""
     rows = [encode_words(tokenizer, ex.tokens) for ex in examples]
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (n, seq)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (n, seq)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(r)] = 1
+    ids, mask = right_pad(rows, tokenizer.pad_token_id)  # (n, seq) x2
     return {"ids": ids, "mask": mask, "last": mask.sum(1) - 1,
             "answer": torch.tensor(encode_words(tokenizer, [ex.answer for ex in examples])),
             "memory": torch.tensor(encode_words(tokenizer, [ex.memory for ex in examples]))}

@@ -18,6 +18,7 @@ fields as keyword arguments.
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from knowflow.config import apply_overrides, validate_config
 from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample, as_example, builtin_facts, load_examples
 from knowflow.probes.head_projection import (
@@ -51,8 +52,6 @@ def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping
     `examples` (ProbeExamples or dicts with prompt/subject/answer...; for `heads`, conflict
     items); `cfg` sets fields of its config (e.g. `window=3`);
     an unknown field or a bad value is a ConfigError naming it. Returns the probe's records."""
-    from knowflow.config import apply_overrides, validate_config
-
     if name not in PROBES:
         raise ConfigError(f"unknown probe {name!r} (known: {', '.join(PROBES)})")
     fn, config_cls, _ = PROBES[name]

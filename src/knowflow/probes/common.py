@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
+from knowflow.models.batching import cache_keyword, output_cache, pad_id, right_pad  # noqa: F401
+from knowflow.models.batching import model_device as device_of  # noqa: F401  (probes' name)
 from knowflow.probes.examples import ProbeExample, require_subject
 from knowflow.probes.spans import Located, locate
 
@@ -21,41 +22,19 @@ class Prediction:
     known: bool | None  # None: the example gives no answer or attributes to check against
 
 
-def device_of(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids (batch, seq), attention_mask (batch, seq), last index (batch,)), padded on the
     right so that positions (and rotary embeddings) match the unpadded prompts."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1
+    ids, mask = right_pad(seqs, pad_id, device)
     last = torch.tensor([len(s) - 1 for s in seqs], dtype=torch.long)
-    return ids.to(device), mask.to(device), last.to(device)
-
-
-def pad_id(tokenizer) -> int:
-    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if tid is not None:
-            return int(tid)
-    return 0
+    return ids, mask, last.to(device)
 
 
 def cache_kwargs(model, cache) -> dict:
-    """The KV-cache keyword of this transformers version (`cache`, formerly
+    """The KV cache as the keyword this transformers version takes (`cache`, formerly
     `past_key_values`)."""
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
-
-
-def output_cache(outputs):
-    cache = getattr(outputs, "cache", None)
-    return cache if cache is not None else getattr(outputs, "past_key_values", None)
+    return {cache_keyword(model): cache}
 
 
 def is_known(example: ProbeExample, token_text: str) -> bool | None:

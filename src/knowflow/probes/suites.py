@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from knowflow.errors import KnowflowError
 from knowflow.probes.examples import ProbeExample, find_text
+from knowflow.worlds.prompts import PromptConfig, render
+from knowflow.worlds.suites import get_suite
 
 
 def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str = "plain",
                    limit: int | None = None, seed: int = 0) -> list[ProbeExample]:
-    try:
-        from knowflow.worlds.prompts import PromptConfig, render
-        from knowflow.worlds.suites import get_suite
-    except ImportError as exc:
-        raise KnowflowError(f"--suite needs knowflow's suites ({exc.name} is missing); use "
-                            "--data prompts.jsonl") from None
     items = get_suite(name, seed=seed, limit=limit)
     out = []
     for item in items:

@@ -21,6 +21,7 @@ from knowflow.evaluate.rank_table import families_of, family_table
 from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, series, subplots
 from knowflow.runs import CONFIG, METRICS
+from knowflow.worlds.ocr_people import load_families
 
 
 def _curves(ax, records: list[dict], group: str, title: str) -> None:
@@ -90,8 +91,6 @@ def table_markdown(table: dict[str, dict]) -> str:
 
 
 def plot_ocr_smollm2(run_dir: Path) -> list[Path]:
-    from knowflow.worlds.ocr_people import load_families
-
     run_dir = Path(run_dir)
     records = read_jsonl(run_dir / METRICS) if (run_dir / METRICS).exists() else []
     if not records:

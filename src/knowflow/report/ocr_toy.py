@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.runs import CONFIG, METRICS
+from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES
 
 OV_BLOCKS = "ov_blocks.npz"
 COLORS = {"factorized": "tab:blue", "merged": "tab:red"}
@@ -152,8 +153,6 @@ def _chance(a, key: str, log_k: float) -> None:
 
 
 def _families(parts: dict[str, list[dict]], path: Path, log_k: float) -> Path | None:
-    from knowflow.worlds.ocr_toy import CAUSAL_FAMILIES
-
     if "factorized" not in parts:
         return None
     names = [k[len("test_acc_"):] for k in parts["factorized"][0] if k.startswith("test_acc_")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from knowflow.evaluate.conditions import ALL, condition_summary
 from knowflow.io import atomic_write_json, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 
@@ -32,8 +33,8 @@ def tradeoff_figure(summary: dict, path: Path, suite: str = "all", title: str = 
     fig, axes = subplots(len(modes), width=5.0, height=4.2)
     for mode, ax in zip(modes, axes[0], strict=True):
         points = _points(summary, mode, suite)
-        cad = [(lab, r) for lab, r in points if lab.startswith("cad(")]
-        if len(cad) > 1:  # the alpha sweep as one line, in alpha order
+        cad = [(lab, r) for lab, r in points if lab.startswith("cad(") and ",b=" not in lab]
+        if len(cad) > 1:  # the alpha sweep (without --beta's constraint) as one line
             cad.sort(key=lambda p: float(p[0][len("cad(a="):-1]))
             ax.plot([r["robustness"] for _, r in cad], [r["sensitivity"] for _, r in cad],
                     "-", color="0.6", lw=1, zorder=1)
@@ -71,8 +72,6 @@ def pool_runs(run_dirs: list[str | Path], out_dir: str | Path, n_boot: int = 100
     """One conditions.json (each suite, and "all" pooled over every run's items) and its
     tradeoff figure, in `out_dir`, from the conditions.jsonl of several eval runs (e.g. one
     process per suite)."""
-    from knowflow.evaluate.conditions import ALL, condition_summary
-
     groups: dict[str, dict[str, dict[str, list[dict]]]] = {}  # method -> suite -> condition
     modes: list[str] = []
     for run_dir in run_dirs:

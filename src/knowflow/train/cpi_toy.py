@@ -17,7 +17,9 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
+from knowflow.curate.criticality import no_context_loss
 from knowflow.models.cpi_toy import OneLayerCPI
+from knowflow.train.curation import next_drop
 from knowflow.worlds.cpi_toy import CS, KIND_NAMES, ToyData, theta_directions
 from knowflow.worlds.cpi_toy import C as KIND_C
 
@@ -87,9 +89,6 @@ def finetune(model: OneLayerCPI, train: ToyData, test: ToyData, cfg: ToyFinetune
     re-scoring (for good if not `readmit`: then each re-scoring drops `fraction` of the rows
     still in); records then carry `n_dropped` and `n_dropped_C+S`.
     """
-    from knowflow.curate.criticality import no_context_loss
-    from knowflow.train.curation import next_drop
-
     model.w_v.requires_grad_(train_v)
     groups = [{"params": [model.w_kq], "lr": cfg.lr}]
     if train_v:

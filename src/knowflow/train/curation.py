@@ -38,7 +38,8 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from knowflow.config import require
-from knowflow.curate.criticality import lowest_share
+from knowflow.curate.criticality import instruction_rows_no_context, lowest_share, no_context_loss
+from knowflow.errors import KnowflowError
 from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.worlds.instruction_rows import IGNORE
 
@@ -268,8 +269,6 @@ class CuratedTrainer(Trainer):
 def no_context_scorer(tokenizer, rows: Sequence, prompt_format: str, batch_size: int = 16
                       ) -> Scorer:
     """`model -> no-context loss of each instruction row` (rows encoded once, here)."""
-    from knowflow.curate.criticality import instruction_rows_no_context, no_context_loss
-
     encoded = instruction_rows_no_context(tokenizer, rows, prompt_format)
     return lambda model: no_context_loss(model, encoded, tokenizer, batch_size=batch_size)
 
@@ -278,8 +277,6 @@ def dynamic_curation(tokenizer, rows: Sequence, too_long: Sequence[int],
                      cfg: DynamicCurationConfig, sft, out_dir: str | Path) -> DynamicCuration:
     """The callback of `knowflow sft --curate dynamic` for instruction `rows` (those at
     `too_long` are not trained on, so not scored); `sft` is the run's SFTConfig."""
-    from knowflow.errors import KnowflowError
-
     skip = set(too_long)
     trained = [ex for i, ex in enumerate(rows) if i not in skip]
     if any(ex.messages for ex in trained):

@@ -31,6 +31,8 @@ from knowflow.models.adapt import (
     count_trainable,
     prepare_trainable,
 )
+from knowflow.train.callback import EvalCallback
+from knowflow.train.curation import DynamicCuration
 from knowflow.worlds.instruction_rows import IGNORE
 from knowflow.worlds.prompts import FORMATS
 
@@ -204,9 +206,6 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     """
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
     from transformers.trainer_callback import PrinterCallback
-
-    from knowflow.train.callback import EvalCallback
-    from knowflow.train.curation import DynamicCuration
 
     cfg.validate()
     if not dataset:

@@ -17,9 +17,11 @@ from pathlib import Path
 from knowflow.config import require
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
+from knowflow.models.adapt import check_targets
+from knowflow.models.hf import load_model
 from knowflow.runs import Progress
-from knowflow.train.curation import DynamicCurationConfig
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
+from knowflow.train.sft import SFTConfig, StepProgress, finetune
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 from knowflow.worlds.instruction_rows import (
     Instruction,
@@ -85,10 +87,6 @@ def tracked_items(cfg: SFTJobConfig):
 def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | None = None,
                 model=None, tokenizer=None) -> dict:
     """Run the job into `out_dir` (continuing from its checkpoints if it has any)."""
-    from knowflow.models.adapt import check_targets
-    from knowflow.models.hf import load_model
-    from knowflow.train.sft import StepProgress
-
     cfg.validate()
     out_dir = Path(out_dir)
     rows = load_rows(cfg.data, cfg.mixture)  # a bad file fails before the model loads
@@ -110,7 +108,6 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
         callbacks.append(tracker)
     curation = None
     if cfg.curate.mode == "dynamic":
-        from knowflow.train.curation import dynamic_curation
         curation = dynamic_curation(tokenizer, rows, dropped, cfg.curate, cfg.sft, out_dir)
         callbacks.append(curation)
     if progress is not None:

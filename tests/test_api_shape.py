@@ -1,0 +1,89 @@
+"""One API shape (knowflow/api.py): `f(model, data, *, config=None, **overrides) -> Result`,
+each Result with `.save(dir)` and `.to_pandas()`, and the run folder the API writes is the one
+the CLI writes (same files, same summary and records, byte for byte)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import knowflow
+from conftest import tiny_llama
+from knowflow.cli import app
+from knowflow.curate.augment import augment as augment_rows
+from knowflow.curate.criticality import CurateConfig, curate_examples
+from knowflow.probes import KnockoutConfig, ProbeExample, knockout
+from knowflow.worlds.suites import get_suite
+
+FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
+        "answer": "Paris"}
+RUN_FILES = {"config.json", "items.jsonl", "summary.json", "figures", "report.html"}
+
+
+def test_evaluate_out_dir_writes_the_cli_folder(tiny_model_dir, tmp_path):
+    res = knowflow.evaluate(str(tiny_model_dir), "cf-capitals", limit=2, max_new_tokens=2,
+                            out_dir=tmp_path / "api")
+    cli = CliRunner().invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite",
+                                   "cf-capitals", "--limit", "2", "--max-new-tokens", "2",
+                                   "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 0, cli.output
+    api_dir, cli_dir = tmp_path / "api", tmp_path / "cli"
+    assert res.out_dir == api_dir
+    assert {p.name for p in api_dir.iterdir()} == {p.name for p in cli_dir.iterdir()} \
+        >= RUN_FILES
+    for name in ("items.jsonl", "summary.json"):
+        assert (api_dir / name).read_bytes() == (cli_dir / name).read_bytes(), name
+    # the same figure files, and a report for each
+    assert sorted(p.name for p in (api_dir / "figures").iterdir()) == \
+        sorted(p.name for p in (cli_dir / "figures").iterdir())
+
+
+def test_eval_result_save_is_the_out_dir_folder(tok, tmp_path):
+    model = tiny_llama(tok)
+    data = get_suite("cf-capitals", limit=3)  # items in memory
+    kept = knowflow.evaluate(model, data, tokenizer=tok, max_new_tokens=2, n_bootstrap=10,
+                             out_dir=tmp_path / "run")
+    later = knowflow.evaluate(model, data, tokenizer=tok, max_new_tokens=2, n_bootstrap=10)
+    assert later.out_dir is None and later.summary == kept.summary
+    assert later.save(tmp_path / "saved") == tmp_path / "saved"
+    for name in ("items.jsonl", "summary.json"):
+        assert (tmp_path / "saved" / name).read_bytes() == (tmp_path / "run" / name).read_bytes()
+    assert {p.name for p in (tmp_path / "saved").iterdir()} == \
+        {p.name for p in (tmp_path / "run").iterdir()} >= RUN_FILES
+    pd = pytest.importorskip("pandas")
+    df = later.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == 3
+    assert list(df["loglik_choice"]) == [r["loglik"]["choice"] for r in
+                                         later.records["cf-capitals"]]
+
+
+def test_probe_new_and_old_forms_give_the_probe_records(tok, tmp_path):
+    model = tiny_llama(tok)
+    cfg = KnockoutConfig(window=1, known_only=False, sources=("subject", "last"))
+    ref = knockout(model, tok, [ProbeExample(**FACT)], cfg)
+    new = knowflow.probe(model, [FACT], tokenizer=tok, config=cfg)
+    old = knowflow.probe("knockout", model, tok, [FACT], window=1, known_only=False,
+                         sources=("subject", "last"))
+    assert new.kind == old.kind == "knockout" and len(ref) > 0
+    for got in (new.records, list(old)):
+        assert [(r["source"], r["layer"], r["p"]) for r in got] == \
+            [(r["source"], r["layer"], r["p"]) for r in ref]
+    saved = new.save(tmp_path / "ko")
+    assert {p.name for p in saved.iterdir()} >= {"config.json", "records.jsonl",
+                                                 "summary.json", "figures", "report.html"}
+    assert {k: v["n_examples"] for k, v in new.summary.items()} == {"subject": 1, "last": 1}
+
+
+def test_curate_and_augment_results(tok, rows, tmp_path):
+    model = tiny_llama(tok)
+    res = knowflow.curate(model, rows, tokenizer=tok, drop=0.25, batch_size=4)
+    kept, scores = curate_examples(model, tok, rows, CurateConfig(drop=0.25, batch_size=4))
+    assert res.kept == kept and res.scores == scores
+    assert len(res.kept) == len(rows) - round(0.25 * len(rows))
+    res.save(tmp_path / "cur")
+    assert {p.name for p in (tmp_path / "cur").iterdir()} == {
+        "curated.jsonl", "curated.scores.jsonl", "curated.png"}
+    aug = knowflow.augment(rows, ratio=0.5, seed=3)
+    assert aug.rows == augment_rows(rows, 0.5, 3) == knowflow.augment(rows, 0.5, 3).rows
+    assert len(aug.added) == sum(bool(r.extra.get("augmented")) for r in aug.rows) > 0
+    assert aug.save(tmp_path / "aug").name == "augmented.jsonl"
