@@ -86,6 +86,16 @@ def test_global_options_are_documented():
     assert not gaps, f"global options missing from docs/commands/index.md: {gaps}"
 
 
+def test_every_experiment_has_a_page():
+    from knowflow.experiments.registry import list_experiments
+
+    names = [e.name for e in list_experiments()]
+    assert "inversion-tiny" in names
+    missing = [f"docs/experiments/{n}.md" for n in names
+               if not (DOCS / "experiments" / f"{n}.md").exists()]
+    assert not missing, f"experiments without a page: {missing}"
+
+
 def nav_pages(node) -> list[str]:
     if isinstance(node, str):
         return [node]
