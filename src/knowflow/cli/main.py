@@ -17,6 +17,7 @@ from knowflow.cli import eval as eval_cli
 from knowflow.cli import experiments, probe_heads, sft
 from knowflow.cli.common import err_console
 from knowflow.cli.errors import Settings, guard
+from knowflow.cli.explain import explain_cmd
 from knowflow.cli.export import export_app
 from knowflow.cli.probe import probe_app
 
@@ -36,7 +37,8 @@ def main(verbose: Annotated[bool, typer.Option(
 for _name, _command in (("list", experiments.list_cmd), ("config", experiments.config_cmd),
                         ("run", experiments.run_cmd), ("report", experiments.report_cmd),
                         ("eval", eval_cli.eval_cmd), ("sft", sft.sft_cmd),
-                        ("curate", sft.curate_cmd), ("augment", sft.augment_cmd)):
+                        ("curate", sft.curate_cmd), ("augment", sft.augment_cmd),
+                        ("explain", explain_cmd)):
     app.command(_name)(guard(_command))
 for _name, _command in (("heads", probe_heads.heads_cmd),
                         ("head-project", probe_heads.head_project_cmd)):

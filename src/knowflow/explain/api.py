@@ -29,7 +29,7 @@ from knowflow.explain.attribution import (
     agreement,
     attention_to_sentences,
     attribute,
-    one_pass_scores,
+    gradient_x_input,
 )
 from knowflow.explain.config import ExplainConfig
 from knowflow.explain.mechanism import mechanism
@@ -235,8 +235,8 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
     spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)
     if any(not s for s in spans):
         raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
-    mass = attention_to_sentences(model, prompt_ids, spans)        # (layers, heads, sentences)
-    one_pass = one_pass_scores(mass)
+    answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    one_pass = gradient_x_input(model, prompt_ids, answer_ids, spans)
     seconds["one_pass"] = time.perf_counter() - clock
     out = {"sentences": [{"text": s.text, "attribution": w, "one_pass": o}
                          for s, w, o in zip(sentences, attr.weights, one_pass, strict=True)],
@@ -247,7 +247,7 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
         out["one_pass_hit"] = out["one_pass"]["one_pass_top"] == needle
     if cfg.mechanism:
         clock = time.perf_counter()
-        answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        mass = attention_to_sentences(model, prompt_ids, spans)    # (layers, heads, sentences)
         context_keys = sorted({p for s in spans for p in s})
         out["mechanism"] = mechanism(model, prompt_ids, answer_ids, context_keys,
                                      spans[attr.top], mass[:, :, attr.top], cfg.window,

@@ -25,9 +25,10 @@ class ExplainResult:
     seconds: float = 0.0
     out_dir: Path | None = None
 
-    def save(self, out_dir: str | Path) -> Path:
-        """Write config.json, records.jsonl and summary.json to `out_dir`."""
-        run = start_run(self.config, "explain", out_dir=out_dir)
+    def save(self, out_dir: str | Path | None = None, runs_root: str | Path = "runs") -> Path:
+        """Write config.json, records.jsonl and summary.json to `out_dir` (default: a fresh
+        `runs_root/explain/<timestamp>/`)."""
+        run = start_run(self.config, "explain", runs_root=runs_root, out_dir=out_dir)
         with run.refusals(interrupt=True):
             run.write_records(RECORDS, self.records)
             run.write_summary(self.summary)

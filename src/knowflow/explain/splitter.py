@@ -16,11 +16,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-ABBREVIATIONS = frozenset("""
-mr mrs ms dr prof sr jr st mt ft gen col lt sgt capt rev hon gov pres sen rep
-inc ltd co corp bros vs etc al approx dept fig vol univ
-jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m u.s u.k u.n d.c
-""".split())
+ABBREVIATIONS = frozenset((
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "ft", "gen", "col", "lt", "sgt",
+    "capt", "rev", "hon", "gov", "pres", "sen", "rep", "inc", "ltd", "co", "corp", "bros", "vs",
+    "etc", "al", "approx", "dept", "fig", "vol", "univ", "jan", "feb", "mar", "apr", "jun",
+    "jul", "aug", "sep", "sept", "oct", "nov", "dec", "e.g", "i.e", "a.m", "p.m", "u.s", "u.k",
+    "u.n", "d.c"))
 
 _END = re.compile(r"""[.!?]+['"\u2019\u201d)\]]*(?=\s)""")
 _OPENS = re.compile(r"""\s+['"\u2018\u201c(\[]*[A-Z0-9\u00c0-\u024f]""")

@@ -1,0 +1,200 @@
+"""knowflow's sentence attribution side by side with ContextCite (`context-cite` 0.0.4).
+
+    python benchmarks/bench_explain.py --items 48 --ablations 32,64 --threads 1
+
+Both run on the same model, the same needle items (half `needle-cf`, half `needle-agree`),
+the same prompt (the chat template over "Context: ...\\n\\nQuestion: ...\\nAnswer in a few
+words."), the same answer (the model's greedy answer with the full context) and the same
+number of ablations. ContextCite calls nltk's downloader when imported; this script replaces
+it with a no-op and gives ContextCite knowflow's offline sentence splitter as its partitioner
+(as a user without network would), so both see the same sentences. ContextCite runs with its
+defaults otherwise (batch size 1, lasso alpha 0.01 on logit-probabilities).
+
+Per tool and ablation count it prints: the top-1 hit rate on the needle sentence; the LDS
+(Spearman between the surrogate's predictions and the answer's actual log-probability on
+`--holdout` held-out ablations, the same masks for both tools, scored once by knowflow's
+scorer and not timed); the top-1 drop (the fall of the answer's log-probability when the top
+sentence is removed); seconds per item of the attribution alone (ablations + fit); and the
+speed ratio. The one-pass estimate's (gradient x input) hit rate is printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _contextcite():
+    """ContextCite's classes, imported without its network call."""
+    import nltk
+
+    nltk.download = lambda *args, **kwargs: True   # it downloads punkt_tab at import
+    from context_cite import ContextCiter
+    from context_cite.context_partitioner import BaseContextPartitioner
+
+    from knowflow.explain.splitter import join_kept, split_sentences
+
+    class OfflinePartitioner(BaseContextPartitioner):
+        """knowflow's offline splitter as a ContextCite partitioner."""
+
+        def __init__(self, context: str):
+            super().__init__(context)
+            self.sentences = split_sentences(context)
+
+        @property
+        def num_sources(self) -> int:
+            return len(self.sentences)
+
+        def split_context(self) -> None:
+            return None
+
+        def get_source(self, index: int) -> str:
+            return self.sentences[index].text
+
+        def get_context(self, mask=None) -> str:
+            keep = [True] * len(self.sentences) if mask is None else [bool(k) for k in mask]
+            return join_kept(self.context, self.sentences, keep)
+
+    return ContextCiter, OfflinePartitioner
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--items", type=int, default=48, help="needle items, half of each suite")
+    ap.add_argument("--ablations", default="32,64")
+    ap.add_argument("--holdout", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--first", type=int, default=0, help="skip the items before this index "
+                                                         "(to split a run across processes)")
+    ap.add_argument("--no-contextcite", action="store_true", help="knowflow only")
+    ap.add_argument("--json", type=Path, help="append each item's row here (JSONL) as it ends")
+    ap.add_argument("--summarize", type=Path, help="print the table of a --json file, run "
+                                                   "nothing")
+    args = ap.parse_args()
+    counts = [int(n) for n in args.ablations.split(",")]
+    if args.summarize:
+        rows = [json.loads(line) for line in args.summarize.read_text().splitlines() if line]
+        _report(rows, counts, any(k.startswith("contextcite") for k in rows[0]))
+        return 0
+    torch.set_num_threads(args.threads)
+
+    from knowflow.evaluate.generate import generate
+    from knowflow.evaluate.loglik import score_continuations
+    from knowflow.explain.attribution import (
+        ablation_masks,
+        gradient_x_input,
+        score_masks,
+    )
+    from knowflow.explain.config import ExplainConfig
+    from knowflow.explain.prompts import encode, rendered, sentence_tokens
+    from knowflow.explain.splitter import split_sentences
+    from knowflow.explain.surrogate import fit_surrogate, random_masks, spearman
+    from knowflow.models.hf import load_model
+    from knowflow.worlds.prompts import PromptConfig, qa_instruction
+    from knowflow.worlds.suites import get_suite
+
+    model, tok = load_model(args.model, device="cpu", dtype="float32")
+    half = args.items // 2
+    items = get_suite("needle-cf", args.seed, half) + \
+        get_suite("needle-agree", args.seed, args.items - half)
+    prompts = [rendered(it, tok, "chat") for it in items]
+    seqs = encode(tok, prompts)
+    answers = generate(model, tok, seqs, batch_size=8, max_new_tokens=16)
+    if not args.no_contextcite:
+        ContextCiter, OfflinePartitioner = _contextcite()
+    rows = []
+    for i, (it, prompt, seq, answer) in enumerate(zip(items, prompts, seqs, answers,
+                                                      strict=True)):
+        if i < args.first:
+            continue
+        sents = split_sentences(it.context)
+        n = len(sents)
+        cont = prompt.answer_prefix + answer
+        cfg = ExplainConfig(n_holdout=0)
+        gen = torch.Generator().manual_seed(10_000 + i)
+        held = random_masks(args.holdout, n, 0.5, gen)
+        actual = score_masks(model, tok, it, sents, held, cont, cfg)
+        full = score_continuations(model, tok, [seq], [[cont]])[0][0][0]
+        drops: dict[int, float] = {}   # top sentence -> the fall when it is removed
+        for top in range(n):
+            mask = torch.ones(1, n, dtype=torch.int64)
+            mask[0, top] = 0
+            drops[top] = full - float(score_masks(model, tok, it, sents, mask, cont, cfg)[0])
+
+        row = {"id": it.id, "needle": it.meta["needle"], "n_sentences": n, "answer": answer}
+        spans = sentence_tokens(it, sents, tok, "chat")
+        clock = time.perf_counter()
+        one = gradient_x_input(model, seq, tok(cont, add_special_tokens=False)["input_ids"],
+                               spans)
+        row["one_pass"] = {"top": max(range(n), key=one.__getitem__),
+                           "seconds": time.perf_counter() - clock}
+        for count in counts:
+            cfg_n = ExplainConfig(n_ablations=count, n_holdout=0, seed=args.seed)
+            clock = time.perf_counter()
+            masks, _ = ablation_masks(n, cfg_n, it.id + it.context)
+            targets = score_masks(model, tok, it, sents, masks, cont, cfg_n)
+            sur = fit_surrogate(masks, targets, cfg_n.cv_folds, cfg_n.seed)
+            secs = time.perf_counter() - clock
+            w = sur.weights
+            top = int(w.argmax())
+            row[f"knowflow_{count}"] = {"top": top, "seconds": secs, "drop": drops[top],
+                                        "lds": spearman(held.double() @ w, actual),
+                                        "weights": w.tolist()}
+            if args.no_contextcite:
+                continue
+            cc = ContextCiter(model, tok, it.context, qa_instruction(it, PromptConfig()),
+                              num_ablations=count, prompt_template="Context: {context}\n\n"
+                              "{query}", partitioner=OfflinePartitioner(it.context))
+            cc._cache["output"] = prompt.text + cont    # explain the same answer
+            clock = time.perf_counter()
+            wc = torch.tensor(cc.get_attributions(verbose=False), dtype=torch.float64)
+            secs = time.perf_counter() - clock
+            top = int(wc.argmax())
+            row[f"contextcite_{count}"] = {"top": top, "seconds": secs, "drop": drops[top],
+                                           "lds": spearman(held.double() @ wc, actual),
+                                           "weights": wc.tolist()}
+        rows.append(row)
+        if args.json:
+            with args.json.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        print(f"[{i + 1}/{len(items)}] " + "  ".join(
+            f"{k}: top {v['top']} (needle {row['needle']}) {v['seconds']:.1f}s"
+            for k, v in row.items() if isinstance(v, dict)), file=sys.stderr, flush=True)
+    _report(rows, counts, not args.no_contextcite)
+    return 0
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _report(rows: list[dict], counts: list[int], with_cc: bool) -> None:
+    print(f"{len(rows)} needle items ({sum(r['id'].startswith('needle-cf') for r in rows)} "
+          f"needle-cf, {sum(r['id'].startswith('needle-agree') for r in rows)} needle-agree)")
+    print(f"{'method':<22}{'ablations':>10}{'top-1 hit':>11}{'LDS':>8}{'top-1 drop':>12}"
+          f"{'s/item':>9}{'speed ratio':>13}")
+    for count in counts:
+        tools = ["knowflow"] + (["contextcite"] if with_cc else [])
+        secs = {t: _mean([r[f"{t}_{count}"]["seconds"] for r in rows]) for t in tools}
+        for t in tools:
+            key = f"{t}_{count}"
+            hit = _mean([float(r[key]["top"] == r["needle"]) for r in rows])
+            ratio = secs["contextcite"] / secs[t] if with_cc else float("nan")
+            print(f"{t:<22}{count:>10}{hit:>11.3f}{_mean([r[key]['lds'] for r in rows]):>8.3f}"
+                  f"{_mean([r[key]['drop'] for r in rows]):>12.3f}{secs[t]:>9.2f}"
+                  f"{ratio:>12.2f}x")
+    hit = _mean([float(r["one_pass"]["top"] == r["needle"]) for r in rows])
+    print(f"{'one-pass grad x input':<22}{'0':>10}{hit:>11.3f}{'':>8}{'':>12}"
+          f"{_mean([r['one_pass']['seconds'] for r in rows]):>9.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

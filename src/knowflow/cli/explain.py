@@ -1,0 +1,130 @@
+"""`knowflow explain`: where one answer came from — context or weights, which sentence,
+which layers and heads.
+
+One item (`--context TEXT_OR_FILE --question Q [--answer A]`) or many (`--data FILE`, any
+format `knowflow eval` reads, or `--suite NAME`). Everything is checked before the model
+loads where it can be (options, the data, each item's context and sentences), the rest before
+anything is written (the answer, the model's window); the run folder (config.json,
+records.jsonl, summary.json, figures/, report.html) is written at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from rich.table import Table
+
+from knowflow.cli.common import (
+    DeviceOpt,
+    DtypeOpt,
+    Opt,
+    RunsOpt,
+    SetOpt,
+    ThreadsOpt,
+    check_seed,
+    check_threads,
+    console,
+    print_paths,
+    set_threads,
+)
+from knowflow.cli.progress import Bars
+from knowflow.errors import ConfigError
+
+
+def explain_cmd(
+    model: Annotated[str, Opt(help="HF id or local folder, or smollm2-135m-instruct.")
+                     ] = "smollm2-135m-instruct",
+    context: Annotated[str | None, Opt(help="The context: text, or a path to a text file.")
+                       ] = None,
+    question: Annotated[str | None, Opt(help="The question asked after the context.")] = None,
+    answer: Annotated[str | None, Opt(help="The answer to explain (default: per --target).")
+                      ] = None,
+    data: Annotated[Path | None, Opt(help="Items to explain: any file `knowflow eval` reads.")
+                    ] = None,
+    suite: Annotated[str | None, Opt(help="A built-in suite instead (e.g. needle-cf).")
+                     ] = None,
+    fields: Annotated[str | None, Opt(help="--data column mapping: context=COL,question=COL,"
+                                           "answer=COL,memory_answer=COL.")] = None,
+    target: Annotated[str, Opt(help="The answer explained: generated (the model's own), "
+                                    "counterfactual (the context's) or parametric (memory's)."
+                               )] = "generated",
+    levels: Annotated[str, Opt(help="What to compute: source, sentences, mechanism "
+                                    "(comma-separated; source is always on).")
+                      ] = "source,sentences,mechanism",
+    ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
+    holdout: Annotated[int, Opt(help="Held-out subsets for the LDS.")] = 16,
+    limit: Annotated[int | None, Opt(help="Items of --data/--suite (seeded sample).")] = None,
+    prompt_format: Annotated[str, Opt(help="chat, alpaca, tulu or plain.")] = "chat",
+    out: Annotated[Path | None, Opt(help="Output folder (default: RUNS_DIR/explain/TIME).")
+                   ] = None,
+    runs_dir: RunsOpt = Path("runs"), set_: SetOpt = None, seed: Annotated[int, Opt()] = 0,
+    device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+) -> None:
+    """Explain answers: source verdict, sentence attribution and mechanism."""
+    from knowflow.config import apply_overrides, validate_config
+    from knowflow.explain.api import explain, load_explain_items
+    from knowflow.explain.config import ExplainConfig
+    from knowflow.io import check_output_dir
+    from knowflow.models.hf import check_device, check_model
+    from knowflow.report.explain import write_explain_report
+    from knowflow.worlds.tables import parse_fields
+
+    check_threads(threads)
+    check_seed(seed)
+    cfg = apply_overrides(ExplainConfig(
+        target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
+        n_ablations=ablations, n_holdout=holdout, limit=limit, prompt_format=prompt_format,
+        seed=seed), set_ or [])
+    validate_config(cfg)
+    source = _source(context, question, answer, data, suite)
+    mapping = parse_fields(fields)
+    load_explain_items(source, question, cfg, mapping)          # bad items: before the model
+    check_device(device)
+    target_dir = out or runs_dir / "explain"
+    check_output_dir(target_dir, "output folder")
+    check_model(model)
+    set_threads(threads)
+    with Bars("explain") as progress:
+        result = explain(model, source, question, answer, config=cfg, fields=mapping,
+                         device=device, dtype=dtype, progress=progress)
+    run_dir = result.save(out, runs_root=runs_dir)
+    report = write_explain_report(run_dir)
+    _table(result.records)
+    console.print(result.summary["findings"]["verdict"], highlight=False)
+    print_paths(run_dir, report, result.seconds)
+
+
+def _source(context, question, answer, data, suite):
+    """What to explain: the context text (from a file if it names one), or --data/--suite."""
+    given = [name for name, v in (("--context", context), ("--data", data), ("--suite", suite))
+             if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of --context (with --question), --data, --suite",
+                          given[1] if len(given) > 1 else "--context")
+    if context is not None:
+        if question is None:
+            raise ConfigError("a context needs its question", "--question")
+        try:
+            is_file = "\n" not in context and Path(context).is_file()
+        except OSError:  # text too long to be a file name
+            is_file = False
+        return Path(context).read_text(encoding="utf-8") if is_file else context
+    if question is not None or answer is not None:
+        raise ConfigError("goes with --context (one item), not --data/--suite",
+                          "--question" if question is not None else "--answer")
+    return str(data) if data is not None else suite
+
+
+def _table(records: list[dict]) -> None:
+    table = Table(title="explain: one row per item")
+    for name in ("item", "answer", "without context", "verdict", "expected", "top sentence",
+                 "LDS"):
+        table.add_column(name)
+    for r in records[:40]:
+        top = r.get("top_sentence")
+        text = r["sentences"][top]["text"] if top is not None else ""
+        table.add_row(r["id"], r["answer"][:30], r["answer_no_context"][:30], r["verdict"],
+                      r["expected_verdict"] or "", f"{top}: {text[:40]}" if text else "",
+                      "" if r.get("lds") is None else f"{r['lds']:.2f}")
+    console.print(table)
