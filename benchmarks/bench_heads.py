@@ -64,23 +64,28 @@ def main() -> None:
     print(f"{args.model}: {n_layers} layers x {n_heads} heads; {len(prompts)} items "
           f"(prompt {min(len(p.ids) for p in prompts)}-{max(len(p.ids) for p in prompts)} "
           f"tokens), {args.threads} thread(s)")
-    start = time.perf_counter()
-    swept = [head_effects(model, p, ("zero",), batch_size=args.batch_size)[1][0]
-             for p in prompts]
-    sweep_s = time.perf_counter() - start
-    start = time.perf_counter()
+    # one forward pass per head first (on --loop-items items), then the batched sweep; CPU
+    # seconds (one thread) are printed next to wall seconds, since a shared machine's wall
+    # time depends on its other work
+    wall, cpu = time.perf_counter(), time.process_time()
     looped = [loop_effects(model, p) for p in prompts[: args.loop_items]]
-    loop_s = time.perf_counter() - start
-    per_item_loop = loop_s / len(looped)
+    loop_s, loop_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    n = len(looped)
+    print(f"one forward per head: {loop_s:.1f} s wall, {loop_cpu:.1f} s CPU for {n} item(s) "
+          f"-> {loop_cpu / n * len(prompts):.0f} s CPU for {len(prompts)} items", flush=True)
+    wall, cpu = time.perf_counter(), time.process_time()
+    swept = []
+    for i, p in enumerate(prompts, start=1):
+        swept.append(head_effects(model, p, ("zero",), batch_size=args.batch_size)[1][0])
+        if i % 16 == 0 or i == len(prompts):
+            print(f"  batched sweep: {i} items, {time.perf_counter() - wall:.1f} s wall, "
+                  f"{time.process_time() - cpu:.1f} s CPU", flush=True)
+    sweep_s, sweep_cpu = time.perf_counter() - wall, time.process_time() - cpu
     diff = max(float((a - b).abs().max()) for a, b in zip(swept, looped, strict=False))
-    print(f"batched sweep (zero ablation, every head): {sweep_s:.1f} s for {len(prompts)} "
-          f"items ({sweep_s / len(prompts):.2f} s/item)")
-    print(f"one forward per head: {loop_s:.1f} s for {len(looped)} items "
-          f"({per_item_loop:.1f} s/item) -> {per_item_loop * len(prompts):.0f} s for "
-          f"{len(prompts)} items")
-    print(f"speed-up: {per_item_loop * len(prompts) / sweep_s:.1f}x; max |effect difference| "
-          f"on the loop's items: {diff:.2e}")
-
+    print(f"batched sweep (zero ablation, every head): {sweep_s:.1f} s wall, {sweep_cpu:.1f} s "
+          f"CPU for {len(prompts)} items ({sweep_cpu / len(prompts):.2f} s CPU/item)")
+    print(f"speed-up (CPU): {loop_cpu / n * len(prompts) / sweep_cpu:.1f}x; max |effect "
+          f"difference| on the loop's items: {diff:.2e}")
 
 if __name__ == "__main__":
     main()
