@@ -136,15 +136,21 @@ def test_sigkill_then_resume_gives_the_same_records(name, tmp_path, tiny_model_d
     rng = random.Random(f"kill-{name}")
     table = []
     for k in range(KILLS):
-        root = tmp_path / f"kill-{k}"
-        root.mkdir()
         after = rng.uniform(0.05, 0.75) * work
-        proc = subprocess.Popen([EXE, *kind["args"]], cwd=root, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        _started_at(proc, None if launch else root / kind["folder"])
-        time.sleep(after)
+        for attempt in range(4):  # the kill must land while the run works, not after it
+            root = tmp_path / f"kill-{k}-{attempt}"
+            root.mkdir()
+            proc = subprocess.Popen([EXE, *kind["args"]], cwd=root, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            _started_at(proc, None if launch else root / kind["folder"])
+            time.sleep(after)
+            if proc.poll() is None:
+                break
+            after /= 2  # this run was faster than the reference: try earlier
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
+        assert proc.returncode == -signal.SIGKILL, \
+            f"{name}: the run ended before the kill ({after:.2f} s), in 4 tries"
         n_files = _assert_all_valid(root)
         runs = _run_dirs(root, kind)
         finished_before = bool(runs) and (runs[0] / kind["records"]).exists() and \

@@ -133,7 +133,13 @@ def test_knockout_records_and_summary():
         curve = summary[source]["mean_rel_change"]
         assert len(curve) == 4
         assert summary[source]["most_negative_layer"] == min(range(4), key=curve.__getitem__)
-        assert summary[source]["n_examples"] == 1 or summary[source]["n_examples"] == 2
+        # PROMPT has no id, so the two copies are examples "0" and "1"
+        assert summary[source]["n_examples"] == 2
+        # the same prompt twice: the mean curve is each copy's own curve, layer by layer
+        for example in ("0", "1"):
+            own = {r["layer"]: r["rel_change"] for r in records
+                   if r["source"] == source and r["example"] == example}
+            assert curve == pytest.approx([own[layer] for layer in range(4)])
 
 
 def test_summary_means_by_hand():
