@@ -281,11 +281,10 @@ def arm_job(cfg, arm: str, seed: int, extra_epochs: int, job_dir: Path) -> dict:
     indist = EvalCallback(lambda m: {**_renamed(side.measure(m)), "recall_acc": recall(m)},
                           cfg.track.every, job_dir / "indist")
     callbacks = [tracker, indist]
-    if arm == "dynamic":
-        callbacks.append(dynamic_curation(tok, rows, too_long, cfg.dynamic,
-                                          cfg.sft, job_dir))
-    audit_start = audit(model, tok, items["counterfactual"])
     sft = dataclasses.replace(cfg.sft, seed=seed)
+    if arm == "dynamic":
+        callbacks.append(dynamic_curation(tok, rows, too_long, cfg.dynamic, sft, job_dir))
+    audit_start = audit(model, tok, items["counterfactual"])
     result = finetune(model, tok, encoded, sft, job_dir, callbacks, resume=True)
     audit_end = audit(result.model, tok, items["counterfactual"])
     by_step = {r["step"]: r for r in indist.records}
