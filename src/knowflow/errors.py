@@ -57,6 +57,12 @@ class Terminated(KeyboardInterrupt):
     signal = 15
 
 
+def memory_error(hint: str = "choose smaller sizes") -> KnowflowError:
+    """The one message for running out of memory (the CLI boundary and the experiment runner
+    both raise or print it)."""
+    return KnowflowError("memory: this config needs more memory than the machine has", hint)
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """A MemoryError, or torch's allocator refusing (a config asked for too much)."""
     text = str(exc)

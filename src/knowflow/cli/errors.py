@@ -23,7 +23,7 @@ import typer
 from rich.text import Text
 
 from knowflow.cli.common import err_console
-from knowflow.errors import Interrupted, KnowflowError, Terminated, out_of_memory
+from knowflow.errors import Interrupted, KnowflowError, Terminated, memory_error, out_of_memory
 from knowflow.outputs import run_command
 
 _OS_ERRORS = {
@@ -54,7 +54,7 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         return (f"JSON, line {exc.lineno}: {exc.msg}; a file knowflow reads is damaged "
                 "(rerun with --verbose to see which)"), 2
     if out_of_memory(exc):
-        return "memory: not enough memory for these sizes; choose smaller sizes", 2
+        return str(memory_error()), 2
     return None
 
 

@@ -77,13 +77,7 @@ def _load_model(common: _Common):
 
     torch.set_num_threads(common.threads)
     hf_logging.disable_progress_bar()  # the CLI draws its own progress
-    try:
-        return load_model(common.model, device=common.device, dtype=common.dtype)
-    except KnowflowError:
-        raise
-    except (ValueError, KeyError, OSError) as exc:  # e.g. not a causal LM
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KnowflowError(f"cannot load {common.model!r} as a causal LM: {first}") from None
+    return load_model(common.model, device=common.device, dtype=common.dtype)
 
 
 def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str = "plain"):

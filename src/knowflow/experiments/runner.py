@@ -23,7 +23,7 @@ from knowflow.errors import (
     ConfigError,
     DataError,
     Interrupted,
-    KnowflowError,
+    memory_error,
     out_of_memory,
 )
 from knowflow.experiments.registry import get_experiment
@@ -116,8 +116,7 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
     except (MemoryError, RuntimeError) as exc:
         if not out_of_memory(exc):
             raise
-        raise KnowflowError("memory: this config needs more memory than the machine has",
-                            "choose smaller sizes (see `knowflow config " + name + "`)") from None
+        raise memory_error(f"choose smaller sizes (see `knowflow config {name}`)") from None
     except KeyboardInterrupt:
         raise Interrupted(run.path) from None
     seconds = time.perf_counter() - start

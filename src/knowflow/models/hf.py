@@ -247,6 +247,9 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
                 source, attn_implementation=attn_implementation, **kwargs)
         except ValueError:  # the architecture has no such attention implementation
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KnowflowError(f"cannot load {name!r} as a causal LM: {first}") from None
     except OSError as exc:
         raise KnowflowError(
             f"model {name!r} is not available locally ({exc.__class__.__name__}); pass a local "
