@@ -266,8 +266,7 @@ def run(cfg: InjectedConfig, out_dir: Path) -> Summary:
 
 def smoke_config(**over) -> InjectedConfig:
     """A seconds-long configuration on the tiny model (tests)."""
-    from knowflow.worlds.injected import InjectedWorldConfig as W
-
+    W = InjectedWorldConfig  # noqa: N806
     cfg = InjectedConfig(
         model=TINY, workers=1, arms=("mixed", "c_only"),
         world=W(relations=("city", "job"), values=4, mem_train=6, mem_eval=4, unk_train=6,
