@@ -46,21 +46,23 @@ def encode_prompts(tokenizer, texts: Sequence[str], add_special_tokens: Sequence
             for t, a in zip(texts, add_special_tokens, strict=True)]
 
 
-def forward(model, past=None, last_only: bool = False, **inputs):
-    """`model(**inputs)` with a KV cache; returns (logits, cache). With `last_only`, logits for
-    the last position only (`logits_to_keep=1` skips the vocabulary projection elsewhere)."""
+def forward(model, past=None, last_only: bool = False, keep: int | None = None, **inputs):
+    """`model(**inputs)` with a KV cache; returns (logits, cache). With `keep`, logits for the
+    last `keep` positions only (`logits_to_keep` skips the vocabulary projection elsewhere);
+    `last_only` is `keep=1`."""
     kwargs = {**inputs, "use_cache": True}
     if past is not None:
         kwargs[cache_keyword(model)] = past
-    if last_only and getattr(model, "_knowflow_keep_ok", True):
+    keep = 1 if last_only else keep
+    if keep is not None and getattr(model, "_knowflow_keep_ok", True):
         try:
-            out = model(**kwargs, logits_to_keep=1)
+            out = model(**kwargs, logits_to_keep=keep)
         except TypeError:
             model._knowflow_keep_ok = False
         else:
             return out.logits, output_cache(out)
     out = model(**kwargs)
-    return (out.logits[:, -1:] if last_only else out.logits), output_cache(out)
+    return (out.logits[:, -keep:] if keep is not None else out.logits), output_cache(out)
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

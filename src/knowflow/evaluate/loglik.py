@@ -21,7 +21,7 @@ from knowflow.evaluate.batching import (
     prefill,
     sorted_batches,
 )
-from knowflow.evaluate.tree import score_batch_tree
+from knowflow.evaluate.tree import score_batch_tree, tree_length
 from knowflow.models.batching import pad_id as tokenizer_pad_id
 from knowflow.models.batching import right_pad
 from knowflow.runs import Progress
@@ -123,7 +123,9 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     pad_id = tokenizer_pad_id(tokenizer)
     out: list[list[Score]] = [[] for _ in prompts]
     done = 0
-    for batch in sorted_batches([len(p) for p in prompts], batch_size):
+    # by the length of each tree row (prompt and candidates), so a batch carries little padding
+    for batch in sorted_batches([tree_length(p, c) for p, c in zip(prompts, conts, strict=True)],
+                                batch_size):
         res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
                            prefix, pad_id, prefill_extra(batch) if prefill_extra else None)
         for i, r in zip(batch, res, strict=True):
