@@ -42,8 +42,20 @@ def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):
     assert saved[0]["sentences"] == rec["sentences"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_items"] == 1 and sum(summary["verdicts"].values()) == 1
-    table = res.to_pandas()
-    assert len(table) == 1 and "verdict_numbers_context_contribution" in table.columns
+
+
+def test_to_pandas_is_one_flat_row_per_item():
+    pytest.importorskip("pandas")
+    from knowflow.explain.result import ExplainResult
+
+    recs = [{"id": "a", "verdict": "context", "verdict_numbers": {"context_contribution": 1.0},
+             "sentences": [{"text": "x", "attribution": 0.5}]},
+            {"id": "b", "verdict": "memory", "verdict_numbers": {"context_contribution": -1.0},
+             "sentences": [{"text": "y", "attribution": 0.0}]}]
+    table = ExplainResult(recs, {}, {}).to_pandas()
+    assert list(table["id"]) == ["a", "b"]
+    assert list(table["verdict_numbers_context_contribution"]) == [1.0, -1.0]
+    assert table["sentences"][0] == [{"text": "x", "attribution": 0.5}]
 
 
 def test_a_suite_is_explained_and_checked_against_its_labels(lm):
