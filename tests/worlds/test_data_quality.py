@@ -31,22 +31,26 @@ def test_duplicate_key_lines_of_jsonl_and_json_lists(tmp_path):
 def test_eval_skips_same_answer_items_and_counts_them_with_duplicate_keys(tmp_path,
                                                                           tiny_model_dir,
                                                                           caplog):
-    rows = _items(4)
-    rows[1]["memory_answer"] = " zorb1. "  # the same answer, written differently
+    rows = _items(5)
+    rows[1]["memory_answer"] = " Zorb1 "  # the same answer as written: skipped by the loader
+    rows[3]["memory_answer"] = "zorb3."   # equal only after generation's normalisation
     lines = [json.dumps(r) for r in rows]
     lines[2] = lines[2][:-1] + ', "answer": "Zorb2"}'  # a key given twice
     data = tmp_path / "items.jsonl"
     data.write_text("\n".join(lines) + "\n")
     res = runner.invoke(app, ["eval", "--model", str(tiny_model_dir), "--data", str(data),
-                              "--out", str(tmp_path / "out"), "--scoring", "loglik",
-                              "--no-known-filter"])
+                              "--out", str(tmp_path / "out"), "--scoring", "both",
+                              "--max-new-tokens", "3", "--no-known-filter"])
     assert res.exit_code == 0, res.output
     out = caplog.messages  # one warning line each (the CLI renders log records)
     assert sum("skipped 1 item(s) whose answer equals the memory answer" in m for m in out) == 1
     assert sum("1 record(s) give a key twice (lines 3)" in m for m in out) == 1
-    metrics = read_json(tmp_path / "out" / "summary.json")["items"]["loglik"]
-    assert metrics["n"] == 3
-    assert metrics["n_skipped_same_answers"] == 1 and metrics["n_duplicate_keys"] == 1
+    summary = read_json(tmp_path / "out" / "summary.json")["items"]
+    # log-likelihood scores the case/punctuation pair as given; generation cannot tell it apart
+    assert summary["loglik"]["n"] == 4 and "n_skipped_equal_answers" not in summary["loglik"]
+    assert summary["generate"]["n"] == 3 and summary["generate"]["n_skipped_equal_answers"] == 1
+    for metrics in summary.values():
+        assert metrics["n_skipped_same_answers"] == 1 and metrics["n_duplicate_keys"] == 1
 
 
 def test_sft_counts_duplicate_keys_and_examples_too_long(tmp_path, tiny_model_dir, caplog):

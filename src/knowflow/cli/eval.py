@@ -48,10 +48,15 @@ def eval_cmd(
              "likelier; no decoding), generate (greedy output mentions it), or auto (loglik "
              "under --scoring loglik, else generate).")] = "auto",
     method: Annotated[str, Opt(
-        help="Decoding method(s), comma-separated: greedy, cad, adacad, opinion, opinion+cad, "
+        help="Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, opinion, "
+             "opinion+cad, "
              "opinion+adacad (several: one pass each, and a tradeoff figure).")] = "greedy",
     alpha: Annotated[str, Opt(
         help="CAD's alpha; several (0,0.5,1,2) sweep it.")] = "1.0",
+    beta: Annotated[str, Opt(
+        help="Plausibility constraint of cad and adacad in generation: only tokens with "
+             "p(y|c,x) >= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood "
+             "scoring); several (0,0.1) sweep it.")] = "0.1",
     conditions: Annotated[str, Opt(
         help="Context conditions, comma-separated: conflicting, agreeing, irrelevant "
              "(sensitivity and robustness need conflicting and irrelevant).")] = "conflicting",
@@ -77,7 +82,7 @@ def eval_cmd(
         scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
         context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
         max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
-        method=method, alpha=alpha, conditions=conditions)
+        method=method, alpha=alpha, beta=beta, conditions=conditions)
     validate_config(cfg)
     check_suites(suite)
     check_device(device)

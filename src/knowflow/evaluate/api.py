@@ -32,6 +32,7 @@ from knowflow.evaluate.heads_calibration import calibrate as calibrate_heads
 from knowflow.evaluate.items import evaluate_items, flat, load_data, render_prompts
 from knowflow.evaluate.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluate.metrics import summarize
+from knowflow.evaluate.strength import by_strength
 from knowflow.models.hf import load_model
 from knowflow.runs import ITEMS, Progress, RunFolder, start_run
 from knowflow.worlds.facts import ConflictItem
@@ -98,7 +99,10 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
             records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
                                            timings)
             summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
-                                    **quality.get(name, {})} for mode in MODES[cfg.scoring]}
+                                    **quality.get(name, {}),
+                                    **by_strength(records[name], mode, cfg.n_bootstrap,
+                                                  cfg.seed)}
+                             for mode in MODES[cfg.scoring]}
         swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
             else None
     if run is not None:

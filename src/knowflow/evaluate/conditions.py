@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from knowflow.evaluate.config import MODES, parse_conditions
-from knowflow.evaluate.decoding import Method, parse_methods
+from knowflow.evaluate.decoding import Method, methods_of
 from knowflow.evaluate.items import evaluate_items, flat
 from knowflow.evaluate.metrics import summarize
 from knowflow.io import atomic_write_json, atomic_write_jsonl
@@ -45,10 +45,11 @@ class Sweep:
 
     @classmethod
     def of(cls, cfg) -> Sweep:
-        methods = tuple(parse_methods(cfg.method, cfg.alpha))
+        methods = tuple(methods_of(cfg))
         first = methods[0]
         return cls(methods, parse_conditions(cfg.conditions),
-                   dataclasses.replace(cfg, method=first.spec, alpha=first.alpha))
+                   dataclasses.replace(cfg, method=first.spec, alpha=first.alpha,
+                                       beta=first.beta))
 
     @property
     def active(self) -> bool:
@@ -61,6 +62,7 @@ class Sweep:
         summary: dict = {}
         for k, method in enumerate(self.methods):
             cfg = dataclasses.replace(self.main, method=method.spec, alpha=method.alpha,
+                                      beta=method.beta,
                                       known_filter=False)
             per_suite: dict[str, dict[str, list[dict]]] = {}
             for cond in self.conditions:
@@ -73,6 +75,7 @@ class Sweep:
                                               f"{name} [{method.label}, {cond}]", shown, cfg,
                                               progress) if shown else []
                     recs = [{**r, "method": method.label, "alpha": method.alpha,
+                             "beta": method.beta,
                              "condition": cond} for r in recs]
                     per_suite.setdefault(name, {})[cond] = recs
                     records.extend(recs)
@@ -112,6 +115,9 @@ def condition_summary(by_condition: dict[str, list[dict]], mode: str, n_boot: in
             for share, key in ((f"context_share{suffix}", f"{ctx}_accuracy{suffix}"),
                                (f"memory_share{suffix}", f"parametric_accuracy{suffix}")):
                 row[share], row[f"{share}_ci"] = m[key], m[f"{key}_ci"]
+        if "garbled_share" in m:  # generation: names a misspelt context answer (garbled.py)
+            row["garbled_share"], row["garbled_share_ci"] = m["garbled_share"], \
+                m["garbled_share_ci"]
         out[cond] = row
     for name, cond, share in (("sensitivity", "conflicting", "context_share"),
                               ("robustness", "irrelevant", "memory_share")):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from knowflow.errors import ConfigError
-from knowflow.evaluate.decoding import parse_methods
+from knowflow.evaluate.decoding import BETA, methods_of
 from knowflow.worlds.prompts import FORMATS, PromptFormat
 
 Scoring = Literal["generate", "loglik", "both"]
@@ -33,6 +33,7 @@ class EvalConfig:
     share_prefix: bool = True           # run the prompts' common prefix once
     method: str = "greedy"              # decoding method(s), comma-separated (decoding.py)
     alpha: float | str | tuple[float, ...] = 1.0  # CAD's alpha; several: a sweep
+    beta: float | str | tuple[float, ...] = BETA  # plausibility constraint (cad, adacad; 0: off)
     conditions: str | tuple[str, ...] = "conflicting"  # context conditions (conditions.py)
 
     def validate(self) -> None:
@@ -84,7 +85,7 @@ def parse_conditions(conditions) -> tuple[str, ...]:
 
 def validate_sweep(cfg) -> None:
     """The method, alpha and conditions fields of an `EvalConfig`."""
-    methods = parse_methods(cfg.method, cfg.alpha)
+    methods = methods_of(cfg)
     conditions = parse_conditions(cfg.conditions)
     if not cfg.use_context:
         if any(m.contrastive or m.opinion for m in methods):

@@ -1,11 +1,14 @@
-"""Decoding methods, one registry: greedy, context-aware decoding (CAD), AdaCAD, opinion prompts.
+"""Decoding methods, one registry: greedy, context-aware decoding (CAD), AdaCAD, COIECD, opinion
+prompts.
 
 CAD (Shi et al. 2023) contrasts the next-token logits with the context and without it:
 `(1 + alpha) z(y | c, x) - alpha z(y | x)`; alpha 0 is greedy. AdaCAD (Wang et al. 2025) sets
 alpha per token to the Jensen-Shannon divergence between the two next-token distributions
 (in bits, so 0 <= alpha_t <= 1): little correction where context and memory agree, more where
-they conflict. Opinion prompting (Zhou et al. 2023) is a prompt transform (`prompts.opinion_item`)
-and combines with any method (`opinion` alone is opinion + greedy; `opinion+cad`, ...).
+they conflict. COIECD (Yuan et al. 2024; `coiecd.py`) applies the contrast only to the tokens
+that fail an entropy-based conflict test. Opinion prompting (Zhou et al. 2023) is a prompt
+transform (`prompts.opinion_item`) and combines with any method (`opinion` alone is opinion +
+greedy; `opinion+cad`, ...).
 
 Both streams run in one process as two left-padded batches of the same rows, each continuing
 from its own KV cache (and its own shared-prefix cache); the no-context prompt is the same
@@ -13,6 +16,14 @@ renderer's output with the context removed. Generation feeds the chosen token to
 Log-likelihood scoring teacher-forces each candidate through both streams and sums the tokens'
 log-probabilities under the combined logits, so a candidate's CAD score is the sum of its
 tokens' CAD log-probabilities.
+
+The adaptive plausibility constraint (Li et al. 2023, contrastive decoding) guards generation
+with CAD and AdaCAD: at each step only tokens with `p(y | c, x) >= beta * max_y' p(y' | c, x)`
+are eligible before the contrast picks one, so the contrast can reorder the with-context
+model's plausible tokens but never promote a token that model finds implausible (the source of
+garbled names like "Benggazi"). beta 0 is off (plain CAD), beta 1 leaves only the with-context
+model's top token (greedy). Teacher-forced scoring ignores beta: the candidate's tokens are
+given, and masking them would give -inf scores rather than a ranking.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import Prefix, forward, prefill, sorted_batches
+from knowflow.evaluate.coiecd import coiecd_logits
 from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
 from knowflow.evaluate.loglik import (
     Score,
@@ -40,6 +52,8 @@ from knowflow.runs import Progress
 BASES = {"greedy": "the model's own next-token logits (default)",
          "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",
          "adacad": "CAD with alpha_t = JSD(p(.|c,x) || p(.|x)) per token (Wang et al. 2025)",
+         "coiecd": "the contrast only where the contextual information-entropy test finds a "
+                   "conflict (Yuan et al. 2024; coiecd.py)",
          HEADS: "scale the top-k context heads by gamma or prune the top-k memory heads, k and "
                 "gamma chosen on a calibration split (steer_heads.py)"}
 OPINION = "opinion"
@@ -49,12 +63,14 @@ METHODS = {**BASES, OPINION: "opinion-based prompt with an instruction to answer
 
 @dataclass(frozen=True)
 class Method:
-    """One decoding method: a base (greedy, cad, adacad), CAD's alpha, the opinion prompt."""
+    """One decoding method: a base (greedy, cad, adacad, coiecd), CAD's alpha, the plausibility
+    constraint's beta (cad and adacad, generation only), the opinion prompt."""
 
     base: str = "greedy"
     alpha: float = 1.0          # cad only
     opinion: bool = False
     heads: str = ""             # heads only: its steering spec (steer_heads.py); "" to calibrate
+    beta: float = 0.0           # cad and adacad: adaptive plausibility constraint (0: off)
 
     @property
     def contrastive(self) -> bool:
@@ -80,6 +96,9 @@ class Method:
     def label(self) -> str:
         name = f"cad(a={self.alpha:g})" if self.base == "cad" else self.spec.removeprefix(
             f"{OPINION}+")
+        if self.beta > 0:
+            name = f"{name[:-1]},b={self.beta:g})" if name.endswith(")") else \
+                f"{name}(b={self.beta:g})"
         if self.opinion:
             return OPINION if self.base == "greedy" else f"{OPINION}+{name}"
         return name
@@ -90,7 +109,24 @@ class Method:
             return cad_logits(z_ctx, z_base, self.alpha)
         if self.base == "adacad":
             return cad_logits(z_ctx, z_base, jsd(z_ctx, z_base)[..., None])
+        if self.base == "coiecd":
+            return coiecd_logits(z_ctx, z_base)
         return z_ctx
+
+    def next_logits(self, z_ctx: torch.Tensor, z_base: torch.Tensor) -> torch.Tensor:
+        """The scores generation picks the next token from: `logits` within the plausible
+        set of the with-context distribution (beta; all tokens at beta 0), -inf elsewhere."""
+        return plausible(z_ctx, self.logits(z_ctx, z_base), self.beta)
+
+
+def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:
+    """`scores` with -inf where p(y|c,x) < beta * max p(.|c,x) (Li et al. 2023); unchanged at
+    beta 0. z_ctx, scores: (..., vocab)."""
+    if beta <= 0:
+        return scores
+    z = z_ctx.float()
+    cut = z.max(-1, keepdim=True).values + math.log(beta)              # (..., 1)
+    return scores.masked_fill(z < cut, float("-inf"))
 
 
 def cad_logits(z_ctx: torch.Tensor, z_base: torch.Tensor, alpha) -> torch.Tensor:
@@ -110,39 +146,58 @@ def jsd(z_p: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
 
 
 MAX_ALPHA = 1000.0
+BETA = 0.1  # the default plausibility constraint (chosen by a sweep; docs/commands/eval-decoding)
+
+
+def _numbers(value, name: str, example: str) -> tuple[float, ...]:
+    """One number or several, comma-separated; each finite and >= 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        parts = [value]
+    elif isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+    else:
+        parts = list(value)
+    out = []
+    for p in parts:
+        try:
+            number = float(p)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{p!r} is not a number", name,
+                              f"give one or more numbers >= 0, comma-separated ({example})"
+                              ) from None
+        if not math.isfinite(number) or number < 0:
+            raise ConfigError(f"must be a finite number >= 0, got {p}", name)
+        out.append(number)
+    if not out:
+        raise ConfigError("no value given", name)
+    return tuple(out)
 
 
 def parse_alphas(alpha) -> tuple[float, ...]:
     """--alpha: one number or several, comma-separated; each finite and >= 0."""
-    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
-        parts = [alpha]
-    elif isinstance(alpha, str):
-        parts = [p.strip() for p in alpha.split(",")]
-    else:
-        parts = list(alpha)
-    out = []
-    for p in parts:
-        try:
-            value = float(p)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{p!r} is not a number", "alpha",
-                              "give one or more numbers >= 0, comma-separated (0,0.5,1,2)"
-                              ) from None
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"must be a finite number >= 0, got {p}", "alpha")
+    out = _numbers(alpha, "alpha", "0,0.5,1,2")
+    for value in out:
         if value > MAX_ALPHA:  # (1 + alpha) z overflows float32 near 1e37: NaN scores
-            raise ConfigError(f"must be at most {MAX_ALPHA:g}, got {p}", "alpha",
+            raise ConfigError(f"must be at most {MAX_ALPHA:g}, got {value:g}", "alpha",
                               "beyond 1000, CAD ranks tokens by z(y|c,x) - z(y|x) alone")
-        out.append(value)
-    if not out:
-        raise ConfigError("no value given", "alpha")
-    return tuple(out)
+    return out
 
 
-def parse_methods(method: str, alpha=1.0) -> list[Method]:
-    """--method NAME[,NAME...] (greedy, cad, adacad, opinion, opinion+BASE); `cad` runs once
-    per alpha of --alpha. Raises ConfigError for an unknown name."""
-    alphas = parse_alphas(alpha)
+def parse_betas(beta) -> tuple[float, ...]:
+    """--beta: one number or several in [0, 1], comma-separated (0: no constraint)."""
+    out = _numbers(beta, "beta", "0,0.1")
+    for value in out:
+        if value > 1:
+            raise ConfigError(f"must be at most 1, got {value:g}", "beta",
+                              "beta 1 keeps only the top token (greedy)")
+    return out
+
+
+def parse_methods(method: str, alpha=1.0, beta=0.0) -> list[Method]:
+    """--method NAME[,NAME...] (greedy, cad, adacad, coiecd, opinion, opinion+BASE); `cad` runs
+    once per alpha of --alpha, `cad` and `adacad` once per beta of --beta. Raises ConfigError
+    for an unknown name."""
+    alphas, betas = parse_alphas(alpha), parse_betas(beta)
     names = [n.strip() for n in str(method).split(",")]
     out: list[Method] = []
     for name in names:
@@ -161,15 +216,21 @@ def parse_methods(method: str, alpha=1.0) -> list[Method]:
                               f"give one or more of {', '.join(METHODS)} (or opinion+cad, "
                               "opinion+adacad), comma-separated")
         for a in (alphas if base == "cad" else (1.0,)):
-            m = Method(base, a, opinion, out_heads)
-            if m not in out:
-                out.append(m)
+            for b in (betas if base in ("cad", "adacad") else (0.0,)):
+                m = Method(base, a, opinion, out_heads, b)
+                if m not in out:
+                    out.append(m)
     return out
 
 
-def single_method(method: str, alpha=1.0) -> Method:
+def methods_of(cfg) -> list[Method]:
+    """The methods of an `EvalConfig` (its method, alpha and beta fields)."""
+    return parse_methods(cfg.method, cfg.alpha, getattr(cfg, "beta", 0.0))
+
+
+def single_method(method: str, alpha=1.0, beta=0.0) -> Method:
     """The one method of a spec that names exactly one (an evaluation pass runs one)."""
-    methods = parse_methods(method, alpha)
+    methods = parse_methods(method, alpha, beta)
     if len(methods) != 1:
         raise ConfigError("one evaluation pass runs one method", "method")
     return methods[0]
@@ -208,7 +269,7 @@ def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, tabl
     has_text = torch.zeros(len(seqs), dtype=torch.bool, device=device)
     out: list[list[int]] = [[] for _ in seqs]
     for step in range(max_new_tokens):
-        token = method.logits(ctx.logits, base.logits).argmax(-1)    # (live,)
+        token = method.next_logits(ctx.logits, base.logits).argmax(-1)  # (live,)
         ends = eos[token]
         stop = ends | (newline[token] & (has_text | text_first[token]))
         for r, t, s in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):

@@ -17,6 +17,7 @@ from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import encode_prompts
 from knowflow.evaluate.config import MODES, EvalConfig, known_by
 from knowflow.evaluate.decoding import generate_with, score_with, single_method
+from knowflow.evaluate.garbled import garbled
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.loglik import score_continuations
 from knowflow.evaluate.metrics import memorization_ratio
@@ -86,7 +87,7 @@ def load_data(data=None, limit: int | None = None, seed: int = 0,
 
 
 def render_prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
-    opinion = single_method(cfg.method, cfg.alpha).opinion
+    opinion = single_method(cfg.method, cfg.alpha, cfg.beta).opinion
     pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only, opinion)
     prompts = [render(it, tokenizer, pcfg) for it in items]
     seqs = encode_prompts(tokenizer, [p.text for p in prompts],
@@ -100,7 +101,7 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
     """Per-item records of one suite; `timings`, if given, accumulates seconds per stage
     ("generate", "loglik", "known facts")."""
     clock = _Clock(timings)
-    method = single_method(cfg.method, cfg.alpha)
+    method = single_method(cfg.method, cfg.alpha, cfg.beta)
     prompts, seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)
     base = render_prompts(items, tokenizer, cfg, False)[1] if method.contrastive else None
     golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),
@@ -115,19 +116,24 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                              max_new_tokens=cfg.max_new_tokens, stage=f"{name}: generate", **run)
         for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
             hit_cf, hit_par = score_output(out, cf, par, subj)
-            rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par}
+            rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par,
+                               "garbled": garbled(out, cf, [*par, *subj], hit_cf),
+                               "equal_answers": bool(set(cf) & set(par))}
         clock.stop("generate")
     if "loglik" in MODES[cfg.scoring]:
         clock.start()
-        scores = score_with(method, model, tokenizer, seqs, base, scored_answers(items, prompts),
+        answers = scored_answers(items, prompts)
+        scores = score_with(method, model, tokenizer, seqs, base, answers,
                             stage=f"{name}: loglik", **run)
-        for rec, ((lp_cf, n_cf), (lp_par, n_par)) in zip(records, scores, strict=True):
+        for rec, ((lp_cf, n_cf), (lp_par, n_par)), (cont_cf, cont_par) in zip(
+                records, scores, answers, strict=True):
             rec["loglik"] = {
                 "counterfactual_logprob": lp_cf, "parametric_logprob": lp_par,
                 "counterfactual_tokens": n_cf, "parametric_tokens": n_par,
                 "choice": choice(lp_cf, lp_par), "choice_norm": choice(lp_cf / n_cf,
                                                                        lp_par / n_par),
-                "memorization_ratio": memorization_ratio(lp_par, lp_cf)}
+                "memorization_ratio": memorization_ratio(lp_par, lp_cf),
+                "equal_answers": cont_cf == cont_par}
         clock.stop("loglik")
     if cfg.known_filter:
         clock.start()

@@ -7,7 +7,10 @@ answer whose continuation is more likely (summed log-probability; `_norm` varian
 the token count), and the memorization ratio is the mean of p_o / (p_o + p_s), p_o the
 probability of the memorized answer and p_s that of the context's. Every metric carries a 95%
 percentile-bootstrap interval over items. The "known" block repeats the metrics on the items
-whose memorized answer the model produces without the context.
+whose memorized answer the model produces without the context. Items whose two answers are
+one for the scoring (`equal_answers`: under generation, equal after normalisation, as " End."
+and " end." are; under log-likelihood, the same continuation) are left out of that scoring's
+metrics, and `n_skipped_equal_answers` counts them; `n` is the number of items scored.
 """
 
 from __future__ import annotations
@@ -51,8 +54,11 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
     def columns(recs: list[dict]) -> dict[str, list[float]]:
         scores = [r[mode] for r in recs]
         if mode == "generate":
-            return {"counterfactual_accuracy": [float(s["counterfactual"]) for s in scores],
-                    "parametric_accuracy": [float(s["parametric"]) for s in scores]}
+            out = {"counterfactual_accuracy": [float(s["counterfactual"]) for s in scores],
+                   "parametric_accuracy": [float(s["parametric"]) for s in scores]}
+            if all("garbled" in s for s in scores):  # evaluate.garbled
+                out["garbled_share"] = [float(s["garbled"]) for s in scores]
+            return out
         out = {"counterfactual_accuracy": [float(s["choice"] == "counterfactual")
                                            for s in scores],
                "parametric_accuracy": [float(s["choice"] == "parametric") for s in scores],
@@ -64,7 +70,11 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
                                                for s in scores]
         return out
 
+    skipped = sum(bool(r[mode].get("equal_answers")) for r in records)
+    records = [r for r in records if not r[mode].get("equal_answers")]
     out = _block(columns(records), n_boot, seed)
+    if skipped:
+        out["n_skipped_equal_answers"] = skipped
     flags = [r.get("known") for r in records]
     if records and all(f is not None for f in flags):
         known = [r for r in records if r["known"]]

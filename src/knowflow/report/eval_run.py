@@ -7,6 +7,8 @@ from pathlib import Path
 
 from knowflow.io import read_json
 from knowflow.report.figures import save, subplots
+from knowflow.report.strength import FIGURE as STRENGTH_FIGURE
+from knowflow.report.strength import strength_figure
 from knowflow.report.tradeoff import tradeoff_from_run
 
 FIGURE = "context_vs_memory.png"
@@ -53,13 +55,15 @@ def context_memory_figure(summary: dict, path: Path, title: str = "") -> Path | 
 
 
 def eval_figures(run_dir: str | Path) -> list[Path]:
-    """figures/context_vs_memory.png of an eval run, and figures/tradeoff.png when the run
-    swept methods or conditions (its conditions.json)."""
+    """figures/context_vs_memory.png of an eval run, figures/conflict_strength.png for a graded
+    suite (cf-numeric), and figures/tradeoff.png when the run swept methods or conditions (its
+    conditions.json)."""
     run_dir = Path(run_dir)
     config = read_json(run_dir / "config.json")
-    drawn = [context_memory_figure(read_json(run_dir / "summary.json"),
-                                   run_dir / "figures" / FIGURE, title=str(config.get("model",
-                                                                                      "")))]
+    summary = read_json(run_dir / "summary.json")
+    title = str(config.get("model", ""))
+    drawn = [context_memory_figure(summary, run_dir / "figures" / FIGURE, title=title),
+             strength_figure(summary, run_dir / "figures" / STRENGTH_FIGURE, title=title)]
     if (run_dir / "conditions.json").exists():
         drawn.append(tradeoff_from_run(run_dir))
     return [p for p in drawn if p is not None]

@@ -63,8 +63,8 @@ def tradeoff_from_run(run_dir: str | Path) -> Path | None:
                            run_dir / "figures" / FIGURE)
 
 
-_SCORES = {"generate": ("counterfactual", "parametric"),
-           "loglik": ("choice", "choice_norm", "memorization_ratio")}
+_SCORES = {"generate": ("counterfactual", "parametric", "garbled", "equal_answers"),
+           "loglik": ("choice", "choice_norm", "memorization_ratio", "equal_answers")}
 
 
 def pool_runs(run_dirs: list[str | Path], out_dir: str | Path, n_boot: int = 1000,
@@ -76,7 +76,7 @@ def pool_runs(run_dirs: list[str | Path], out_dir: str | Path, n_boot: int = 100
     modes: list[str] = []
     for run_dir in run_dirs:
         for flat in read_jsonl(Path(run_dir) / "conditions.jsonl"):
-            rec = {mode: {k: flat[f"{mode}_{k}"] for k in keys}
+            rec = {mode: {k: flat[f"{mode}_{k}"] for k in keys if f"{mode}_{k}" in flat}
                    for mode, keys in _SCORES.items() if f"{mode}_{keys[0]}" in flat}
             modes += [m for m in rec if m not in modes]
             by_suite = groups.setdefault(flat["method"], {})

@@ -10,7 +10,11 @@ Records come from a JSON list, JSONL, CSV, parquet or a `datasets` save_to_disk 
   ':' is the context, the rest is the text to complete; `classes[answer_index]` is the answer
   the instruction asks for, the other class the memorized one.
 Anything malformed raises one `DataError` naming the file, line and field. An item whose context
-answer equals its memory answer cannot tell the two apart: it is skipped, with one warning.
+answer is its memory answer, character for character (surrounding spaces aside), cannot tell the
+two apart under any scoring: it is skipped, with one warning. Answers that differ only in case
+or punctuation (MemoTrap's " End." / " end.") are kept: log-likelihood scoring scores the two
+continuations as given, and generation scoring, whose normalisation makes them one answer,
+skips them itself (`evaluate.items`, `n_skipped_equal_answers` in the summary).
 """
 
 from __future__ import annotations
@@ -46,9 +50,7 @@ def load_items(path: str | Path, fields: Mapping[str, str] | None = None
 
 
 def _same_answers(item: ConflictItem) -> bool:
-    def norm(text: str) -> str:
-        return " ".join(text.casefold().split()).strip(" .,;:!?\"'")
-    return norm(item.counterfactual_answer) == norm(item.parametric_answer)
+    return item.counterfactual_answer.strip() == item.parametric_answer.strip()
 
 
 def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None

@@ -2,8 +2,9 @@
 
 - Duplicated keys in a JSON object (`{"answer": "a", "answer": "b"}`): Python's JSON reader keeps
   the last value silently; knowflow keeps it too, and says how many records had one.
-- Items whose context answer equals their memory answer: such an item scores as both right and
-  wrong, so the evaluation skips it (see `knowflow.worlds.loaders.load_items`).
+- Items whose context answer is their memory answer as written: such an item scores as both
+  right and wrong, so the evaluation skips it (see `knowflow.worlds.loaders.load_items`);
+  answers equal only after generation's normalisation are skipped by generation scoring alone.
 Each check logs one warning line with a count; the count also goes into the run's summary.
 """
 

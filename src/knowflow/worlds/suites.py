@@ -18,6 +18,7 @@ from knowflow.worlds.conditions import AGREEING, with_condition_contexts
 from knowflow.worlds.conditions import text_key as _key
 from knowflow.worlds.facts import ConflictItem, read_table, split_aliases, templates
 from knowflow.worlds.needle import needle_items
+from knowflow.worlds.numeric import numeric_items
 
 SuiteFn = Callable[[int], list[ConflictItem]]
 _SUITES: dict[str, tuple[SuiteFn, str]] = {}
@@ -192,3 +193,9 @@ def needle_cf_suite(seed: int) -> list[ConflictItem]:
                                 "meta['needle']) states the queried fact as it is")
 def needle_agree_suite(seed: int) -> list[ConflictItem]:
     return needle_items(seed, "needle-agree", agree=True)
+
+
+@register_suite("cf-numeric", "numeric facts (years, counts, distances, populations) with the "
+                              "context's value moved at 4 graded strengths (worlds/numeric.py)")
+def numeric_suite(seed: int) -> list[ConflictItem]:
+    return numeric_items(seed)
