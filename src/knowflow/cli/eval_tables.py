@@ -57,8 +57,10 @@ def show_conditions(conditions: dict, out_dir: Path | None) -> None:
     the run's tradeoff figure is (drawn when the run folder was finished)."""
     table = Table("suite", "scoring", "method", "n", "conflicting ctx / mem", "agreeing",
                   "irrelevant ctx / mem", "sensitivity (95% CI)", "robustness (95% CI)",
+                  "garbled",
                   caption="ctx: follows the context; mem: keeps the memorized answer; "
-                          "sensitivity: ctx under conflicting; robustness: mem under irrelevant")
+                          "sensitivity: ctx under conflicting; robustness: mem under irrelevant; "
+                          "garbled: names a misspelt context answer (conflicting, generation)")
     methods = list(conditions)
     suites = list(next(iter(conditions.values())))
     for suite in suites:
@@ -69,7 +71,8 @@ def show_conditions(conditions: dict, out_dir: Path | None) -> None:
                         default=0)
                 table.add_row(suite, mode, method, str(n), _share(row, "conflicting"),
                               _share(row, "agreeing"), _share(row, "irrelevant"),
-                              _cell(row, "sensitivity"), _cell(row, "robustness"))
+                              _cell(row, "sensitivity"), _cell(row, "robustness"),
+                              _cell(row.get("conflicting", {}), "garbled_share"))
     console.print(table)
     if out_dir is not None:
         figure = Path(out_dir) / "figures" / "tradeoff.png"
