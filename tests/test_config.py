@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowflow.config import apply_overrides, config_from_dict, config_to_dict, flatten
+from knowflow.config import (
+    apply_overrides,
+    bounded,
+    config_from_dict,
+    config_to_dict,
+    flatten,
+    validate_config,
+)
 from knowflow.errors import ConfigError
 
 
@@ -120,3 +127,31 @@ def test_every_experiment_names_a_bad_nested_lr_by_its_dotted_path():
                 build_config(exp.name, [f"{path}=-1"])
             assert err.value.field == path, exp.name
     assert "sft.lr" in nested and "finetune.lr" in nested
+
+
+def test_declared_field_constraints():
+    """`config.bounded`: the constraint is declared on the field and checked by
+    validate_config with the field's dotted path, for tuples element by element; None (an
+    optional field left unset) passes."""
+    @dataclass(frozen=True)
+    class Inner:
+        share: float = bounded(0.5, ge=0, lt=1)
+        mode: str = bounded("a", one_of=("a", "b"))
+
+    @dataclass(frozen=True)
+    class Outer:
+        inner: Inner = field(default_factory=Inner)
+        every: tuple[int, ...] = bounded((1, 2), ge=1)
+        cut: float | None = bounded(None, gt=0)
+
+    validate_config(Outer())
+    cases = {"inner.share=1": ("inner.share", "must lie in [0, 1), got 1.0"),
+             "inner.share=-0.5": ("inner.share", "must lie in [0, 1), got -0.5"),
+             "inner.mode=c": ("inner.mode", "'c' is not one of a, b"),
+             "every=1,0": ("every", "must be at least 1, got 0"),
+             "cut=0": ("cut", "must be positive, got 0.0")}
+    for override, (name, message) in cases.items():
+        with pytest.raises(ConfigError) as err:
+            validate_config(apply_overrides(Outer(), [override]))
+        assert err.value.field == name and message in str(err.value), (override, err.value)
+    validate_config(apply_overrides(Outer(), ["cut=0.1", "inner.share=0"]))  # bounds hold

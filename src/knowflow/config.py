@@ -5,8 +5,10 @@ field by its dotted path (`finetune.lr=0.5`); the value is parsed to the field's
 An unknown key or an unparsable value is a `ConfigError` naming the key. `validate_config`
 checks a whole config: the generic rules every config obeys (finite numbers, `eval_every` no
 larger than `steps`, at least one worker or thread, seeds not negative, learning rates
-positive), then each nested section's own `validate()`, with every error naming the field's
-full dotted path (`sft.lr`).
+positive), then the constraints declared on the fields themselves (`bounded`: a range or a
+set of names, checked for every config that has the field), then each section's own
+`validate()` for what spans several fields, with every error naming the field's full dotted
+path (`sft.lr`).
 """
 
 from __future__ import annotations
@@ -192,6 +194,59 @@ _UPPER_RULES: dict[str, int] = {"threads": MAX_PROCESSES, "workers": MAX_PROCESS
                                 "seed": MAX_SEED, "seeds": MAX_SEED}
 
 
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """A field's declared constraint: a range (ge/gt below, le/lt above) or a set of names."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    one_of: tuple[str, ...] | None = None
+
+    def holds(self, v: Any) -> bool:
+        if self.one_of is not None:
+            return v in self.one_of
+        return not ((self.ge is not None and v < self.ge) or (self.gt is not None and v <= self.gt)
+                    or (self.le is not None and v > self.le)
+                    or (self.lt is not None and v >= self.lt))
+
+    def message(self, v: Any) -> str:
+        if self.one_of is not None:
+            return f"{v!r} is not one of {', '.join(self.one_of)}"
+        low, high = (self.ge, self.gt), (self.le, self.lt)
+        if high == (None, None):
+            return ("must not be negative" if self.ge == 0 else f"must be at least {self.ge:g}"
+                    ) if self.ge is not None else ("must be positive" if self.gt == 0 else
+                                                   f"must be greater than {self.gt:g}")
+        if low == (None, None):
+            return f"must be at most {self.le:g}" if self.le is not None else \
+                f"must be below {self.lt:g}"
+        lo = f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}"
+        hi = f"{self.le:g}]" if self.le is not None else f"{self.lt:g})"
+        return f"must lie in {lo}, {hi}"
+
+
+def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None,
+            gt: float | None = None, le: float | None = None, lt: float | None = None,
+            one_of: Any = None) -> Any:
+    """A dataclass field with a declared constraint, e.g. `fraction: float = bounded(0.25,
+    gt=0, lt=1)` or `mode: str = bounded("none", one_of=MODES)`; `validate_config` checks it
+    (None passes: an optional field left unset), and each tuple element of a tuple field."""
+    rule = Bounds(ge, gt, le, lt, tuple(one_of) if one_of is not None else None)
+    return dataclasses.field(default=default, metadata={"bounds": rule})
+
+
+def _declared_checks(cfg: Any, prefix: str) -> None:
+    for f in dataclasses.fields(cfg):
+        rule = f.metadata.get("bounds")
+        value = getattr(cfg, f.name)
+        for v in (value if isinstance(value, tuple) else (value,)) if rule else ():
+            if v is not None and not rule.holds(v):
+                got = "" if rule.one_of is not None else f", got {v}"
+                raise ConfigError(rule.message(v) + got, prefix + f.name)
+
+
 def _generic_checks(cfg: Any, prefix: str) -> None:
     values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     for name, value in values.items():
@@ -212,6 +267,7 @@ def _generic_checks(cfg: Any, prefix: str) -> None:
     if isinstance(every, int) and isinstance(steps, int) and every > steps >= 1:
         raise ConfigError(f"{every} is larger than {prefix}steps={steps}", prefix + "eval_every",
                           f"evaluate at most every {steps} steps (or raise {prefix}steps)")
+    _declared_checks(cfg, prefix)
 
 
 def validate_config(cfg: Any, prefix: str = "") -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from knowflow.config import require
+from knowflow.config import bounded, validate_config
 from knowflow.models.batching import pad_id as tokenizer_pad_id
 from knowflow.models.batching import right_pad
 from knowflow.models.tiny import encode as encode_tiny
@@ -48,17 +48,10 @@ BY = ("no_context_loss", "criticality")
 
 @dataclass(frozen=True)
 class CurateConfig:
-    drop: float = 0.25               # share of examples dropped
-    by: str = "no_context_loss"      # the paper's rule; or "criticality" (lowest dropped)
-    prompt_format: str = "chat"
-    batch_size: int = 8
-
-    def validate(self) -> None:
-        require(0 <= self.drop < 1, "drop", "must lie in [0, 1)")
-        require(self.by in BY, "by", f"{self.by!r} is not one of {', '.join(BY)}")
-        require(self.prompt_format in FORMATS, "prompt_format",
-                f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}")
-        require(self.batch_size >= 1, "batch_size", "must be at least 1")
+    drop: float = bounded(0.25, ge=0, lt=1)    # share of examples dropped
+    by: str = bounded("no_context_loss", one_of=BY)  # the paper's rule, or "criticality"
+    prompt_format: str = bounded("chat", one_of=FORMATS)
+    batch_size: int = bounded(8, ge=1)
 
 
 @torch.no_grad()
@@ -88,7 +81,7 @@ def response_losses(model, encoded: Sequence[dict], pad_id: int, batch_size: int
 def score_examples(model, tokenizer, examples: Sequence[Instruction], cfg: CurateConfig,
                    progress: Progress | None = None) -> list[dict]:
     """Per example: `loss_with_context`, `loss_without_context`, `criticality`."""
-    cfg.validate()
+    validate_config(cfg)
     with_ctx = [encode(tokenizer, ex, cfg.prompt_format, context=True) for ex in examples]
     without = [encode(tokenizer, ex, cfg.prompt_format, context=False) for ex in examples]
     both = response_losses(model, with_ctx + without, tokenizer_pad_id(tokenizer),

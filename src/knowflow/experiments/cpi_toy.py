@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from knowflow.config import require
+from knowflow.config import bounded, require
 from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS, drop_lowest_no_context_loss
 from knowflow.experiments.mitigations import THEORY, fall_removed, meets_goal
 from knowflow.experiments.parallel import run_jobs
@@ -48,34 +48,39 @@ PARTS = ("inversion", "c_only", "with_s", "train_v", "mitigations")
 
 @dataclass(frozen=True)
 class ToyWorldConfig:
-    n_answers: int = 50  # |A|: context / answer tokens
+    n_answers: int = bounded(50, ge=3)  # |A|: context / answer tokens
     n_heldout_answers: int = 10  # answers used only as counterfactual test contexts
-    n_test: int = 100  # held-out memorized subjects, each with a conflicting context
-    delta_c: float = 0.6  # pretrained: P(c | value of context token c)
-    delta_m: float = 0.95  # pretrained: P(fact | value of memorized subject)
+    n_test: int = bounded(100, ge=1)  # held-out memorized subjects, each with a conflicting context
+    delta_c: float = bounded(0.6, gt=0, lt=1)  # pretrained: P(c | value of context token c)
+    delta_m: float = bounded(0.95, gt=0, lt=1)  # pretrained: P(fact | value of memorized subject)
     pretrain: Literal["constructed", "trained"] = "constructed"  # how W_V is obtained
-    pretrain_steps: int = 2000  # for pretrain=trained (full-batch Adam on D_pre)
+    pretrain_steps: int = bounded(2000, ge=1)  # for pretrain=trained (full-batch Adam on D_pre)
     pretrain_lr: float = 0.05
 
 
 @dataclass(frozen=True)
 class MixtureConfig:
-    n_c: int = 60  # context-critical: unmemorized subject, answer only in the context
-    n_cs: int = 140  # memorized subject, the context agrees with its fact
-    n_s_seen: int = 0  # no context, memorized fact
-    n_s_unseen: int = 0  # no context, a fact the pretrained model does not know
-    n_aug: int = 0  # counterfactual augmentation: memorized subject, conflicting context
+    # context-critical: unmemorized subject, answer only in the context
+    n_c: int = bounded(60, ge=0)
+    n_cs: int = bounded(140, ge=0)  # memorized subject, the context agrees with its fact
+    n_s_seen: int = bounded(0, ge=0)  # no context, memorized fact
+    n_s_unseen: int = bounded(0, ge=0)  # no context, a fact the pretrained model does not know
+    # counterfactual augmentation: memorized subject, conflicting context
+    n_aug: int = bounded(0, ge=0)
 
 
 @dataclass(frozen=True)
 class PartsConfig:
-    with_s_points: int = 100  # part 3: S points (memorized facts) added to the mixture
-    aug_points: int = 60  # part 5: counterfactual-augmentation points added
-    filter_fraction: float = 0.25  # part 5: share dropped (lowest no-context loss); paper: 25%
-    dynamic_every: int = 50  # part 5, dynamic curation: re-score every N steps
-    dynamic_fraction: float = ARM_FRACTION  # ... and leave out this share of the points still
-    #                                         in (lowest no-context loss) ...
-    dynamic_threshold: float | None = MEMORY_LOSS  # ... of those, only the ones below this loss
+    # part 3: S points (memorized facts) added to the mixture
+    with_s_points: int = bounded(100, ge=0)
+    aug_points: int = bounded(60, ge=0)  # part 5: counterfactual-augmentation points added
+    # part 5: share dropped (lowest no-context loss); paper: 25%
+    filter_fraction: float = bounded(0.25, ge=0, lt=1)
+    dynamic_every: int = bounded(50, ge=1)  # part 5, dynamic curation: re-score every N steps
+    # ... and leave out this share of the points still in (lowest no-context loss) ...
+    dynamic_fraction: float = bounded(ARM_FRACTION, gt=0, lt=1)
+    # ... of those, only the ones below this loss
+    dynamic_threshold: float | None = bounded(MEMORY_LOSS, gt=0)
     dynamic_readmit: bool = False  # True: re-admit them at the next re-scoring
 
 
@@ -93,35 +98,16 @@ class CpiToyConfig:
     phase: PhaseConfig = field(default_factory=PhaseConfig)
 
     def validate(self) -> None:
-        self.phase.validate()
-        w, m, f, p = self.world, self.mixture, self.finetune, self.part
+        """What spans several fields; each field's own range is declared on it (`bounded`),
+        and the sections are checked by `validate_config` before this."""
+        w, m = self.world, self.mixture
         require(len(self.parts) > 0, "parts", "choose at least one part")
         for name in self.parts:
             require(name in PARTS, "parts", f"unknown part {name!r} (known: {', '.join(PARTS)})")
-        require(w.n_answers >= 3, "world.n_answers", "must be at least 3")
         require(0 <= w.n_heldout_answers <= w.n_answers - 2, "world.n_heldout_answers",
                 "must be between 0 and n_answers - 2")
-        require(w.n_test >= 1, "world.n_test", "must be at least 1")
-        for name in ("delta_c", "delta_m"):
-            value = getattr(w, name)
-            require(0 < value < 1, f"world.{name}", f"must lie in (0, 1), got {value}")
-        for name in ("n_c", "n_cs", "n_s_seen", "n_s_unseen", "n_aug"):
-            require(getattr(m, name) >= 0, f"mixture.{name}", "must not be negative")
         require(m.n_c + m.n_cs + m.n_s_seen + m.n_s_unseen + m.n_aug > 0, "mixture",
                 "the finetuning mixture is empty")
-        require(f.steps >= 1, "finetune.steps", "must be at least 1")
-        require(f.lr > 0, "finetune.lr", "must be positive")
-        require(f.eval_every >= 1, "finetune.eval_every", "must be at least 1")
-        require(f.value_lr_scale > 0, "finetune.value_lr_scale", "must be positive")
-        require(w.pretrain_steps >= 1, "world.pretrain_steps", "must be at least 1")
-        require(p.with_s_points >= 0, "part.with_s_points", "must not be negative")
-        require(p.aug_points >= 0, "part.aug_points", "must not be negative")
-        require(0 <= p.filter_fraction < 1, "part.filter_fraction", "must lie in [0, 1)")
-        require(p.dynamic_every >= 1, "part.dynamic_every", "must be at least 1")
-        require(0 < p.dynamic_fraction < 1, "part.dynamic_fraction", "must lie in (0, 1)")
-        require(p.dynamic_threshold is None or p.dynamic_threshold > 0,
-                "part.dynamic_threshold", "must be positive")
-        require(self.workers >= 1, "workers", "must be at least 1")
 
 
 @dataclass(frozen=True)

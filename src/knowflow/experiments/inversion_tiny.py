@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from knowflow.config import require
+from knowflow.config import bounded, require
 from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
-from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny_curves import arm_summary, mean_curve
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
 from knowflow.experiments.inversion_tiny_jobs import finetune_job, job_arm, pretrain_job
@@ -62,8 +61,9 @@ ARMS, DEFAULT_ARMS = TINY_ARMS, TINY_DEFAULT_ARMS  # (`--set arms=...,dynamic` a
 
 @dataclass(frozen=True)
 class TinyTrackConfig:
-    every: int = 20  # evaluate every N finetuning steps (and at 0 and the end)
-    train_examples: int = 480  # training examples (evenly spaced) whose loss each record has
+    every: int = bounded(20, ge=1)  # evaluate every N finetuning steps (and at 0 and the end)
+    # training examples (evenly spaced) whose loss each record has
+    train_examples: int = bounded(480, ge=1)
     mechanism_arms: tuple[str, ...] = ("mixed",)  # arms that also record gradient projections
 
 
@@ -79,13 +79,18 @@ class InversionTinyConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = DEFAULT_ARMS
     workers: int = 2  # processes; each uses one torch thread
-    filter_fraction: float = 0.25  # `filtered`: share dropped (lowest no-context loss)
-    curate_every: int = 50  # `dynamic`: steps between re-scorings under the current model
-    curate_fraction: float = ARM_FRACTION  # `dynamic`: at most this share of the rows still
+    # `filtered`: share dropped (lowest no-context loss)
+    filter_fraction: float = bounded(0.25, ge=0, lt=1)
+    # `dynamic`: steps between re-scorings under the current model
+    curate_every: int = bounded(50, ge=1)
+    # `dynamic`: at most this share of the rows still
+    curate_fraction: float = bounded(ARM_FRACTION, gt=0, lt=1)
     #                                        in is left out ...
-    curate_threshold: float | None = MEMORY_LOSS  # ... of it only no-context losses below this
+    # ... of it only no-context losses below this
+    curate_threshold: float | None = bounded(MEMORY_LOSS, gt=0)
     curate_readmit: bool = False  # True: dropped rows come back at the next re-scoring
-    aug_share: float = 0.25  # `augmented`: counterfactual examples added, as a share of size
+    # `augmented`: counterfactual examples added, as a share of size
+    aug_share: float = bounded(0.25, ge=0)
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -96,48 +101,21 @@ class InversionTinyConfig:
     phase: PhaseConfig = field(default_factory=PhaseConfig)
 
     def validate(self) -> None:
-        w, m, p, mix, s = self.world, self.model, self.pretrain, self.mixture, self.sft
-        self.phase.validate()
+        """What spans several fields; each field's own range is declared on it (`bounded`),
+        and the sections (world, model, pretrain, mixture, sft, track, phase) are checked by
+        `validate_config` before this."""
+        w, m, p = self.world, self.model, self.pretrain
         require(len(self.seeds) > 0, "seeds", "choose at least one seed")
         require(len(self.arms) > 0, "arms", "choose at least one arm")
         for arm in self.arms:
             require(arm in ARMS, "arms", f"unknown arm {arm!r} (known: {', '.join(ARMS)})")
-        require(self.workers >= 1, "workers", "must be at least 1")
-        require(0 <= self.filter_fraction < 1, "filter_fraction", "must lie in [0, 1)")
-        require(self.aug_share >= 0, "aug_share", "must not be negative")
-        require(self.curate_every >= 1, "curate_every", "must be at least 1")
-        require(0 < self.curate_fraction < 1, "curate_fraction", "must lie in (0, 1)")
-        require(self.curate_threshold is None or self.curate_threshold > 0,
-                "curate_threshold", "must be positive (a no-context loss)")
-        require(w.n_relations >= 1, "world.n_relations", "must be at least 1")
-        require(w.n_values >= 2, "world.n_values", "must be at least 2")
-        for g in ("mem_train", "mem_eval", "unk_train", "unk_eval"):
-            require(getattr(w, g) >= 1, f"world.{g}", "must be at least 1")
-        require(w.context_facts >= 1, "world.context_facts", "must be at least 1")
         require(w.scratch >= max(p.lookup_facts, w.context_facts), "world.scratch",
                 "must be at least pretrain.lookup_facts and world.context_facts")
         require(m.d_model % m.heads == 0, "model.d_model", "must be a multiple of model.heads")
-        for name in ("layers", "heads", "d_model", "d_ff"):
-            require(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
-        require(p.steps >= 1, "pretrain.steps", "must be at least 1")
-        require(p.facts_per_doc >= 2, "pretrain.facts_per_doc", "must be at least 2")
         require(2 <= p.lookup_facts <= p.facts_per_doc, "pretrain.lookup_facts",
                 "must lie between 2 and pretrain.facts_per_doc")
-        require(0 <= p.lookup_share <= 1, "pretrain.lookup_share", "must lie in [0, 1]")
         require(p.facts_per_doc <= (w.mem_train + w.mem_eval) * w.n_relations,
                 "pretrain.facts_per_doc", "exceeds the number of memorized facts")
-        require(p.eval_every >= 1, "pretrain.eval_every", "must be at least 1")
-        for name in ("lookup_memorized", "lookup_reliability"):
-            require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
-        for name in ("recall_target", "lookup_target"):
-            require(0 <= getattr(p, name) <= 1, f"pretrain.{name}", "must lie in [0, 1]")
-        mix.validate("mixture.")
-        try:
-            s.validate()
-        except ConfigError as exc:
-            raise exc.under("sft.") from None
-        require(self.track.every >= 1, "track.every", "must be at least 1")
-        require(self.track.train_examples >= 1, "track.train_examples", "must be at least 1")
 
 
 @register("inversion-tiny", InversionTinyConfig, with_phase(plot_inversion_tiny),

@@ -20,16 +20,17 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from knowflow.config import bounded
 from knowflow.models.batching import right_pad
 from knowflow.worlds.tiny_world import BOS, EOS, PAD, UNK, Example
 
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    layers: int = 2
-    heads: int = 4
-    d_model: int = 64
-    d_ff: int = 256
+    layers: int = bounded(2, ge=1)
+    heads: int = bounded(4, ge=1)
+    d_model: int = bounded(64, ge=1)
+    d_ff: int = bounded(256, ge=1)
 
 
 def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: int,

@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
+from knowflow.config import bounded
 from knowflow.curate.criticality import no_context_loss
 from knowflow.models.cpi_toy import OneLayerCPI
 from knowflow.train.curation import next_drop
@@ -28,11 +29,12 @@ POSITIONS = {"context": 0, "subject": 1, "relation": 2}  # input layout [c, s, r
 
 @dataclass(frozen=True)
 class ToyFinetuneConfig:
-    steps: int = 1000
+    steps: int = bounded(1000, ge=1)
     lr: float = 4.0
     optimizer: Literal["gd", "adam"] = "gd"
-    eval_every: int = 1
-    value_lr_scale: float = 1.0  # W_V's learning rate relative to W_KQ's (when W_V trains)
+    eval_every: int = bounded(1, ge=1)
+    # W_V's learning rate relative to W_KQ's (when W_V trains)
+    value_lr_scale: float = bounded(1.0, gt=0)
 
 
 def gradient_projections(model: OneLayerCPI, grad_wkq: torch.Tensor) -> tuple[float, float]:

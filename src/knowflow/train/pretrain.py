@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from knowflow.config import bounded
 from knowflow.io import atomic_write_folder
 from knowflow.models.hf import cache_dir
 from knowflow.models.tiny import TinyModelConfig, build_tokenizer, encode_words, make_model
@@ -56,19 +57,22 @@ SHIPPED = Path(__file__).resolve().parents[1] / "models" / "data" / "tiny-pretra
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = 4000  # fixed budget (no early stop)
+    steps: int = bounded(4000, ge=1)  # fixed budget (no early stop)
     batch_size: int = 32
     lr: float = 1e-3
     warmup: int = 100
-    facts_per_doc: int = 3
-    lookup_share: float = 0.5  # share of documents that end in a lookup
+    facts_per_doc: int = bounded(3, ge=2)
+    lookup_share: float = bounded(0.5, ge=0, le=1)  # share of documents that end in a lookup
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
-    lookup_memorized: float = 1.0  # share of lookup statements about memorized subjects
-    lookup_reliability: float = 0.9  # P(the repeat states the value read earlier): delta_C
+    # share of lookup statements about memorized subjects
+    lookup_memorized: float = bounded(1.0, ge=0, le=1)
+    # P(the repeat states the value read earlier): delta_C
+    lookup_reliability: float = bounded(0.9, ge=0, le=1)
     quiz_share: float = 0.3  # share of lookups about memorized subjects ending in a quiz line
-    recall_target: float = 0.98  # warn if recall of memorized facts ends below this
-    lookup_target: float = 0.95  # ... or lookup accuracy ends below this
-    eval_every: int = 100
+    # warn if recall of memorized facts ends below this
+    recall_target: float = bounded(0.98, ge=0, le=1)
+    lookup_target: float = bounded(0.95, ge=0, le=1)  # ... or lookup accuracy ends below this
+    eval_every: int = bounded(100, ge=1)
     shipped: bool = True  # use the checkpoint shipped with knowflow when one matches (not hashed)
 
 

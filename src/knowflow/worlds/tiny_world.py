@@ -33,7 +33,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from knowflow.config import require
+from knowflow.config import bounded, require
 from knowflow.schema import KINDS, MixtureShares  # noqa: F401  (KINDS: re-exported)
 
 BOS, PAD, UNK, EOS = "<bos>", "<pad>", "<unk>", "<eos>"
@@ -45,14 +45,15 @@ GROUPS = ("mem_train", "mem_eval", "unk_train", "unk_eval", "scratch")
 
 @dataclass(frozen=True)
 class TinyWorldConfig:
-    n_relations: int = 2
-    n_values: int = 40
-    mem_train: int = 120  # memorized subjects used in finetuning
-    mem_eval: int = 60  # memorized subjects for counterfactual / held-out evaluation
-    unk_train: int = 120  # unknown subjects for C examples
-    unk_eval: int = 60  # unknown subjects for held-out C evaluation
+    n_relations: int = bounded(2, ge=1)
+    n_values: int = bounded(40, ge=2)
+    mem_train: int = bounded(120, ge=1)  # memorized subjects used in finetuning
+    mem_eval: int = bounded(60, ge=1)  # memorized subjects for counterfactual / held-out evaluation
+    unk_train: int = bounded(120, ge=1)  # unknown subjects for C examples
+    unk_eval: int = bounded(60, ge=1)  # unknown subjects for held-out C evaluation
     scratch: int = 60  # subjects of the lookup documents
-    context_facts: int = 1  # statements in a finetuning context (1 = the target only)
+    # statements in a finetuning context (1 = the target only)
+    context_facts: int = bounded(1, ge=1)
 
 
 @dataclass(frozen=True)
