@@ -27,6 +27,7 @@ from knowflow.models.batching import right_pad
 from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
+CHECK_ROWS = 4  # rows of a model's first tree batch also scored the two-pass way
 
 
 def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
@@ -50,13 +51,16 @@ def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], 
     if extra is not None or ok is False or all(len(c) == 1 for cs in conts for c in cs):
         return _score_batch_cached(model, prompts, conts, prefix, pad_id, extra)
     tree = score_batch_tree(model, prompts, conts, prefix, pad_id)
-    if ok is None:
-        ref = _score_batch_cached(model, prompts, conts, prefix, pad_id)
+    if ok is None:  # checked on up to CHECK_ROWS rows with a multi-token candidate
+        rows = [b for b, cs in enumerate(conts) if any(len(c) > 1 for c in cs)][:CHECK_ROWS]
+        ref = _score_batch_cached(model, [prompts[b] for b in rows], [conts[b] for b in rows],
+                                  prefix, pad_id)
         tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
         model._knowflow_tree_ok = all(
             abs(a[0] - b[0]) <= tol and a[1] == b[1]
-            for ra, rb in zip(tree, ref, strict=True) for a, b in zip(ra, rb, strict=True))
-        return tree if model._knowflow_tree_ok else ref
+            for r, rb in zip(rows, ref, strict=True) for a, b in zip(tree[r], rb, strict=True))
+        if not model._knowflow_tree_ok:
+            return _score_batch_cached(model, prompts, conts, prefix, pad_id)
     return tree
 
 
