@@ -123,10 +123,8 @@ def _prepare_data(cfg: InversionSmolConfig, arm: str, arm_dir: Path) -> str:
         return str(path)
     rows = builtin_mixture(cfg.mixture)
     if arm == "augmented":
-
         rows = augment(rows, cfg.augment_ratio, cfg.mixture.seed)
     else:
-
         model, tok = load_model(cfg.model)
         ccfg = CurateConfig(drop=cfg.curate_drop, prompt_format=cfg.sft.prompt_format)
         rows, scores = curate_examples(model, tok, rows, ccfg)

@@ -41,7 +41,6 @@ def check(cfg: SFTJobConfig) -> None:
         require(t.stop_drop is None, "track.stop_drop",
                 "--stop-drop needs tracking; drop --no-track or --stop-drop")
     if cfg.curate.mode != "dynamic":
-
         require(cfg.curate == DynamicCurationConfig(), "curate.mode",
                 "--curate-every, --curate-fraction and --curate-threshold need "
                 "--curate dynamic")
@@ -50,7 +49,6 @@ def check(cfg: SFTJobConfig) -> None:
     check_device(cfg.device)
     check_model(cfg.model)
     if cfg.data != BUILTIN:
-
         warn_duplicate_keys(Path(cfg.data))
 
 
@@ -65,6 +63,5 @@ def run(cfg: SFTJobConfig, out_dir: Path, progress: Progress | None = None) -> d
         sft_fields = {f.name for f in dataclasses.fields(SFTConfig)}
         raise exc.under("sft.") if exc.field in sft_fields else exc from None
     if cfg.data != BUILTIN:
-
         summary["n_duplicate_keys"] = len(duplicate_key_lines(Path(cfg.data)))
     return summary
