@@ -87,3 +87,8 @@ def test_curate_and_augment_results(tok, rows, tmp_path):
     assert aug.rows == augment_rows(rows, 0.5, 3) == knowflow.augment(rows, 0.5, 3).rows
     assert len(aug.added) == sum(bool(r.extra.get("augmented")) for r in aug.rows) > 0
     assert aug.save(tmp_path / "aug").name == "augmented.jsonl"
+    # the old forms still work: kept, scores = curate(model, tokenizer, rows, cfg); rows out
+    old_kept, old_scores = knowflow.curate(model, tok, rows, CurateConfig(drop=0.25,
+                                                                          batch_size=4))
+    assert old_kept == kept and old_scores == scores
+    assert list(knowflow.augment(rows, ratio=0.5, seed=3)) == aug.rows == list(aug)

@@ -285,12 +285,20 @@ class CurateResult:
     def to_pandas(self):
         return _frame(self.scores)
 
+    def __iter__(self):  # `kept, scores = curate(...)`, as the old form returned
+        return iter((self.kept, self.scores))
 
-def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenizer=None,
+
+def curate(model="smollm2-135m-instruct", data=BUILTIN, *legacy, config=None, tokenizer=None,
            device: str = "auto", dtype: str = "auto", seed: int = 0,
            progress: Progress | None = None, **overrides) -> CurateResult:
     """Score every instruction row's context-criticality with `model` and drop the least
-    critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows."""
+    critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows. The
+    old form `kept, scores = curate(model, tokenizer, rows, cfg)` still works."""
+    if hasattr(data, "pad_token_id"):  # curate(model, tokenizer, rows[, cfg])
+        tokenizer, data, config = data, *(list(legacy) + [config])[:2]
+    elif legacy:
+        raise TypeError("curate(model, data, *, config=None, **overrides)")
     cfg = _config(CurateConfig, config, overrides)
     rows = instruction_rows(data, seed)
     model, tokenizer, _ = _model(model, tokenizer, device, dtype)
@@ -311,6 +319,13 @@ class AugmentResult:
 
     def to_pandas(self):
         return _frame([dataclasses.asdict(r) for r in self.rows])
+
+    # the rows, as the old `augment(rows, ratio)` returned them
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
 
 
 def augment(data=BUILTIN, *legacy, config=None, **overrides) -> AugmentResult:
