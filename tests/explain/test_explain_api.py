@@ -9,6 +9,7 @@ import knowflow
 from conftest import byte_tokenizer, tiny_llama
 from knowflow.explain.splitter import split_sentences
 from knowflow.worlds.conditions import names, text_key
+from knowflow.worlds.needle import needle_items
 from knowflow.worlds.suites import get_suite
 
 CONTEXT = "Paris is in France. The sky is blue today. Rome is in Italy."
@@ -87,5 +88,7 @@ def test_needle_suites_mark_the_sentence_that_states_the_answer(suite):
                        names(text_key(s), it.subject) for s in others)  # as whole words
         agree = it.counterfactual_answer == it.parametric_answer
         assert agree == (suite == "needle-agree")
-    assert get_suite(suite, seed=1)[0].context != items[0].context
-    assert get_suite(suite) == items                                # seeded: the same again
+    agree = suite == "needle-agree"
+    again = needle_items(0, suite, agree)                           # seeded: the same again
+    assert [it.context for it in again] == [it.context for it in items]
+    assert needle_items(1, suite, agree)[0].context != items[0].context

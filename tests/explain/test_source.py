@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from knowflow.explain.source import confusion, expected_verdict, same_answer, verdict
+from knowflow.explain.source import (
+    answer_span,
+    confusion,
+    expected_verdict,
+    same_answer,
+    verdict,
+)
 from knowflow.worlds.facts import ConflictItem
 
 ln = math.log
@@ -52,3 +58,12 @@ def test_confusion_counts_only_checked_items():
                       ["context", "both", "memory", "neither"])
     assert table == {"context": {"context": 1, "memory": 0, "both": 0, "neither": 1},
                      "memory": {"context": 0, "memory": 0, "both": 1, "neither": 0}}
+
+
+def test_answer_span_cuts_before_the_named_answer():
+    assert answer_span(_item(), "The capital of France is Lyon.") == \
+        ("The capital of France is", " Lyon")
+    assert answer_span(_item(), "Paris, of course.") == ("", "Paris")
+    assert answer_span(_item(), "Marseille.") == ("", "Marseille.")       # names neither
+    unlabelled = _item(cf="", par="")
+    assert answer_span(unlabelled, "It is Lyon.") == ("", "It is Lyon.")

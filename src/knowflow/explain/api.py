@@ -33,9 +33,9 @@ from knowflow.explain.attribution import (
 )
 from knowflow.explain.config import ExplainConfig
 from knowflow.explain.mechanism import mechanism
-from knowflow.explain.prompts import encode, rendered, sentence_tokens
+from knowflow.explain.prompts import encode, rendered, sentence_tokens, with_lead
 from knowflow.explain.result import ExplainResult, summarize
-from knowflow.explain.source import expected_verdict, same_answer, verdict
+from knowflow.explain.source import answer_span, expected_verdict, same_answer, verdict
 from knowflow.explain.splitter import split_sentences
 from knowflow.models.hf import load_model
 from knowflow.runs import Progress
@@ -169,10 +169,18 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
                for it, out in zip(items, said, strict=True)]
     for it, a, s in zip(items, targets, seqs, strict=True):
         _check_answer(model, tokenizer, it, a, len(s))
-    conts = [[p.answer_prefix + a] + ([p.answer_prefix + m] if m else [])
-             for p, a, m in zip(with_ctx, targets, said_bare, strict=True)]
-    scored = score_continuations(model, tokenizer, seqs, conts, batch_size=cfg.batch_size)
-    scored_bare = score_continuations(model, tokenizer, bare, conts, batch_size=cfg.batch_size)
+    spans = [answer_span(it, a) if answer is None and cfg.target == "generated" else ("", a)
+             for it, a in zip(items, targets, strict=True)]
+    led = [with_lead(p, lead) for p, (lead, _) in zip(with_ctx, spans, strict=True)]
+    led_bare = [with_lead(p, lead) for p, (lead, _) in zip(without, spans, strict=True)]
+    conts = [[p.answer_prefix + span] for p, (_, span) in zip(led, spans, strict=True)]
+    seqs_led, bare_led = encode(tokenizer, led), encode(tokenizer, led_bare)
+    run = dict(batch_size=cfg.batch_size)
+    scored = score_continuations(model, tokenizer, seqs_led, conts, **run)
+    scored_bare = score_continuations(model, tokenizer, bare_led, conts, **run)
+    memory = [[p.answer_prefix + (m or " ")] for p, m in zip(with_ctx, said_bare, strict=True)]
+    memory_ctx = score_continuations(model, tokenizer, seqs, memory, **run)
+    memory_bare = score_continuations(model, tokenizer, bare, memory, **run)
     shared = (time.perf_counter() - clock) / len(items)
     records = []
     for i, it in enumerate(items):
@@ -180,12 +188,13 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
         if not math.isfinite(lp_ctx) or not math.isfinite(lp_bare):
             raise DataError(_where(it), f"the model cannot produce the answer {targets[i]!r} "
                             "(probability 0)", hint="give another answer")
-        rec = _source_record(it, cfg, targets[i], said[i], said_bare[i], scored[i],
-                             scored_bare[i])
+        rec = _source_record(it, cfg, targets[i], spans[i], said[i], said_bare[i],
+                             (scored[i][0], memory_ctx[i][0]),
+                             (scored_bare[i][0], memory_bare[i][0]))
         rec["seconds"] = {"source": shared}
         if cfg.sentences:
-            rec.update(_sentences(model, tokenizer, it, seqs[i], conts[i][0], lp_ctx, cfg,
-                                  rec["seconds"]))
+            rec.update(_sentences(model, tokenizer, it, seqs_led[i], conts[i][0], lp_ctx, cfg,
+                                  rec["seconds"], spans[i][0]))
         records.append(rec)
         if progress is not None:
             progress(i + 1, len(items), "explain")
@@ -200,22 +209,25 @@ def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
     return generated
 
 
-def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str, said: str,
-                   said_bare: str, scored, scored_bare) -> dict:
+def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
+                   span: tuple[str, str], said: str, said_bare: str, scored, scored_bare
+                   ) -> dict:
+    """The source level of one record; `scored`/`scored_bare`: ((answer's log-prob, tokens),
+    (memory answer's log-prob, tokens)) with and without the context."""
     lp_ctx, lp_bare = scored[0][0], scored_bare[0][0]
-    name, numbers = verdict(lp_ctx, lp_bare, same_answer(answer, said_bare),
+    name, numbers = verdict(lp_ctx, lp_bare, same_answer(span[1], said_bare),
                             cfg.context_ratio, cfg.confident)
     labelled = bool(item.counterfactual_answer.strip() and item.parametric_answer.strip())
     expected = expected_verdict(item, answer) if labelled else None
-    mem = {"memory_answer_logprob_context": scored[1][0] if len(scored) > 1 else None,
-           "memory_answer_logprob_no_context": scored_bare[1][0]
-           if len(scored_bare) > 1 else None}
-    mem["memory_answer_prob_no_context"] = math.exp(mem["memory_answer_logprob_no_context"]) \
-        if mem["memory_answer_logprob_no_context"] is not None else None
+    known = bool(said_bare.strip())
+    mem = {"memory_answer_logprob_context": scored[1][0] if known else None,
+           "memory_answer_logprob_no_context": scored_bare[1][0] if known else None,
+           "memory_answer_prob_no_context": math.exp(scored_bare[1][0]) if known else None}
     return {"id": item.id, "suite": item.suite, "context": item.context,
             "question": item.question, "target": cfg.target, "answer": answer,
+            "answer_lead": span[0], "explained": span[1],
             "answer_generated": said, "answer_no_context": said_bare,
-            "answer_tokens": scored[0][1], "logprob_context": lp_ctx,
+            "explained_tokens": scored[0][1], "logprob_context": lp_ctx,
             "logprob_no_context": lp_bare, "context_contribution": lp_ctx - lp_bare, **mem,
             "verdict": name, "verdict_numbers": numbers,
             "counterfactual_answer": item.counterfactual_answer,
@@ -226,10 +238,12 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str, said: st
 
 
 def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], continuation: str,
-               lp_ctx: float, cfg: ExplainConfig, seconds: dict) -> dict:
+               lp_ctx: float, cfg: ExplainConfig, seconds: dict, lead: str) -> dict:
+    """The sentence and mechanism levels of one record; `prompt_ids` end with `lead`, the
+    answer's text before the explained `continuation`."""
     sentences = split_sentences(item.context)
     clock = time.perf_counter()
-    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg)
+    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead)
     seconds["ablation"] = time.perf_counter() - clock
     clock = time.perf_counter()
     spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)

@@ -57,9 +57,11 @@ class Attribution:
 
 
 def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
-                masks: torch.Tensor, continuation: str, cfg: ExplainConfig) -> torch.Tensor:
-    """The continuation's log-probability after the prompt under each mask: (ablations,)."""
-    seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format)
+                masks: torch.Tensor, continuation: str, cfg: ExplainConfig, lead: str = ""
+                ) -> torch.Tensor:
+    """The continuation's log-probability after the prompt (and `lead`) under each mask:
+    (ablations,)."""
+    seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format, lead)
     scores = score_continuations(model, tokenizer, seqs, [[continuation]] * len(seqs),
                                  batch_size=cfg.batch_size)
     return torch.tensor([s[0][0] for s in scores], dtype=torch.float64)
@@ -76,12 +78,13 @@ def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torc
 
 
 def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
-              continuation: str, logprob_full: float, cfg: ExplainConfig) -> Attribution:
+              continuation: str, logprob_full: float, cfg: ExplainConfig, lead: str = ""
+              ) -> Attribution:
     """Ablation attribution of the continuation to each sentence (see the module docstring)."""
     n = len(sentences)
     fit_masks, held = ablation_masks(n, cfg, item.id + item.context)
     targets = score_masks(model, tokenizer, item, sentences, torch.cat([fit_masks, held]),
-                          continuation, cfg)
+                          continuation, cfg, lead)
     surrogate = fit_surrogate(fit_masks, targets[:len(fit_masks)], cfg.cv_folds, cfg.seed)
     weights = surrogate.weights
     lds = spearman(surrogate.predict(held), targets[len(fit_masks):]) if len(held) > 1 \
@@ -93,7 +96,8 @@ def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence
         removed = torch.ones(len(ks), n, dtype=torch.int64)
         for r, k in enumerate(ks):
             removed[r, order[:k]] = 0
-        fallen = score_masks(model, tokenizer, item, sentences, removed, continuation, cfg)
+        fallen = score_masks(model, tokenizer, item, sentences, removed, continuation, cfg,
+                             lead)
         drops = {k: logprob_full - float(v) for k, v in zip(ks, fallen, strict=True)}
     return Attribution([float(w) for w in weights], surrogate.intercept, surrogate.alpha,
                        order[0], lds, drops, len(targets) + len(ks))

@@ -29,17 +29,28 @@ def rendered(item: ConflictItem, tokenizer, fmt: str, context: str | None = None
                   PromptConfig(fmt, use_context=bool(shown)))
 
 
+def with_lead(prompt: Prompt, lead: str) -> Prompt:
+    """The prompt followed by the start of the answer (`lead`, the text before the span that
+    is explained); the span then follows it directly."""
+    if not lead:
+        return prompt
+    return dataclasses.replace(prompt, text=prompt.text + prompt.answer_prefix + lead,
+                               answer_prefix="")
+
+
 def encode(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
     return encode_prompts(tokenizer, [p.text for p in prompts],
                           [p.add_special_tokens for p in prompts])
 
 
 def ablated_prompts(item: ConflictItem, sentences: Sequence[Sentence], masks: torch.Tensor,
-                    tokenizer, fmt: str) -> list[list[int]]:
-    """Token ids of the item's prompt under each mask row (ablations, sentences) {0,1}."""
+                    tokenizer, fmt: str, lead: str = "") -> list[list[int]]:
+    """Token ids of the item's prompt under each mask row (ablations, sentences) {0,1},
+    followed by `lead` (see `with_lead`)."""
     texts = [join_kept(item.context, sentences, [bool(k) for k in row])
              for row in masks.tolist()]
-    return encode(tokenizer, [rendered(item, tokenizer, fmt, t) for t in texts])
+    return encode(tokenizer, [with_lead(rendered(item, tokenizer, fmt, t), lead)
+                              for t in texts])
 
 
 def sentence_tokens(item: ConflictItem, sentences: Sequence[Sentence], tokenizer, fmt: str

@@ -3,8 +3,11 @@ neither?
 
 The numbers are the answer's teacher-forced log-probability with the context and without it
 (summed over its tokens) and whether the model, asked without the context, says the same
-answer. Their difference is the context's pointwise contribution, log p(a | c, q) -
-log p(a | q). The rules:
+answer. Where a generated answer names one of the item's two answers, only that name is
+scored, after the generated text that leads to it (`answer_span`): "The capital of India is
+Mumbai." is weighed by " Mumbai", not by how likely the phrasing is. The difference of the
+two log-probabilities is the context's pointwise contribution, log p(a | c, q) - log p(a | q).
+The rules:
 
 * the context *supports* the answer when it multiplies the answer's probability by at least
   `context_ratio`, or the answer is at least `confident` likely with the context and the
@@ -67,6 +70,28 @@ def expected_verdict(item: ConflictItem, produced: str) -> str | None:
     if hit_cf and hit_par:
         return None
     return "context" if hit_cf else "memory" if hit_par else "neither"
+
+
+def answer_span(item: ConflictItem, produced: str) -> tuple[str, str]:
+    """(lead, span): where a produced answer names one of the item's two answers ("The capital
+    of India is Mumbai."), the text before that name and the name with the space before it
+    ("The capital of India is", " Mumbai"), so that the verdict weighs the name, not the
+    phrasing around it; otherwise ("", produced)."""
+    labelled = item.counterfactual_answer.strip() and item.parametric_answer.strip()
+    found = expected_verdict(item, produced) if labelled else None
+    if found in (None, "neither"):
+        return "", produced
+    names = (item.parametric_answer, *item.parametric_aliases) if found == "memory" else \
+        (item.counterfactual_answer, *item.counterfactual_aliases)
+    low = produced.lower()
+    for name in sorted((n.strip() for n in names if n.strip()), key=len, reverse=True):
+        at = low.find(name.lower())
+        if at > 0:
+            lead = produced[:at].rstrip()
+            return lead, produced[len(lead):at + len(name)]
+        if at == 0:
+            return "", produced[:len(name)]
+    return "", produced
 
 
 def confusion(expected: Sequence[str | None], found: Sequence[str]) -> dict[str, dict[str, int]]:

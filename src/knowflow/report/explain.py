@@ -108,7 +108,8 @@ def _card(rec: dict) -> str:
              f'<div><b>answer without the context</b>{html.escape(rec["answer_no_context"])}'
              "</div></div>",
              f'<p><span class="verdict v-{v}">{v}</span>{check}</p>'
-             f'<div class="numbers">log p(answer | context) = {rec["logprob_context"]:.3f} '
+             f'<div class="numbers">explained: {html.escape(repr(rec.get("explained", "")))}; '
+             f'log p(answer | context) = {rec["logprob_context"]:.3f} '
              f"(p = {p[0]:.3g}); log p(answer | no context) = {rec['logprob_no_context']:.3f} "
              f"(p = {p[1]:.3g}); context contribution = {nums['context_contribution']:+.3f}; "
              f"context supports: {nums['context_supports']}; memory agrees: "
