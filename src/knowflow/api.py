@@ -312,10 +312,14 @@ class AugmentResult:
     config: AugmentConfig
     added: list[Instruction] = field(default_factory=list)
 
+    def write(self, out: str | Path) -> Path:
+        """`knowflow augment --out OUT`'s file: the rows, JSONL."""
+        return save_instructions(Path(out), self.rows)
+
     def save(self, out_dir: str | Path) -> Path:
         """`out_dir/augmented.jsonl`."""
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        return save_instructions(Path(out_dir) / "augmented.jsonl", self.rows)
+        return self.write(Path(out_dir) / "augmented.jsonl")
 
     def to_pandas(self):
         return _frame([dataclasses.asdict(r) for r in self.rows])

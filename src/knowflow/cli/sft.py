@@ -163,12 +163,10 @@ def curate_cmd(
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Score each example's context-criticality with the model; drop the least critical."""
+    from knowflow.api import curate
     from knowflow.config import validate_config
-    from knowflow.curate.criticality import CurateConfig, curate_examples
-    from knowflow.io import atomic_write_jsonl
-    from knowflow.models.hf import check_device, check_model, load_model
-    from knowflow.report.curation import curation_figure
-    from knowflow.worlds.instruction_rows import save_instructions
+    from knowflow.curate.criticality import CurateConfig
+    from knowflow.models.hf import check_device, check_model
 
     check_threads(threads)
     cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
@@ -183,16 +181,10 @@ def curate_cmd(
         raise KnowflowError(f"{data}: curation needs Alpaca-form rows (the context is "
                             "their 'input'); chat 'messages' rows have no separate context",
                             "convert them to instruction/input/output rows")
-    mdl, tok = load_model(model, device=device, dtype=dtype)
     with Bars("scoring") as progress:
-        kept, scores = curate_examples(mdl, tok, rows, cfg, progress)
-    n_dropped = len(rows) - len(kept)
-    key = "loss_without_context" if by == "no_context_loss" else "criticality"
-    kept_scores = [s[key] for s in scores if not s["dropped"]]
-    cutoff = min(kept_scores) if n_dropped and kept_scores else None
-    save_instructions(out, kept)
-    scores_path = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), scores)
-    figure = curation_figure(scores, by, cutoff, out.with_suffix(".png"))
+        result = curate(model, rows, config=cfg, device=device, dtype=dtype, progress=progress)
+    _, scores_path, figure = result.write(out)  # the same files as knowflow.curate(...).write
+    kept, scores = result.kept, result.scores
     table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",
                   "mean criticality")
     for kind in sorted({str(s["kind"]) for s in scores}):
@@ -215,8 +207,7 @@ def augment_cmd(
     seed: Annotated[int, Opt(help="Seed.")] = 0,
 ) -> None:
     """Add entity-substituted counterfactual examples (context and answer changed together)."""
-    from knowflow.curate.augment import augment
-    from knowflow.worlds.instruction_rows import save_instructions
+    from knowflow.api import augment
 
     check_seed(seed)
     if not 0 < ratio <= MAX_RATIO:  # also refuses nan and inf
@@ -224,9 +215,9 @@ def augment_cmd(
                           "--ratio", "e.g. 0.25 adds one counterfactual per four examples")
     _check_out(data, out)
     rows = _rows(data, seed)
-    result = augment(rows, ratio, seed)
-    save_instructions(out, result)
-    added = [r for r in result if r.extra.get("augmented")]
+    result = augment(rows, ratio=ratio, seed=seed)
+    result.write(out)
+    added = result.added
     console.print(f"{len(rows)} examples + {len(added)} counterfactual = {len(result)} -> {out}",
                   highlight=False)
     if added:
