@@ -20,7 +20,7 @@ def model(tok):
     return tiny_llama(tok)
 
 
-ITEMS = get_suite("cf-capitals", limit=4) + get_suite("cf-quotes", limit=4)
+SUITES = ["cf-capitals", "cf-world", "cf-bio", "cf-quotes"]  # the four built-in suites
 
 
 @pytest.mark.parametrize("fmt", ["chat", "plain"])
@@ -33,8 +33,8 @@ def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
         raise AssertionError("generation ran under --scoring loglik")
 
     monkeypatch.setattr(items, "generate", no_generation)
-    res = evaluate(model, ["cf-capitals", "cf-quotes"], tokenizer=tok, scoring="loglik",
-                   prompt_format=fmt, limit=4, n_bootstrap=10)
+    res = evaluate(model, SUITES, tokenizer=tok, scoring="loglik", prompt_format=fmt, limit=4,
+                   n_bootstrap=10)
     for suite, recs in res.records.items():
         for rec, it in zip(recs, get_suite(suite, limit=4), strict=True):
             p = render(it, tok, PromptConfig(fmt, use_context=False))
