@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from corpus.cases import CASES
 from corpus.files import write_inputs, write_runs
+from corpus.valid import VALID, write_valid
 from knowflow.cli import app
 
 runner = CliRunner()
@@ -21,13 +22,15 @@ def _snapshot(root: Path) -> dict[str, tuple]:
             for p in sorted(root.rglob("*"))}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.args for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch):
     if case.cuda is False and torch.cuda.is_available():
         pytest.skip("the message is for a machine without CUDA")
     write_inputs(tmp_path)
     write_runs(tmp_path, str(tiny_model_dir))
     monkeypatch.chdir(tmp_path)
+    for name, value in case.env:
+        monkeypatch.setenv(name, value)
     before = _snapshot(tmp_path)
     args = [a.format(model=tiny_model_dir) for a in shlex.split(case.args)]
     result = runner.invoke(app, args)
@@ -40,3 +43,13 @@ def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch
         errors = [line for line in lines if line.startswith("error: ")]
         assert len(errors) == 1 and lines[-1] == errors[0], out
     assert _snapshot(tmp_path) == before, "the refused command changed its folder"
+
+
+@pytest.mark.parametrize("case", VALID, ids=[c.args for c in VALID])
+def test_valid_input_runs(case, tmp_path, tiny_model_dir, monkeypatch):
+    write_valid(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = [a.format(model=tiny_model_dir) for a in shlex.split(case.args)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and case.fragment in result.output, result.output

@@ -7,6 +7,7 @@ run's end, so they land while the work is under way. Slow: each kind starts six 
 """
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -171,3 +172,105 @@ def test_sigkill_then_resume_gives_the_same_records(name, tmp_path, tiny_model_d
         _assert_all_valid(root)
     print("\n" + "\n".join(table))
     assert all(line.endswith("yes") for line in table), "\n".join(table)
+
+
+def _descendants(pid: int) -> set[int]:
+    """The live processes below `pid` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if Path(f"/proc/{p}").exists() and
+            Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"}
+
+
+SIGNAL_KINDS = ("cpi-toy", "sft", "eval", "probe")
+
+
+def _signal_kinds(model: Path, data: Path, items: Path) -> dict[str, dict]:
+    kinds = _kinds(model, data, items)
+    kinds["cpi-toy"] = {**kinds["cpi-toy"], "args": [a if a != "workers=1" else "workers=2"
+                                                     for a in kinds["cpi-toy"]["args"]]}
+    kinds["probe"] = dict(args=["probe", "knockout", "--model", str(model), "--limit", "6",
+                                "--all", "--window", "1", "--out", "out"],
+                          folder="out", records="records.jsonl", resume=None, clock="launch")
+    return kinds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("name", SIGNAL_KINDS)
+def test_sigint_and_sigterm_stop_cleanly_and_resume_to_the_same_records(name, tmp_path,
+                                                                        tiny_model_dir):
+    """SIGINT and SIGTERM at random moments: one line and exit 130/143 (or 0 if the run had
+    finished), no traceback, no process left behind, stderr closed when the command exits;
+    then --resume (or, for eval and probe, the same command again) gives the records of an
+    uninterrupted run. Trials per signal: $KNOWFLOW_SIGNAL_TRIALS (default 2)."""
+    trials = int(os.environ.get("KNOWFLOW_SIGNAL_TRIALS", "2"))
+    data = _write(tmp_path / "train.jsonl", _instructions())
+    items = _write(tmp_path / "items.jsonl", _items())
+    kind = _signal_kinds(tiny_model_dir, data, items)[name]
+    ref_root = tmp_path / "reference"
+    ref_root.mkdir()
+    begin = time.monotonic()
+    _go(kind["args"], ref_root)
+    work = time.monotonic() - begin
+    (ref,) = _run_dirs(ref_root, kind)
+    ignore = kind.get("ignore", ())
+    expected = _records(ref, kind["records"], ignore)
+    rng = random.Random(f"signal-{name}")
+    table = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        for k in range(trials):
+            root = tmp_path / f"{signum.name}-{k}"
+            root.mkdir()
+            after = rng.uniform(0.1, 0.8) * work
+            proc = subprocess.Popen([EXE, *kind["args"]], cwd=root, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
+            time.sleep(after)
+            below = _descendants(proc.pid)
+            proc.send_signal(signum)
+            try:  # EOF on stderr: no process holds it open any more
+                _, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                err += "\n(stderr still open 120 s after the signal)"
+            time.sleep(0.5)
+            orphans = _alive(below | _descendants(proc.pid))
+            for pid in orphans:
+                os.kill(pid, signal.SIGKILL)
+            lines = [line for line in err.splitlines() if line.strip()]
+            errors = [line for line in lines if line.startswith("error:")]
+            code = proc.returncode
+            clean = "Traceback" not in err and (
+                (code == 128 + signum and len(errors) == 1 and lines[-1] == errors[0])
+                or code == 0)
+            runs = _run_dirs(root, kind)
+            finished = code == 0
+            if not finished and runs and kind["resume"] is not None and \
+                    (runs[0] / "config.json").exists():
+                _go(kind["resume"](str(runs[0].relative_to(root))), root)
+            elif not finished:
+                _go(kind["args"], root)
+            (run,) = _run_dirs(root, kind)
+            equal = _records(run, kind["records"], ignore) == expected
+            table.append(f"{name} | {signum.name} at {after:.1f} s | exit {code} | "
+                         f"{'one line, no traceback' if clean else 'NOT CLEAN: ' + err[-300:]}"
+                         f" | orphans {len(orphans)} | records equal: "
+                         f"{'yes' if equal else 'no'}")
+    print("\n" + "\n".join(table))
+    assert all(" orphans 0 " in t and "NOT CLEAN" not in t and t.endswith("yes")
+               for t in table), "\n".join(table)

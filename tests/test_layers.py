@@ -3,7 +3,7 @@ above it.
 
 The order is the flow of data in DESIGN.md, lowest first:
 
-    foundation (errors, io, config, schema, runs: no knowflow imports but each other)
+    foundation (errors, io, config, schema, runs, outputs: no knowflow imports but each other)
     worlds       facts, items, prompts, instruction rows, suites, loaders: what everything reads
     models       the theory toys, the tiny Llama (its tokenizer, answer scoring), HF models
     evaluate, probes   score and dissect a model (siblings; neither imports the other)
@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import pkgutil
 from pathlib import Path
 
 import knowflow
+from conftest import load_benchmark
 
 SRC = Path(knowflow.__file__).parent
 LAYERS = (
-    {"errors", "io", "config", "schema", "runs"},
+    {"errors", "io", "config", "schema", "runs", "outputs"},
     {"worlds"},
     {"models"},
     {"evaluate", "probes"},
@@ -61,14 +61,10 @@ FUNCTION_IMPORTS: dict[str, str] = {
                      "refused flag answer in 0.2 s instead of importing torch, transformers "
                      "and matplotlib (4 s)",
 }
-_SHAPE = Path(__file__).resolve().parents[1] / "benchmarks" / "code_shape.py"
 
 
 def _code_shape():
-    spec = importlib.util.spec_from_file_location("code_shape", _SHAPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("code_shape")  # benchmarks/code_shape.py: the import graph
 
 
 def _unit(module: str) -> str:

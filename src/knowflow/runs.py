@@ -312,12 +312,37 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
         piece = path if path.parent == folder else path.relative_to(folder).parts[0]
         hint = f"delete {folder / piece} to recompute just that piece, then {again}"
         if path.suffix == ".json":
-            read_json(path, hint=hint)
+            _check_shape(path, read_json(path, hint=hint), folder, hint)
         elif path.suffix == ".safetensors" and not _safetensors_complete(path):
             raise DataError(path, "damaged checkpoint (shorter than its header says)",
                             hint=hint)
         elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
             raise DataError(path, "damaged checkpoint (not a complete torch file)", hint=hint)
+
+
+    for ckpt in sorted(p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json")
+                       .is_file()):
+        names = ("adapter_model.safetensors", "adapter_model.bin") if \
+            (ckpt / "adapter_config.json").exists() else \
+            ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+        if not any((ckpt / name).is_file() for name in names):
+            raise DataError(ckpt, f"damaged checkpoint (no {names[0]})",
+                            hint=f"delete {ckpt} to resume from the one before, then {again}")
+
+
+def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:
+    """A checkpoint JSON file holds what its reader expects (not just any JSON)."""
+    if path.parent == folder:  # a PartStore piece
+        ok = isinstance(data, dict) and isinstance(data.get("records"), list) and \
+            isinstance(data.get("summary"), dict)
+        what = "records and a summary"
+    elif path.name == "trainer_state.json":
+        ok = isinstance(data, dict) and isinstance(data.get("global_step"), int)
+        what = "an object with global_step"
+    else:
+        return
+    if not ok:
+        raise DataError(path, f"not a knowflow checkpoint (expected {what})", hint=hint)
 
 
 def _safetensors_complete(path: Path) -> bool:

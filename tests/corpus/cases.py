@@ -9,6 +9,7 @@ a tiny random Llama saved as a model folder. `usage=True` marks mistakes click i
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -19,6 +20,12 @@ class Case:
     fragment: str
     usage: bool = False
     cuda: bool | None = None  # False: only meaningful without CUDA
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set for the case
+    klass: str = ""  # issue 31's failure class, for the table (`by_command_and_class`)
+
+    @property
+    def id(self) -> str:
+        return f"i31_{self.klass.replace(' ', '_')}: {self.args}" if self.klass else self.args
 
     @property
     def command(self) -> str:
@@ -302,5 +309,111 @@ CONFIG_CASES = [
     C("list extra", 2, "unexpected extra argument", usage=True),
 ]
 
+# Issue 31's classes, at least one case per class and command: data loss (an output that
+# would replace the user's files, another run's, an input or a non-regular file), internal
+# errors on input at fault (huge numbers, deep nesting, wrong cell types, checkpoint shapes),
+# input silently accepted (shifted or missing CSV cells, duplicate columns, NaN samples),
+# numeric limits, resume identity, environment. Each refused before anything is written.
+BIG = "9" * 5000
+CLASS_CASES = {
+    "data loss": [
+        C(f"{EVAL.replace('--out out', '--out mine')}", 2, "mine: the output folder is not empty"),
+        C(f"{EVAL.replace('--out out', '--out fx/ok/cpi-toy/1')}", 2,
+          "holds a run of `cpi-toy`, not of `eval`"),
+        C(f"{EVAL.replace('--out out', '--out .')}", 2, ".: the output folder is not empty"),
+        C(f"probe knockout {M} --out mine", 2, "mine: the output folder is not empty"),
+        C(f"probe project {M} --out fx/ok/cpi-toy/1", 2, "not of `probe-project`"),
+        C(f"curate {M} --data good.jsonl --out kept.png", 2,
+          "kept.png: the histogram file would be written over the output file"),
+        C(f"curate {M} --data x.scores.jsonl --out x.jsonl", 2,
+          "the scores file would replace the input x.scores.jsonl"),
+        C("augment --data good.jsonl --out fifo", 2, "fifo: the output file exists and is not"),
+        C("report fx/ok/cpi-toy/1 --out fx/ok/cpi-toy/1/config.json", 2,
+          "a file of the knowflow run"),
+        C("report fx/ok/cpi-toy/1 --out fifo", 2, "not a regular file"),
+        C("eval --data items.jsonl --out out", 2, "cannot create the model cache folder",
+          env=(("KNOWFLOW_CACHE", "afile"),)),
+        C("sft --data good.jsonl --runs-dir out", 2, "cannot create the model cache folder",
+          env=(("KNOWFLOW_CACHE", "afile"),)),
+        C("run sft --set data=good.jsonl --runs-dir out", 2, "cannot create the model cache",
+          env=(("KNOWFLOW_CACHE", "afile"),)),
+        C(f"sft {M} --data good.jsonl --runs-dir fifo", 2, "fifo is a file"),
+        C("run cpi-toy --runs-dir fifo", 2, "fifo is a file"),
+    ],
+    "internal error": [
+        C(f"{EVAL.replace('items.jsonl', 'bigint.jsonl')}", 2,
+          "bigint.jsonl, line 2: invalid JSON (a number of 5000 digits)"),
+        C(f"{EVAL.replace('items.jsonl', 'deep.jsonl')}", 2, "deep.jsonl, line 2"),
+        C(f"{EVAL.replace('items.jsonl', 'numalias.jsonl')} --fields context=context,"
+          "question=question,answer=answer,memory_answer=memory_answer,answer_aliases=alt", 2,
+          "field 'alt': expected a string or a list of strings, got int"),
+        C(f"sft {M} --data bigrows.jsonl", 2, "bigrows.jsonl, line 2"),
+        C(f"curate {M} --data deeprows.jsonl --out kept.jsonl", 2, "nested too deeply"),
+        C("augment --data bigrows.jsonl --out aug.jsonl", 2, "5000 digits"),
+        C(f"probe project {M} --data deep.jsonl", 2, "deep.jsonl, line 2"),
+        C("run cpi-toy --resume --runs-dir fx/cfgbig", 2, "config.json, line 1: damaged JSON"),
+        C("report fx/cfgbig/cpi-toy/1", 2, "damaged JSON (a number of 5000 digits)"),
+        C("run cpi-toy --resume --runs-dir fx/ckshape", 2, "not a knowflow checkpoint"),
+        C("sft --resume --run-dir fx/sftempty/sft/1", 2, "trainer_state.json, line 1"),
+        C("sft --resume --run-dir fx/sftnoad/sft/1", 2,
+          "damaged checkpoint (no adapter_model.safetensors)"),
+        C(f"sft --set sft.steps={BIG}", 2, "cannot parse '99999999999999999999..."),
+        C(f"run cpi-toy --set 'world={{{{\"n_test\": {BIG}}}}}'", 2, "'world'"),
+    ],
+    "silently accepted": [
+        C(f"{EVAL.replace('items.jsonl', 'shift.csv')}", 2,
+          "shift.csv, line 3: 6 cells, but the header has 4 columns"),
+        C(f"{EVAL.replace('items.jsonl', 'missingcell.csv')}", 2, "line 2: 3 cells"),
+        C(f"{EVAL.replace('items.jsonl', 'dupcol.csv')}", 2, "column 'answer' appears twice"),
+        C("eval --from-lm-eval nan.jsonl", 2, "nan.jsonl, line 1: invalid JSON (NaN"),
+        C("sft --set 'sft={{}}'", 2, "'sft': an empty section sets nothing"),
+        C("run cpi-toy --set 'finetune={{}}'", 2, "'finetune': an empty section"),
+        C("sft --resume --run-dir fx/sftedit/sft/1", 2, "config.json: changed since the run"),
+        C(f"sft {M} --data nanrows.jsonl", 2, "nanrows.jsonl, line 2: invalid JSON (NaN"),
+        C(f"curate {M} --data nanrows.jsonl --out kept.jsonl", 2, "nanrows.jsonl, line 2"),
+        C("augment --data nanrows.jsonl --out aug.jsonl", 2, "nanrows.jsonl, line 2"),
+        C(f"probe knockout {M} --data nanrows.jsonl", 2, "nanrows.jsonl, line 2"),
+    ],
+    "numeric limit": [
+        C("eval --threads 100000", 2, "'--threads': must be at most"),
+        C("eval --method cad --alpha 1e300", 2, "'alpha': must be at most 1000"),
+        C("sft --threads 100000", 2, "'--threads': must be at most"),
+        C("sft --set mixture.size=100000000", 2, "'mixture.size': must be at most 1000000"),
+        C("sft --set sft.scheduler=reduce_lr_on_plateau", 2, "unknown scheduler"),
+        C("sft --set sft.scheduler=cosine_with_min_lr", 2, "unknown scheduler"),
+        C("sft --set sft.optim=adamw_bnb_8bit", 2, "'sft.optim': 'adamw_bnb_8bit' is not"),
+        C("sft --set sft.optim=galore_adamw", 2, "'sft.optim'"),
+        C("sft --set sft.seed=99999999999", 2, "'sft.seed': must be at most 4294967295"),
+        C(f"{CURATE} --threads 100000", 2, "'--threads': must be at most"),
+        C(f"{AUGMENT} --ratio 999999", 2, "'--ratio': must be a positive number up to 100"),
+        C(f"probe sublayer {M} --threads 100000", 2, "'--threads': must be at most"),
+        C("run cpi-toy --threads 100000", 2, "'--threads': must be at most"),
+        C("run cpi-toy --set workers=100000", 2, "'workers': must be at most 256"),
+        C("run inversion-tiny --set sft.scheduler=bogus", 2, "'sft.scheduler': unknown"),
+        C("run inversion-smollm2 --set sft.scheduler=bogus", 2, "'sft.scheduler': unknown"),
+        C("run inversion-tiny --set sft.optim=adamw_bnb_8bit", 2, "'sft.optim'"),
+    ],
+    "resume identity": [
+        C("sft --resume --run-dir fx/ok/cpi-toy/1", 2,
+          "this is a `cpi-toy` run, not a `sft` run"),
+        C("run cpi-toy --resume --run-dir fx/sftck/sft/1", 2,
+          "this is a `sft` run, not a `cpi-toy` run"),
+        C("run ocr-toy --resume --run-dir fx/ok/cpi-toy/1", 2, "continue it with `knowflow run "
+          "cpi-toy --resume"),
+    ],
+}
+
+CLASS_CASES = {name: [dataclasses.replace(c, klass=name) for c in cs]
+               for name, cs in CLASS_CASES.items()}
 CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES + RUN_CASES
-         + REPORT_CASES + CONFIG_CASES)
+         + REPORT_CASES + CONFIG_CASES + [c for cs in CLASS_CASES.values() for c in cs])
+
+
+def by_command_and_class() -> dict[str, dict[str, int]]:
+    """{command: {class: cases}} (the corpus before issue 31 counts as "earlier")."""
+    table: dict[str, dict[str, int]] = {}
+    for case in CASES:
+        row = table.setdefault(case.command, {})
+        name = case.klass or "earlier"
+        row[name] = row.get(name, 0) + 1
+    return table

@@ -4,7 +4,9 @@ damaged in the ways an interrupted disk or a careless edit damages them."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 from pathlib import Path
 
 
@@ -43,8 +45,31 @@ def write_inputs(root: Path) -> None:
         "nocols.csv": "question,answer\nq,a\n",
         "afile": "not a folder\n",
     }
+    item = _items(1)[0]
+    header = ",".join(item)
+    files.update({
+        # issue 31's classes: valid input refused, silently accepted, internal errors
+        "bigint.jsonl": _jsonl(_items(1)) + '{"context": "c", "answer": ' + "9" * 5000 + "}\n",
+        "deep.jsonl": _jsonl(_items(1)) + "[" * 100_000 + "]" * 100_000 + "\n",
+        "shift.csv": f"{header}\n" + ",".join(f'"{v}"' for v in item.values()) + "\n"
+                     "Zorb is, in fact, the capital,What is it?,Zorb,Paris\n",
+        "dupcol.csv": "context,question,answer,answer,memory_answer\nc,q,a,b,m\n",
+        "missingcell.csv": f"{header}\nc,q,a\n",
+        "numalias.jsonl": _jsonl([{**it, "alt": 7} for it in _items(2)]),
+        "nan.jsonl": '{"doc": {"counterfactual_answer": "a", "choices": ["a", "b"]}, '
+                     '"resps": [[[NaN, false]], [[-1.0, false]]]}\n',
+        "x.scores.jsonl": _jsonl(_instructions(4)),
+        "bigrows.jsonl": _jsonl(_instructions(1)) + '{"instruction": "a", "output": "b", '
+                         '"n": ' + "9" * 5000 + "}\n",
+        "deeprows.jsonl": _jsonl(_instructions(1)) + "[" * 100_000 + "]" * 100_000 + "\n",
+        "nanrows.jsonl": _jsonl(_instructions(1)) + '{"instruction": "a", "input": "b", '
+                         '"output": "c", "weight": NaN}\n',
+        "mine/config.json": '{"my": "own settings"}\n',
+    })
+    (root / "mine").mkdir()
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
+    os.mkfifo(root / "fifo")
     (root / "latin1.jsonl").write_bytes('{"instruction": "caf\xe9", "output": "x"}\n'
                                         .encode("latin-1"))
     (root / "adir").mkdir()
@@ -80,6 +105,16 @@ def write_runs(root: Path, model: str) -> None:
     _run(root, "metbad", "cpi-toy", cpi, **{"metrics.jsonl": metrics})
     _run(root, "sftck", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json":
                                        '{"global_step": 2, "log_hist'})
+    _run(root, "ckshape", "cpi-toy", cpi, **{"checkpoints__inversion.json": '[1, 2]'})
+    _run(root, "cfgbig", "cpi-toy", '{"seed": ' + "7" * 5000 + "}")
+    _run(root, "sftempty", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json": "",
+                                         "checkpoints__checkpoint-2__adapter_config.json": "{}"})
+    _run(root, "sftnoad", "sft", sft, **{
+        "checkpoints__checkpoint-2__trainer_state.json": '{"global_step": 2}',
+        "checkpoints__checkpoint-2__adapter_config.json": "{}"})
+    edited = _run(root, "sftedit", "sft", sft)
+    (edited / "run.json").write_text(json.dumps({"command": "sft", "config_sha256": hashlib
+                                                 .sha256(b"another config").hexdigest()}))
     st = _run(root, "sftst", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json":
                                             '{"global_step": 2}'})
     header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()

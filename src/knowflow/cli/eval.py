@@ -69,8 +69,8 @@ def eval_cmd(
     from knowflow.api import evaluate
     from knowflow.config import validate_config
     from knowflow.evaluate.config import EvalConfig
-    from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
+    from knowflow.runs import holding
     from knowflow.worlds.tables import parse_fields
 
     check_threads(threads)
@@ -86,16 +86,16 @@ def eval_cmd(
     validate_config(cfg)
     check_suites(suite)
     check_device(device)
-    check_output_dir(out or Path("runs") / "eval", "output folder")
+    _check_out(out, data)
     check_model(model)
     set_threads(threads)
-    with Bars("eval") as progress:
+    with holding(out), Bars("eval") as progress:
         # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
         result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
                           config=cfg, fields=mapping, device=device, dtype=dtype,
                           out_dir=out, runs_root=None if out else Path("runs"),
                           progress=progress)
-    report = result.out_dir / "report.html"
+        report = result.out_dir / "report.html"
     print_eval(result.summary)
     if result.conditions:
         show_conditions(result.conditions, result.out_dir)
@@ -105,18 +105,30 @@ def eval_cmd(
     console.print(f"report: {report}", highlight=False)
 
 
+def _check_out(out: Path | None, inputs) -> None:
+    """--out: new, empty or an earlier eval's folder, holding no input (before any work)."""
+    from knowflow.io import check_output_dir
+    from knowflow.outputs import check_out_dir
+
+    if out is None:
+        check_output_dir(Path("runs") / "eval", "output folder")
+    else:
+        check_out_dir(out, "eval", inputs=inputs or [])
+
+
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
     from knowflow.api import finish_eval
     from knowflow.evaluate.api import from_lm_eval
-    from knowflow.io import check_output_dir
+    from knowflow.runs import holding
 
     if clash:
         raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
                           "--from-lm-eval", "drop --suite/--data")
-    check_output_dir(out or Path("runs") / "eval", "output folder")
-    result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
-                          seed=seed)
-    report = finish_eval(result.out_dir)
+    _check_out(out, samples)
+    with holding(out):
+        result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
+                              seed=seed)
+        report = finish_eval(result.out_dir)
     print_eval(result.summary)
     console.print(f"results: {result.out_dir}", highlight=False)
     console.print(f"report: {report}", highlight=False)

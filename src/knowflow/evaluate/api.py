@@ -106,9 +106,10 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
         swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
             else None
     if run is not None:
-        if swept is not None:
-            sweep.write(run.path, swept)
-        _write_items(run, records, summary)
+        try:
+            _write_items(run, records, summary, swept)
+        finally:
+            run.close()
     return Results(summary, records, config, run.path if run is not None else None,
                    time.time() - start, MODES[cfg.scoring],
                    {k: round(v, 2) for k, v in timings.items()},
@@ -133,9 +134,10 @@ def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
     run = _start(config, out_dir, runs_root)
     if run is None:
         return None
-    if conditions is not None:
-        Sweep.write(run.path, conditions)
-    _write_items(run, records, summary)
+    try:
+        _write_items(run, records, summary, conditions)
+    finally:
+        run.close()
     return run.path
 
 
@@ -146,7 +148,11 @@ def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | Non
     return start_run(config, "eval", runs_root=runs_root, out_dir=out_dir)
 
 
-def _write_items(run: RunFolder, records: dict[str, list[dict]], summary: dict) -> None:
+def _write_items(run: RunFolder, records: dict[str, list[dict]], summary: dict,
+                 swept: Swept | None = None) -> None:
+    """items.jsonl (flat records) and summary.json, after a sweep's conditions.json/l."""
+    if swept is not None:
+        Sweep.write(run.path, swept)
     run.write_records(ITEMS, [flat(r) for rs in records.values() for r in rs])
     run.write_summary(summary)
 

@@ -33,6 +33,7 @@ from knowflow.runs import (
     CONFIG,
     Progress,
     RunFolder,
+    check_identity,
     check_run_files,
     latest_unfinished,
     remove_stale_temps,
@@ -68,17 +69,28 @@ def _resumed_config(exp, run_dir: Path) -> Any:
     if not (run_dir / CONFIG).exists():
         raise ConfigError(f"--resume: {run_dir} has no {CONFIG}",
                           hint="it is not a knowflow run; start a fresh run instead")
+    check_identity(run_dir, exp.name)
     remove_stale_temps(run_dir)
     check_run_files(run_dir, resume=True)
     hint = "start a fresh run (without --resume); this saved config does not fit this version"
     try:
         cfg = config_from_dict(exp.config_cls, read_json(run_dir / CONFIG))
+        cfg = _saved_data(cfg, run_dir)
         validate_config(cfg)
     except ConfigError as exc:
         raise DataError(run_dir / CONFIG, str(exc.args[0]).split("; ")[0], hint=hint) from None
     except TypeError as exc:  # a field the dataclass does not accept
         raise DataError(run_dir / CONFIG, f"not this experiment's config ({exc})",
                         hint=hint) from None
+    return cfg
+
+
+def _saved_data(cfg: Any, run_dir: Path) -> Any:
+    """A run that saved its training rows (`data.jsonl`) resumes from them, not from the
+    `data` path it was started with (which may have changed or moved since)."""
+    saved = run_dir / "data.jsonl"
+    if isinstance(getattr(cfg, "data", None), str) and cfg.data != "builtin" and saved.is_file():
+        return dataclasses.replace(cfg, data=str(saved))
     return cfg
 
 
@@ -100,7 +112,7 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         if exp.check is not None:
             exp.check(cfg)
         log.info("resuming %s", run_dir)
-        run = RunFolder(run_dir)  # never removed
+        run = RunFolder(run_dir).claim()  # never removed; one process at a time
     else:
         cfg = build_config(name, overrides)
         if exp.check is not None:
@@ -117,10 +129,13 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         if not out_of_memory(exc):
             raise
         raise memory_error(f"choose smaller sizes (see `knowflow config {name}`)") from None
-    except KeyboardInterrupt:
-        raise Interrupted(run.path) from None
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, signal=getattr(exc, "signal", None)) from None
     seconds = time.perf_counter() - start
-    figures, report = finish_run(run, summary, exp.plot)
+    try:
+        figures, report = finish_run(run, summary, exp.plot)
+    finally:
+        run.close()
     return RunResult(run.path, summary, exp.columns, figures, report, seconds)
 
 

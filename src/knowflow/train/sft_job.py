@@ -84,6 +84,18 @@ def tracked_items(cfg: SFTJobConfig):
     return None  # the tracker loads cfg.track.suites itself
 
 
+def logged_loss(history: list[dict], sft) -> dict:
+    """`train_loss`: the mean of the losses the Trainer logged over the whole run (its log
+    history, which a checkpoint keeps), not the Trainer's own figure, which averages only the
+    steps of the last process; `train_loss_from` says so. A resumed run's first log after the
+    checkpoint averages the steps since the checkpoint, so the two agree when sft.save_every
+    is a multiple of sft.log_every."""
+    losses = [h["loss"] for h in history if isinstance(h.get("loss"), (int, float))]
+    return {"train_loss": sum(losses) / len(losses) if losses else None,
+            "train_loss_from": f"mean of {len(losses)} losses logged every {sft.log_every} "
+                               "steps over the whole run (log_history)"}
+
+
 def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | None = None,
                 model=None, tokenizer=None) -> dict:
     """Run the job into `out_dir` (continuing from its checkpoints if it has any)."""
@@ -120,7 +132,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
             result.model.save_pretrained(folder)
             tokenizer.save_pretrained(folder)
         atomic_write_folder(out_dir / "model", write, marker="config.json")
-    summary = {"steps": result.steps, "train_loss": result.train_loss,
+    summary = {"steps": result.steps, **logged_loss(result.log_history, cfg.sft),
                "seconds": round(seconds, 1), "n_examples": len(encoded),
                "n_dropped_too_long": len(dropped), "trainable_params": result.trainable_params,
                "total_params": result.total_params}

@@ -1,0 +1,60 @@
+"""The valid-input corpus: files as other tools save them (a UTF-8 byte-order mark from Excel
+or Notepad, CRLF line ends, cells longer than csv's default limit, non-ASCII paths) that every
+command must read and run on (exit code 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from corpus.cases import Case
+from corpus.files import _instructions, _items
+
+BOM = "\ufeff"
+M = "--model {model}"
+EVAL = f"eval {M} --scoring loglik --no-known-filter --out out --data"
+
+
+def _crlf(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows)
+
+
+def _csv(rows: list[dict], extra: str = "") -> str:
+    head = ",".join([*rows[0], *(["notes"] if extra else [])])
+    body = "".join(",".join([*(f'"{v}"' for v in r.values()), *([extra] if extra else [])])
+                   + "\r\n" for r in rows)
+    return head + "\r\n" + body
+
+
+def write_valid(root: Path) -> None:
+    items, rows = _items(3), _instructions(8)
+    files = {
+        "bom.jsonl": BOM + _crlf(items),
+        "bom.json": BOM + json.dumps(items, indent=2).replace("\n", "\r\n"),
+        "excel.csv": BOM + _csv(items),
+        "long.csv": _csv(items, extra="x" * 140_000),  # a cell over csv's 131,072 limit
+        "données/évaluation ü.jsonl": _crlf([{**it, "context": it["context"] + " — café"}
+                                              for it in items]),
+        "bom-train.jsonl": BOM + _crlf(rows),
+        "bom-prompts.jsonl": BOM + _crlf([{"prompt": "The capital of France is",
+                                           "subject": "France", "answer": "Paris"}]),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8", newline="")
+
+
+VALID = [
+    Case(f"{EVAL} bom.jsonl", 0, "results: out"),
+    Case(f"{EVAL} bom.json", 0, "results: out"),
+    Case(f"{EVAL} excel.csv", 0, "results: out"),
+    Case(f"{EVAL} long.csv", 0, "results: out"),
+    Case(f"eval {M} --scoring loglik --no-known-filter --out résultats --data "
+         "'données/évaluation ü.jsonl'", 0, "results: résultats"),
+    Case("augment --data bom-train.jsonl --out 'données/augmenté.jsonl'", 0,
+         "counterfactual"),
+    Case(f"sft {M} --data bom-train.jsonl --steps 1 --batch-size 4 --no-track "
+         "--max-length 512 --runs-dir 'données/runs'", 0, "run directory"),
+    Case(f"probe knockout {M} --data bom-prompts.jsonl --window 1 --all --out 'sondé ü'", 0,
+         "run directory"),
+]
