@@ -176,7 +176,35 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _answer_sentence(row: dict, item) -> int | None:
+    """The one sentence whose statement the model's answer names (its answer, or its subject
+    where that is not the question's), or None (none or several)."""
+    from knowflow.evaluate.normalize import alternatives, answers_present
+
+    named = [i for i, (subject, value) in enumerate(item.meta["statements"])
+             if answers_present(row["answer"], [alternatives(value)])[0] or
+             (subject != item.subject and answers_present(row["answer"],
+                                                          [alternatives(subject)])[0])]
+    return named[0] if len(named) == 1 else None
+
+
 def _report(rows: list[dict], counts: list[int], with_cc: bool) -> None:
+    from knowflow.worlds.suites import get_suite
+
+    _table(rows, counts, with_cc)
+    by_id = {it.id: it for suite in ("needle-cf", "needle-agree") for it in get_suite(suite)}
+    named = []
+    for r in rows:
+        where = _answer_sentence(r, by_id[r["id"]])
+        if where is not None:
+            named.append({**r, "needle": where})
+    print(f"\nthe {len(named)} of them whose answer names exactly one sentence's statement, "
+          "with that sentence as the one to find:")
+    if named:
+        _table(named, counts, with_cc)
+
+
+def _table(rows: list[dict], counts: list[int], with_cc: bool) -> None:
     print(f"{len(rows)} needle items ({sum(r['id'].startswith('needle-cf') for r in rows)} "
           f"needle-cf, {sum(r['id'].startswith('needle-agree') for r in rows)} needle-agree)")
     print(f"{'method':<22}{'ablations':>10}{'top-1 hit':>11}{'LDS':>8}{'top-1 drop':>12}"

@@ -4,7 +4,8 @@ Each item's context is 5-10 statements of one relation, one per sentence: exactl
 needle) is about the queried subject, the others state the true fact for other subjects.
 In `needle-cf` the needle moves the subject's fact to another real answer of the same kind
 (it contradicts memory); in `needle-agree` it states the true fact. The needle's sentence
-index is `item.meta["needle"]`, as the offline splitter (`explain.splitter`) counts it: every
+index is `item.meta["needle"]` (`item.meta["statements"]` lists each sentence's (subject,
+answer) in order), as the offline splitter (`explain.splitter`) counts it: every
 statement is one sentence, no value containing a period is used, and chemical symbols are
 left out (a sentence ending in "K." or "Co." reads as an initial or an abbreviation).
 
@@ -92,8 +93,9 @@ def needle_items(seed: int, suite: str, agree: bool) -> list[ConflictItem]:
                 continue
             chosen = rng.sample(fillers, n - 1)
             needle = rng.randrange(n)
-            lines = [_statement(relation, s, a) for s, a, _ in chosen]
-            lines.insert(needle, _statement(relation, subject, answer))
+            facts_shown = [(s, a) for s, a, _ in chosen]
+            facts_shown.insert(needle, (subject, answer))
+            lines = [_statement(relation, s, a) for s, a in facts_shown]
             agreeing = list(lines)
             agreeing[needle] = _statement(relation, subject, true)
             items.append(ConflictItem(
@@ -102,5 +104,6 @@ def needle_items(seed: int, suite: str, agree: bool) -> list[ConflictItem]:
                 counterfactual_answer=answer, parametric_answer=true,
                 counterfactual_aliases=answer_aliases, parametric_aliases=aliases,
                 relation=relation, subject=subject,
-                meta={"needle": needle, "n_sentences": n, AGREEING: " ".join(agreeing)}))
+                meta={"needle": needle, "n_sentences": n, AGREEING: " ".join(agreeing),
+                      "statements": [list(f) for f in facts_shown]}))
     return items
