@@ -1,3 +1,6 @@
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import settings
@@ -91,3 +94,12 @@ def tiny_model_dir(tmp_path_factory):
     tiny_llama(tok).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (tests reuse its code instead of copying it)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,19 +4,15 @@ The builders live in `benchmarks/check_report_browser.py`, which renders the sam
 headless Chromium; loading it here keeps one definition of a fake run.
 """
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "check_report_browser.py"
+from conftest import load_benchmark
 
 
 def _load_browser_check():
-    spec = importlib.util.spec_from_file_location("check_report_browser", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_report_browser")
 
 
 @pytest.fixture(scope="session")
