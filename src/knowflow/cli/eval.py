@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from knowflow.cli.common import Opt, check_suites, check_threads, console, set_threads
-from knowflow.cli.eval_tables import print_eval, show_conditions
+from knowflow.cli.eval_tables import print_eval, print_strength, show_conditions
 from knowflow.cli.progress import Bars
 from knowflow.errors import ConfigError
 
@@ -97,6 +97,7 @@ def eval_cmd(
                           progress=progress)
         report = result.out_dir / "report.html"
     print_eval(result.summary)
+    print_strength(result.summary)
     if result.conditions:
         show_conditions(result.conditions, result.out_dir)
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())

@@ -36,6 +36,24 @@ def print_eval(summary: dict) -> None:
     console.print(table)
 
 
+def print_strength(summary: dict) -> None:
+    """Per graded suite (cf-numeric): the share that follows the context, and that keeps the
+    memorized value, per conflict strength and scoring mode (nothing without one)."""
+    rows = [(suite, mode, label, m) for suite, modes in summary.items()
+            for mode, metrics in modes.items() if isinstance(metrics, dict)
+            for label, m in (metrics.get("by_strength") or {}).items()]
+    if not rows:
+        return
+    table = Table("suite", "scoring", "strength", "n", "follows context (95% CI)",
+                  "per-token (95% CI)", "keeps memory (95% CI)",
+                  caption="strength: how far the context's value is from the true one; "
+                          "per-token: log-likelihood choice divided by token count")
+    for suite, mode, label, m in rows:
+        table.add_row(suite, mode, label, str(m["n"]), _cell(m, "counterfactual_accuracy"),
+                      _cell(m, "counterfactual_accuracy_norm"), _cell(m, "parametric_accuracy"))
+    console.print(table)
+
+
 def _cell(row: dict, key: str) -> str:
     value, ci = row.get(key), row.get(f"{key}_ci")
     if value is None:
