@@ -1,6 +1,7 @@
 """The documentation keeps up with the code: every flag of every `knowflow` command appears on
-that command's page under docs/commands/, every page is reachable from mkdocs.yml's nav, and
-the README stays a short entry point whose links resolve. (`make test` builds the site itself
+that command's page under docs/commands/ (a subcommand's own page, or its group's page for the
+options the group shares), every registered experiment has its page, every page is reachable
+from mkdocs.yml's nav, and the README stays a short entry point whose links resolve. (`make test` builds the site itself
 with `mkdocs build --strict`.)"""
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ def flags(command) -> list[str]:
     return [n for n in names if n != "--help"]
 
 
-def page_for(path: tuple[str, ...]) -> Path:
-    """docs/commands/<group>-<sub>.md where a subcommand has its own page, else the group's
-    (or the command's) docs/commands/<name>.md."""
+def pages_for(path: tuple[str, ...]) -> list[Path]:
+    """The pages that may document a command's flags: docs/commands/<group>-<sub>.md where a
+    subcommand has its own page, and the group's (or the command's) docs/commands/<name>.md,
+    where options shared by a group's subcommands are documented once."""
     own = COMMANDS / f"{'-'.join(path)}.md"
-    return own if own.exists() else COMMANDS / f"{path[0]}.md"
+    group = COMMANDS / f"{path[0]}.md"
+    return [p for p in dict.fromkeys((own, group)) if p.exists()]
 
 
 def mentions(text: str, flag: str) -> bool:
@@ -65,17 +68,17 @@ def test_the_walk_finds_the_commands_and_their_flags():
 
 
 def test_every_command_has_a_page():
-    missing = sorted({str(page_for(p).relative_to(ROOT)) for p, _ in LEAVES
-                      if not page_for(p).exists()})
+    missing = sorted(f"docs/commands/{'-'.join(p)}.md" for p, _ in LEAVES if not pages_for(p))
     assert not missing, f"commands without a page: {missing}"
 
 
 def test_every_flag_of_every_command_is_documented_on_its_page():
     gaps = []
     for path, command in LEAVES:
-        page = page_for(path)
-        text = page.read_text(encoding="utf-8") if page.exists() else ""
-        gaps += [f"knowflow {' '.join(path)} {flag} (not in {page.relative_to(ROOT)})"
+        pages = pages_for(path)
+        text = "\n".join(p.read_text(encoding="utf-8") for p in pages)
+        where = " or ".join(str(p.relative_to(ROOT)) for p in pages) or "no page"
+        gaps += [f"knowflow {' '.join(path)} {flag} (not in {where})"
                  for flag in flags(command) if not mentions(text, flag)]
     assert not gaps, "undocumented flags:\n" + "\n".join(gaps)
 
