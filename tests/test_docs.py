@@ -1,8 +1,8 @@
 """The documentation keeps up with the code: every flag of every `knowflow` command appears on
 that command's page under docs/commands/ (a subcommand's own page, or its group's page for the
 options the group shares), every registered experiment has its page, every page is reachable
-from mkdocs.yml's nav, and the README stays a short entry point whose links resolve. (`make test` builds the site itself
-with `mkdocs build --strict`.)"""
+from mkdocs.yml's nav, and the README stays a short entry point whose links resolve.
+(`make test` builds the site itself with `mkdocs build --strict`.)"""
 
 from __future__ import annotations
 
