@@ -393,6 +393,10 @@ CLASS_CASES = {
         C("run inversion-smollm2 --set sft.scheduler=bogus", 2, "'sft.scheduler': unknown"),
         C("run inversion-tiny --set sft.optim=adamw_bnb_8bit", 2, "'sft.optim'"),
     ],
+    "unclear": [
+        C(f"{EVAL.replace('items.jsonl', 'longctx.jsonl')}", 2,
+          "item longctx-0000: the prompt is"),
+    ],
     "resume identity": [
         C("sft --resume --run-dir fx/ok/cpi-toy/1", 2,
           "this is a `cpi-toy` run, not a `sft` run"),

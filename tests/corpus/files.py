@@ -59,6 +59,7 @@ def write_inputs(root: Path) -> None:
         "nan.jsonl": '{"doc": {"counterfactual_answer": "a", "choices": ["a", "b"]}, '
                      '"resps": [[[NaN, false]], [[-1.0, false]]]}\n',
         "x.scores.jsonl": _jsonl(_instructions(4)),
+        "longctx.jsonl": _jsonl([{**item, "context": "Zorb is near. " * 300}]),
         "bigrows.jsonl": _jsonl(_instructions(1)) + '{"instruction": "a", "output": "b", '
                          '"n": ' + "9" * 5000 + "}\n",
         "deeprows.jsonl": _jsonl(_instructions(1)) + "[" * 100_000 + "]" * 100_000 + "\n",

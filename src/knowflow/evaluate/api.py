@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import validate_config
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, DataError
 from knowflow.evaluate.batching import fit_batch_size
 from knowflow.evaluate.conditions import Sweep, Swept
 from knowflow.evaluate.config import MODES, EvalConfig
@@ -79,6 +79,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
         timings["load"] = time.perf_counter() - loaded
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    _check_window(model, tokenizer, by_suite, cfg)  # before any run folder exists
     if cfg.batch_size == 0:
         cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))
     # a bare `heads` method: heads, k and gamma from a calibration split; all score held-out
@@ -114,6 +115,23 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
                    time.time() - start, MODES[cfg.scoring],
                    {k: round(v, 2) for k, v in timings.items()},
                    swept.summary if swept is not None else None, swept)
+
+
+def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+                  ) -> None:
+    """A prompt longer than the model's window is bad input, named by its item (the model
+    would fail later, or be refused as 'too little memory')."""
+    window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(window, int):
+        return
+    room = window - (cfg.max_new_tokens if cfg.scoring != "loglik" else 8)
+    for name, items in by_suite.items():
+        seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)[1]
+        for item, seq in zip(items, seqs, strict=True):
+            if len(seq) > room:
+                raise DataError(name, f"item {item.id}: the prompt is {len(seq)} tokens, more "
+                                f"than the model's window of {window} leaves room for",
+                                hint="shorten the context, or use a model with a longer window")
 
 
 def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
