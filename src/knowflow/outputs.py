@@ -76,7 +76,7 @@ def _regular_or_new(path: Path, what: str) -> None:
     """Outputs replace only regular files (never a device, a pipe or a socket)."""
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # new (or under a file: said elsewhere)
         return
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         raise KnowflowError(f"{path}: the {what} exists and is not a regular file",
@@ -95,8 +95,8 @@ def check_out_dir(path: str | Path, command: str, inputs=()) -> None:
     """`path` may receive a run of `command` (see the module docstring); else a
     `KnowflowError` now, before any work."""
     path = Path(path)
-    _regular_or_new(path, "output folder")
     check_output_dir(path, "output folder")
+    _regular_or_new(path, "output folder")
     if not path.is_dir():
         return
     held = [p for p in path.iterdir() if p.name != LOCK]
