@@ -125,6 +125,9 @@ def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg
     if not isinstance(window, int):
         return
     room = window - (cfg.max_new_tokens if cfg.scoring != "loglik" else 8)
+    # prompts are rendered per method; the opinion prompt is the longest (one method renders)
+    opinion = any(m.opinion for m in Sweep.of(cfg).methods)
+    cfg = dataclasses.replace(cfg, method="opinion" if opinion else "greedy")
     for name, items in by_suite.items():
         seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)[1]
         for item, seq in zip(items, seqs, strict=True):
