@@ -83,7 +83,8 @@ def test_a_refused_rerun_in_an_earlier_runs_folder_removes_only_what_it_created(
 @pytest.mark.parametrize("setup,message", [
     (lambda out: (out / "config.json").write_text('{"mine": 1}'), "holds no knowflow run"),
     (lambda out: (out / "notes.txt").write_text("mine"), "not empty and holds no knowflow run"),
-    (lambda out: start_run({}, "cpi-toy", out_dir=out).close(), "holds a run of `cpi-toy`, not of `eval`"),
+    (lambda out: start_run({}, "cpi-toy", out_dir=out).close(),
+     "holds a run of `cpi-toy`, not of `eval`"),
 ])
 def test_an_out_folder_of_the_users_or_another_commands_is_refused(tmp_path, setup, message):
     out = tmp_path / "out"
