@@ -39,6 +39,7 @@ from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_injected_jobs import TINY, arm_job, stage1_job
 from knowflow.experiments.inversion_smollm2 import mitigation_goal
+from knowflow.experiments.mitigations import InversionCriterion
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
@@ -56,7 +57,8 @@ log = logging.getLogger(__name__)
 
 ARMS = ("mixed", "c_only", "filtered", "augmented", "dynamic")
 MITIGATIONS = ("filtered", "augmented", "dynamic")
-RISE, FALL, NO_FALL = 0.2, 0.1, 0.05  # the issue's goal: mixed rises, then falls; c_only not
+# issue 29's goal: mixed rises >= 0.2 then falls >= 0.1 on every seed; c_only falls < 0.05
+CRITERION = InversionCriterion(rise=0.2, fall=0.1, no_fall=0.05)
 
 
 @dataclass(frozen=True)
@@ -201,14 +203,15 @@ def findings(arms: dict[str, dict]) -> dict:
     mixed = arms.get("mixed")
     if mixed is None:
         return out
-    ok = [r >= RISE - 1e-9 and f >= FALL - 1e-9 for r, f in
+    c = CRITERION
+    ok = [c.inverts(r + 1e-9, f + 1e-9) for r, f in
           zip(mixed["loglik_rise_seeds"], mixed["loglik_fall_seeds"], strict=True)]
     out["mixed_inverts_seeds"] = ok
     shown = all(ok)
     if "c_only" in arms:
         worst = max(arms["c_only"]["loglik_fall_seeds"])
         out["c_only_worst_fall"] = worst
-        shown = shown and worst < NO_FALL
+        shown = shown and c.steady(worst)
     out["inversion_shown"] = shown
     for arm in MITIGATIONS:
         if arm in arms:
@@ -218,8 +221,8 @@ def findings(arms: dict[str, dict]) -> dict:
         f"{'Inversion' if shown else 'No inversion'}: mixed rises "
         f"{', '.join(f'{v:.3f}' for v in mixed['loglik_rise_seeds'])} and falls "
         f"{', '.join(f'{v:.3f}' for v in mixed['loglik_fall_seeds'])} (per seed; goal rise >= "
-        f"{RISE}, fall >= {FALL} on every seed)"
-        + (f", c_only falls at most {out['c_only_worst_fall']:.3f} (< {NO_FALL} needed)"
+        f"{c.rise}, fall >= {c.fall} on every seed)"
+        + (f", c_only falls at most {out['c_only_worst_fall']:.3f} (< {c.no_fall} needed)"
            if "c_only_worst_fall" in out else "") + ".")
     return out
 
