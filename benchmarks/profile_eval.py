@@ -51,6 +51,8 @@ def main() -> None:
     from knowflow.cli import app
     from knowflow.cli import eval as cli_eval
     from knowflow.evaluate import api, batching, items, loglik, tree
+    public = importlib.import_module("knowflow.api") \
+        if importlib.util.find_spec("knowflow.api") else None  # finish_eval moved there
     SPENT["imports (knowflow, torch, cli)"] = time.process_time() - t0
     timed(api, "load_data" if hasattr(api, "load_data") else "load_suites", "load data")
     timed(api, "load_model", "load model")
@@ -59,8 +61,6 @@ def main() -> None:
     for module in (batching, loglik, tree):  # each imported `forward` by name
         if hasattr(module, "forward"):
             timed(module, "forward", "  of which model forward calls")
-    public = importlib.import_module("knowflow.api") \
-        if importlib.util.find_spec("knowflow.api") else None  # finish_eval moved there
     for module, name in ((cli_eval, "_finish_eval"), (public, "finish_eval")):
         if module is not None and hasattr(module, name):
             timed(module, name, "figures and report")
