@@ -89,7 +89,7 @@ def test_only_the_candidate_end_is_projected_and_a_model_without_logits_to_keep_
     full = score_batch_tree(wrapped, seqs, conts, prefix, tok.pad_token_id)
     assert wrapped._knowflow_keep_ok is False
     fed, _, widest = tree_layout(conts)
-    assert seen[0] == max(len(s) - prefix.length + len(f) for s, f in zip(seqs, fed))
+    assert seen[0] == max(len(s) - prefix.length + len(f) for s, f in zip(seqs, fed, strict=True))
     assert [lp for row in full for lp, _ in row] == pytest.approx(
         [lp for row in kept for lp, _ in row], abs=1e-5)
     logits, _ = forward(model, keep=widest + 1, input_ids=torch.tensor([seqs[0]]))

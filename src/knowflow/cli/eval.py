@@ -56,7 +56,7 @@ def eval_cmd(
     beta: Annotated[str, Opt(
         help="Plausibility constraint of cad and adacad in generation: only tokens with "
              "p(y|c,x) >= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood "
-             "scoring); several (0,0.1) sweep it.")] = "0.1",
+             "scoring); several (0,0.3) sweep it.")] = "0.3",
     conditions: Annotated[str, Opt(
         help="Context conditions, comma-separated: conflicting, agreeing, irrelevant "
              "(sensitivity and robustness need conflicting and irrelevant).")] = "conflicting",
