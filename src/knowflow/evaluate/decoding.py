@@ -146,7 +146,7 @@ def jsd(z_p: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
 
 
 MAX_ALPHA = 1000.0
-BETA = 0.1  # the default plausibility constraint (chosen by a sweep; docs/commands/eval-decoding)
+BETA = 0.3  # the default plausibility constraint (a sweep; docs/commands/eval-decoding.md)
 
 
 def _numbers(value, name: str, example: str) -> tuple[float, ...]:
