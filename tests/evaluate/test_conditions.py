@@ -87,7 +87,8 @@ def test_eval_sweep_writes_tradeoff_figure(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     res = CliRunner().invoke(app, [
         "eval", "--model", str(tiny_model_dir), "--suite", "cf-capitals", "--limit", "4",
-        "--max-new-tokens", "3", "--method", "greedy,cad,adacad,opinion", "--alpha", "0,1", "--beta", "0",
+        "--max-new-tokens", "3", "--method", "greedy,cad,adacad,opinion", "--alpha", "0,1",
+        "--beta", "0",
         "--conditions", "conflicting,agreeing,irrelevant", "--no-known-filter",
         "--out", str(out)])
     assert res.exit_code == 0, res.output
