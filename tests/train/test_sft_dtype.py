@@ -31,7 +31,7 @@ def test_sft_job_dtype_reaches_load_model(monkeypatch, tmp_path, given, loaded):
         seen["dtype"] = dtype
         raise Stop
 
-    monkeypatch.setattr("knowflow.models.hf.load_model", fake_load)
+    monkeypatch.setattr(sft_job, "load_model", fake_load)
     with pytest.raises(Stop):
         sft_job.run_sft_job(SFTJobConfig(dtype=given), tmp_path)
     assert seen["dtype"] == loaded
