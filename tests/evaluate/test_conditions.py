@@ -41,7 +41,9 @@ def test_builtin_irrelevant_and_agreeing_contexts(suite):
         agree = condition_item(it, "agreeing")
         key = text_key(agree.context)
         assert names(key, it.parametric_answer), agree.context
-        assert not names(key, it.counterfactual_answer), agree.context
+        if text_key(it.counterfactual_answer) != text_key(it.parametric_answer):
+            # needle-agree's context already states the true fact: its two answers coincide
+            assert not names(key, it.counterfactual_answer), agree.context
 
 
 def test_loaded_file_contexts(tmp_path):

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from knowflow.config import bounded, require
 from knowflow.evaluate.steer_heads import HeadSteering, steered
 from knowflow.experiments.inversion_tiny import InversionTinyConfig
 from knowflow.experiments.inversion_tiny_jobs import arm_setup
@@ -51,11 +52,18 @@ from knowflow.worlds.tiny_world import Example, evaluation_sets, finetuning_set,
 class InversionTinyHeadsConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     tiny: InversionTinyConfig = field(default_factory=InversionTinyConfig)  # world, model, sft
-    tracking_r: float = 0.5             # tracking heads: r(context attention, cf accuracy)
-    ks: tuple[int, ...] = (1, 2, 4)      # context heads steered
-    gammas: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)
-    max_in_dist_loss: float = 0.05
-    n_bootstrap: int = 1000
+    tracking_r: float = bounded(0.5, ge=-1, le=1)  # tracking heads: r(ctx attention, cf acc)
+    ks: tuple[int, ...] = bounded((1, 2, 4), ge=1)  # context heads steered
+    gammas: tuple[float, ...] = bounded((1.5, 2.0, 3.0, 4.0), ge=0)
+    max_in_dist_loss: float = bounded(0.05, ge=0, le=1)
+    n_bootstrap: int = bounded(1000, ge=1)
+
+    def validate(self) -> None:
+        """What spans several fields; the ranges are declared on the fields and the `tiny`
+        section is checked by `validate_config` before this."""
+        require(len(self.seeds) > 0, "seeds", "choose at least one seed")
+        require(len(self.ks) > 0 and len(self.gammas) > 0, "ks",
+                "give at least one k and one gamma to search")
 
 
 class _Snapshots:
