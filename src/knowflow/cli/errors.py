@@ -58,12 +58,17 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+FINISHED = "finished"  # a Terminated raised after the command returned (see below)
+
+
 def _interrupted(exc: KeyboardInterrupt) -> tuple[str, int]:
     """The one line, and exit code 130 (SIGINT) or 143 (SIGTERM), of an interrupted command."""
     signum = getattr(exc, "signal", None) or signal.SIGINT
     what = "terminated" if signum == signal.SIGTERM else "interrupted"
     code = 128 + int(signum)
     run_dir = exc.run_dir if isinstance(exc, Interrupted) else None
+    if exc.args == (FINISHED,):
+        return f"{what} after the command had finished; what it wrote is complete", code
     if not run_dir:
         return f"{what}; nothing was written", code
     experiment = run_command(Path(run_dir)) or Path(run_dir).parent.name
@@ -80,7 +85,10 @@ def _sigterm_as_interrupt():
         yield
         return
 
+    received: list[int] = []
+
     def handler(signum, frame):
+        received.append(signum)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -88,6 +96,10 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if received:
+        # A library caught the exception (some wrap imports or loops in broad handlers) and the
+        # command ran on to its end: the signal still ends it as terminated, with its work kept.
+        raise Terminated(FINISHED)
 
 
 class Settings:
