@@ -18,7 +18,6 @@ position (attention is causal), so every row equals a full forward pass of the e
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from knowflow.errors import KnowflowError
+from knowflow.models.batching import cache_keyword, output_cache
 
 _BLOCKS = ("layers", "h", "blocks", "block")
 _ATTN = ("self_attn", "attn", "attention", "self_attention")
@@ -141,16 +141,6 @@ def captured_heads(model) -> Iterator[dict[int, torch.Tensor]]:
         yield store
 
 
-def _cache_keyword(model) -> str:
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _out_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
-
-
 @torch.no_grad()
 def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
                         fill: torch.Tensor | None = None, batch_size: int = 64,
@@ -168,7 +158,7 @@ def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
     last = x.shape[1] - 1
     prefix = None
     if last > 0:
-        prefix = _out_cache(decoder(input_ids=x[:, :last], use_cache=True))
+        prefix = output_cache(decoder(input_ids=x[:, :last], use_cache=True))
     hidden, zs = [], []
     for start in range(0, scale.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, scale.shape[0]))
@@ -182,7 +172,7 @@ def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
         if prefix is not None:
             cache = copy.deepcopy(prefix)
             cache.batch_repeat_interleave(n)
-            kwargs.update({_cache_keyword(decoder): cache,
+            kwargs.update({cache_keyword(decoder): cache,
                            "position_ids": torch.full((n, 1), last, device=dev)})
         with head_edits(model, fns):
             out = decoder(**kwargs, use_cache=prefix is not None)
