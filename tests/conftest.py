@@ -53,6 +53,22 @@ def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).eval()
 
 
+def contrastive_setup(seed: int, capitals: int, quotes: int):
+    """(tokenizer, tiny Llama, prompts, with-context ids, no-context ids) over the first
+    cf-capitals and cf-quotes items, chat prompts: what the contrastive decoders' tests share."""
+    from knowflow.evaluate.config import EvalConfig
+    from knowflow.evaluate.items import render_prompts
+    from knowflow.worlds.suites import get_suite
+
+    tok = byte_tokenizer()
+    model = tiny_llama(tok, seed=seed)
+    items = get_suite("cf-capitals", limit=capitals) + get_suite("cf-quotes", limit=quotes)
+    cfg = EvalConfig(prompt_format="chat")
+    prompts, seqs = render_prompts(items, tok, cfg, True)
+    _, base = render_prompts(items, tok, cfg, False)
+    return tok, model, prompts, seqs, base
+
+
 @pytest.fixture(scope="module")
 def tok():
     """The byte tokenizer (finetuning tests)."""

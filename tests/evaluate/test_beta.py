@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import contrastive_setup
 from knowflow.errors import ConfigError
-from knowflow.evaluate.config import EvalConfig
 from knowflow.evaluate.decoding import (
     Method,
     cad_logits,
@@ -20,8 +19,6 @@ from knowflow.evaluate.decoding import (
     score_contrastive,
 )
 from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
-from knowflow.evaluate.items import render_prompts
-from knowflow.worlds.suites import get_suite
 
 NEW = 6
 
@@ -35,13 +32,7 @@ class Unconstrained(Method):
 
 @pytest.fixture(scope="module")
 def setup():
-    tok = byte_tokenizer()
-    model = tiny_llama(tok, seed=3)
-    items = get_suite("cf-capitals", limit=4) + get_suite("cf-quotes", limit=2)
-    cfg = EvalConfig(prompt_format="chat")
-    prompts, seqs = render_prompts(items, tok, cfg, True)
-    _, base = render_prompts(items, tok, cfg, False)
-    return tok, model, prompts, seqs, base
+    return contrastive_setup(seed=3, capitals=4, quotes=2)
 
 
 @pytest.mark.parametrize("base, alpha", [("cad", 1.0), ("cad", 3.0), ("adacad", 1.0)])

@@ -9,12 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from conftest import contrastive_setup
 from knowflow.evaluate.coiecd import LAMBDA, coiecd_logits, conflicting
-from knowflow.evaluate.config import EvalConfig
 from knowflow.evaluate.decoding import Method, generate_contrastive, score_contrastive
-from knowflow.evaluate.items import render_prompts
-from knowflow.worlds.suites import get_suite
 
 
 def _log(ps):
@@ -66,13 +63,7 @@ def test_entropy_shift_cancels_and_rows_are_independent():
 
 @pytest.fixture(scope="module")
 def setup():
-    tok = byte_tokenizer()
-    model = tiny_llama(tok, seed=1)
-    items = get_suite("cf-capitals", limit=3) + get_suite("cf-quotes", limit=2)
-    cfg = EvalConfig(prompt_format="chat")
-    prompts, seqs = render_prompts(items, tok, cfg, True)
-    _, base = render_prompts(items, tok, cfg, False)
-    return tok, model, prompts, seqs, base
+    return contrastive_setup(seed=1, capitals=3, quotes=2)
 
 
 def test_decoder_batched_and_scored_by_hand(setup):
