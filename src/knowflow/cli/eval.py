@@ -48,9 +48,9 @@ def eval_cmd(
              "likelier; no decoding), generate (greedy output mentions it), or auto (loglik "
              "under --scoring loglik, else generate).")] = "auto",
     method: Annotated[str, Opt(
-        help="Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, opinion, "
-             "opinion+cad, "
-             "opinion+adacad (several: one pass each, and a tradeoff figure).")] = "greedy",
+        help="Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, heads (or "
+             "heads:L.H+L.HxGAMMA), opinion, opinion+cad, opinion+adacad (several: one pass "
+             "each, and a tradeoff figure).")] = "greedy",
     alpha: Annotated[str, Opt(
         help="CAD's alpha; several (0,0.5,1,2) sweep it.")] = "1.0",
     beta: Annotated[str, Opt(
