@@ -51,3 +51,34 @@ def test_eval_accepts_what_sft_wrote(tmp_path, tiny_model_dir, monkeypatch):
                               "--data", "items.jsonl", "--out", "e9"])
     assert res.exit_code == 2 and "without its weights" in res.output, res.output
     assert not (tmp_path / "e9").exists()
+
+
+def test_adapter_of_a_relative_base_loads_from_another_folder(tmp_path, tiny_model_dir,
+                                                              monkeypatch):
+    """A LoRA run trained with `--model base` (a relative folder) is evaluated from elsewhere:
+    the adapter's recorded base is found beside the run, and loads as it did where it was
+    trained."""
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny_model_dir, work / "base")
+    monkeypatch.chdir(work)
+    rows = [{"instruction": f"Where does Vol{i} live?", "input": f"Vol{i} lives in Kem{i}.",
+             "output": f"Kem{i}"} for i in range(4)]
+    (work / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = runner.invoke(app, ["sft", "--model", "base", "--data", "train.jsonl", "--steps", "1",
+                              "--batch-size", "4", "--no-track", "--lr", "0.05"])
+    assert res.exit_code == 0, res.output
+    (run,) = (work / "runs" / "sft").iterdir()
+    ids = torch.tensor([[3, 5, 7, 11]])
+    with torch.no_grad():
+        here = load_model(str(run / "model"), device="cpu")[0](ids).logits
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    relative = work.relative_to(tmp_path) / "base"  # what a relative base records: not here
+    assert not relative.exists()
+    for target in (run, run / "model"):
+        model, _ = load_model(str(target), device="cpu")
+        with torch.no_grad():
+            assert torch.allclose(model(ids).logits, here, atol=1e-5)

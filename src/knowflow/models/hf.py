@@ -175,6 +175,26 @@ def _run_model(path: Path) -> str | None:
     return None
 
 
+def _local_base(name, near: Path) -> str | None:
+    """`name` (an adapter's or a run's base model) as a model this machine has, or None: the
+    default model by name, or by the name of its cache folder (an adapter trained with
+    another `$KNOWFLOW_CACHE` records that folder), an existing path, or a relative path
+    recorded from another working folder, found beside `near` or one of its parents."""
+    if not isinstance(name, str) or not name:
+        return None
+    if name == SMOLLM2 or Path(name).name == SMOLLM2 and not Path(name).exists():
+        return SMOLLM2
+    given = Path(name).expanduser()
+    if given.exists():
+        return str(given.resolve())
+    if given.is_absolute():
+        return None
+    for folder in [near, *near.resolve().parents][:6]:
+        if (folder / given).exists():
+            return str((folder / given).resolve())
+    return None
+
+
 def resolve_checkpoint(path: Path) -> tuple[Path | str | None, Path | None]:
     """(the weights to load, a LoRA adapter folder to apply to them or None) for a local
     folder: a saved model, a LoRA adapter (its base from adapter_config.json or its run's
@@ -194,8 +214,7 @@ def resolve_checkpoint(path: Path) -> tuple[Path | str | None, Path | None]:
             raise KnowflowError(f"{path}: a LoRA adapter folder without its weights "
                                 "(adapter_model.safetensors)", "give a complete checkpoint")
         base = _json(path / "adapter_config.json").get("base_model_name_or_path")
-        if not isinstance(base, str) or not (base == SMOLLM2 or Path(base).exists()):
-            base = _run_model(path) or base
+        base = _local_base(base, path) or _local_base(_run_model(path), path) or base
         if not isinstance(base, str) or not base:
             raise KnowflowError(f"{path}: a LoRA adapter whose base model is unknown",
                                 "give the run folder, or load the base with --model")
@@ -215,7 +234,8 @@ def model_folder(name: str) -> Path | str:
     path = Path(name).expanduser()
     if path.exists():
         base, adapter = resolve_checkpoint(path)
-        return model_folder(str(base)) if adapter is not None else base
+        # an absolute path, so that what is trained from it records where its base lies
+        return model_folder(str(base)) if adapter is not None else Path(base).resolve()
     return name
 
 
