@@ -7,10 +7,14 @@ without importing torch or transformers (seconds); everything here is light.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +33,71 @@ DtypeOpt = Annotated[str, Opt("--dtype", help="auto, float32, bfloat16, float16.
 SetOpt = Annotated[list[str] | None, Opt("--set", help="Override a config field: key=value "
                                                        "(repeatable).")]
 RunsOpt = Annotated[Path, Opt("--runs-dir", help="Where run directories go.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFlag:
+    """An option that sets config fields one to one, declared once: `--name` (dashes for
+    underscores) sets each of `keys` (dotted config paths) to its value. `default` None: unset
+    unless given (the config's own default applies; `--help` shows none); else the default
+    `--help` shows, which must be the config's (tests/test_cli_flags.py checks the keys, types
+    and defaults against the configs). `switch`: a bool flag that, when given, sets the keys to
+    this value (`--no-track` sets `tracking` to False)."""
+
+    name: str
+    keys: tuple[str, ...]
+    type: Any
+    help: str
+    default: Any = None
+    switch: Any = None
+
+    def parameter(self) -> inspect.Parameter:
+        if self.switch is not None:
+            option, tp, default = Opt(f"--{self.name.replace('_', '-')}", help=self.help), \
+                bool, False
+        else:
+            option, default = Opt(help=self.help), self.default
+            tp = self.type | None if default is None else self.type
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                 annotation=Annotated[tp, option])
+
+    def given(self, value: Any) -> dict[str, Any]:
+        """{key: value} this flag sets: none when it is unset (None, or a switch left off)."""
+        if self.switch is not None:
+            return dict.fromkeys(self.keys, self.switch) if value else {}
+        return {} if value is None else dict.fromkeys(self.keys, value)
+
+
+def flag(name: str, keys: str | tuple[str, ...], tp: Any, help: str, default: Any = None,
+         switch: Any = None) -> ConfigFlag:
+    return ConfigFlag(name, (keys,) if isinstance(keys, str) else keys, tp, help, default, switch)
+
+
+def config_flags(*layout: ConfigFlag | str) -> Callable[[Callable], Callable]:
+    """Give a command the options of the `ConfigFlag`s in `layout`, in that order among its
+    own parameters (named by the strings). The command receives `given`: {config key: value}
+    for each flag set, in layout order, instead of one parameter per flag."""
+
+    def wrap(fn: Callable) -> Callable:
+        own = inspect.signature(fn, eval_str=True).parameters
+        flags = [item for item in layout if isinstance(item, ConfigFlag)]
+        params = [own[item].replace(kind=inspect.Parameter.KEYWORD_ONLY) if isinstance(item, str)
+                  else item.parameter() for item in layout]
+        if set(own) - {p.name for p in params} != {"given"}:
+            raise TypeError(f"{fn.__name__}: layout must name every parameter but 'given'")
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            given: dict[str, Any] = {}
+            for item in flags:
+                given.update(item.given(kwargs.pop(item.name)))
+            return fn(given=given, **kwargs)
+
+        command.__signature__ = inspect.Signature(params)  # what typer reads
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap
 
 
 def check_threads(threads: int) -> None:

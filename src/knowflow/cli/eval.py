@@ -6,13 +6,62 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from knowflow.cli.common import Opt, check_suites, check_threads, console, set_threads
+from knowflow.cli.common import (
+    Opt,
+    check_suites,
+    check_threads,
+    config_flags,
+    console,
+    flag,
+    set_threads,
+)
 from knowflow.cli.eval_tables import print_eval, print_strength, show_conditions
 from knowflow.cli.progress import Bars
 from knowflow.errors import ConfigError
 
+# Options that set EvalConfig's fields one to one, declared once (in --help's order).
+PROMPT_FLAGS = (
+    flag("scoring", "scoring", str, "generate, loglik or both.", "both"),
+    flag("prompt_format", "prompt_format", str,
+         "chat (the model's template), alpaca, tulu or plain.", "chat"),
+    flag("no_context", "use_context", bool, "Ask the question alone (what the model knows).",
+         switch=False),
+    flag("context_only", "context_only", bool, 'Add "Answer based on the context only."',
+         switch=True),
+    flag("limit", "limit", int, "Items per suite (seeded sample)."),
+)
+BATCH_FLAGS = (
+    flag("batch_size", "batch_size", int,
+         "Prompts per forward pass (0: as many as free GPU memory allows).", 16),
+    flag("max_new_tokens", "max_new_tokens", int, "Longest generated answer.", 24),
+)
+DECODING_FLAGS = (
+    flag("seed", "seed", int, "Seed for suites, sampling and bootstrap.", 0),
+    flag("no_known_filter", "known_filter", bool,
+         "Skip the no-context pass that finds known facts.", switch=False),
+    flag("known_by", "known_by", str,
+         "How the no-context pass finds known facts: loglik (the memorized answer is the "
+         "likelier; no decoding), generate (greedy output mentions it), or auto (loglik under "
+         "--scoring loglik, else generate).", "auto"),
+    flag("method", "method", str,
+         "Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, heads (or "
+         "heads:L.H+L.HxGAMMA), opinion, opinion+cad, opinion+adacad (several: one pass each, "
+         "and a tradeoff figure).", "greedy"),
+    flag("alpha", "alpha", str, "CAD's alpha; several (0,0.5,1,2) sweep it.", "1.0"),
+    flag("beta", "beta", str,
+         "Plausibility constraint of cad and adacad in generation: only tokens with p(y|c,x) "
+         ">= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood scoring); "
+         "several (0,0.3) sweep it.", "0.3"),
+    flag("conditions", "conditions", str,
+         "Context conditions, comma-separated: conflicting, agreeing, irrelevant (sensitivity "
+         "and robustness need conflicting and irrelevant).", "conflicting"),
+)
 
+
+@config_flags("model", "suite", "data", "fields", *PROMPT_FLAGS, "out", *BATCH_FLAGS, "device",
+              "dtype", *DECODING_FLAGS, "threads", "from_lm_eval")
 def eval_cmd(
+    given: dict,
     model: Annotated[str, Opt(
         help="HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
     )] = "smollm2-135m-instruct",
@@ -25,41 +74,10 @@ def eval_cmd(
     fields: Annotated[str | None, Opt(
         help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL "
              "(parquet, save_to_disk folders, CSV, JSON/JSONL).")] = None,
-    scoring: Annotated[str, Opt(help="generate, loglik or both.")] = "both",
-    prompt_format: Annotated[str, Opt(
-        help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
-    no_context: Annotated[bool, Opt(
-        "--no-context", help="Ask the question alone (what the model knows).")] = False,
-    context_only: Annotated[bool, Opt(
-        "--context-only", help='Add "Answer based on the context only."')] = False,
-    limit: Annotated[int | None, Opt(help="Items per suite (seeded sample).")] = None,
     out: Annotated[Path | None, Opt(
         help="Output folder (default: runs/eval/<timestamp>/).")] = None,
-    batch_size: Annotated[int, Opt(
-        help="Prompts per forward pass (0: as many as free GPU memory allows).")] = 16,
-    max_new_tokens: Annotated[int, Opt(help="Longest generated answer.")] = 24,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
-    seed: Annotated[int, Opt(help="Seed for suites, sampling and bootstrap.")] = 0,
-    no_known_filter: Annotated[bool, Opt(
-        "--no-known-filter", help="Skip the no-context pass that finds known facts.")] = False,
-    known_by: Annotated[str, Opt(
-        help="How the no-context pass finds known facts: loglik (the memorized answer is the "
-             "likelier; no decoding), generate (greedy output mentions it), or auto (loglik "
-             "under --scoring loglik, else generate).")] = "auto",
-    method: Annotated[str, Opt(
-        help="Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, heads (or "
-             "heads:L.H+L.HxGAMMA), opinion, opinion+cad, opinion+adacad (several: one pass "
-             "each, and a tradeoff figure).")] = "greedy",
-    alpha: Annotated[str, Opt(
-        help="CAD's alpha; several (0,0.5,1,2) sweep it.")] = "1.0",
-    beta: Annotated[str, Opt(
-        help="Plausibility constraint of cad and adacad in generation: only tokens with "
-             "p(y|c,x) >= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood "
-             "scoring); several (0,0.3) sweep it.")] = "0.3",
-    conditions: Annotated[str, Opt(
-        help="Context conditions, comma-separated: conflicting, agreeing, irrelevant "
-             "(sensitivity and robustness need conflicting and irrelevant).")] = "conflicting",
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
     from_lm_eval: Annotated[list[Path] | None, Opt(
         help="Report knowflow's metrics from lm_eval --log_samples files of tasks written by "
@@ -75,14 +93,10 @@ def eval_cmd(
 
     check_threads(threads)
     if from_lm_eval:
-        _eval_from_lm_eval(from_lm_eval, out, seed, clash=suite or data)
+        _eval_from_lm_eval(from_lm_eval, out, given["seed"], clash=suite or data)
         return
     mapping = parse_fields(fields)
-    cfg = EvalConfig(
-        scoring=scoring, prompt_format=prompt_format, use_context=not no_context,
-        context_only=context_only, limit=limit, seed=seed, batch_size=batch_size,
-        max_new_tokens=max_new_tokens, known_filter=not no_known_filter, known_by=known_by,
-        method=method, alpha=alpha, beta=beta, conditions=conditions)
+    cfg = EvalConfig(**given)
     validate_config(cfg)
     check_suites(suite)
     check_device(device)

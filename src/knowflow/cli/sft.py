@@ -13,7 +13,9 @@ from knowflow.cli.common import (
     check_run_dir,
     check_seed,
     check_threads,
+    config_flags,
     console,
+    flag,
     print_paths,
     set_threads,
 )
@@ -50,77 +52,67 @@ def _check_out(data: str, out: Path, derived: tuple[tuple[str, str], ...] = ()) 
                     inputs=[] if data == BUILTIN else [Path(data)])
 
 
+SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared once
+    flag("model", "model", str, "HF id, local folder, or smollm2-135m-instruct."),
+    flag("data", "data", str, "Instruction file (JSONL: instruction/input/output or messages), "
+                              "or 'builtin' (the C/C+S/S mixture)."),
+    flag("train", "sft.train", str, "full, lora or qk_only."),
+    flag("trainer", "sft.trainer", str, "hf (transformers.Trainer) or trl (trl.SFTTrainer, "
+                                        "pip install '.[trl]')."),
+    flag("lora_r", "sft.lora_r", int, "LoRA rank."),
+    flag("lora_alpha", "sft.lora_alpha", int, "LoRA alpha."),
+    flag("lora_targets", "sft.lora_targets", str, "LoRA target modules, comma-separated."),
+    flag("lr", "sft.lr", float, "Learning rate."),
+    flag("steps", "sft.steps", int, "Optimizer steps."),
+    flag("batch_size", "sft.batch_size", int, "Examples per step."),
+    flag("max_length", "sft.max_length", int, "Longest example in tokens."),
+    flag("prompt_format", ("sft.prompt_format", "track.prompt_format"), str,
+         "chat, alpaca, tulu or plain."),
+    flag("seed", ("sft.seed", "mixture.seed"), int, "Seed (data order, init, mixture)."),
+    flag("track", "track.suites", str, "Suites to track, comma-separated."),
+    flag("track_every", "track.every", int, "Evaluate every N steps."),
+    flag("track_limit", "track.limit", int, "Tracked items per suite."),
+    flag("no_track", "tracking", bool, "Do not track reliance.", switch=False),
+    flag("keep_peak", "track.keep_peak", bool, "Save the model at the peak of counterfactual "
+                                               "accuracy.", switch=True),
+    flag("stop_drop", "track.stop_drop", float, "Stop when cf accuracy falls this far below "
+                                                "its peak."),
+    flag("curate", "curate.mode", str, "none, or dynamic: re-score every training row's "
+                                       "no-context loss during finetuning and drop the lowest "
+                                       "share."),
+    flag("curate_every", "curate.every", int, "With --curate dynamic: re-score every N steps."),
+    flag("curate_fraction", "curate.fraction", float, "With --curate dynamic: share of rows "
+                                                      "dropped at each re-scoring."),
+    flag("curate_threshold", "curate.threshold", float, "With --curate dynamic: drop only rows "
+                                                        "whose no-context loss is below this "
+                                                        "(answered from memory)."),
+    flag("curate_keep_out", "curate.readmit", bool, "With --curate dynamic: a dropped row is "
+                                                    "never re-admitted; each re-scoring drops "
+                                                    "the share of the rows still in.",
+         switch=False),
+)
+DEVICE_FLAGS = (
+    flag("device", "device", str, "auto, cpu, cuda, mps."),
+    flag("dtype", "dtype", str, "Weights: auto (float32; bf16 mixed precision on GPU), "
+                                "float32, bfloat16, float16."),
+)
+
+
+@config_flags(*SFT_FLAGS, "set_", "runs_dir", "resume", "run_dir", *DEVICE_FLAGS, "threads")
 def sft_cmd(
-    model: Annotated[str | None, Opt(help="HF id, local folder, or smollm2-135m-instruct.")]
-    = None,
-    data: Annotated[str | None, Opt(help="Instruction file (JSONL: instruction/input/output or "
-                                         "messages), or 'builtin' (the C/C+S/S mixture).")]
-    = None,
-    train: Annotated[str | None, Opt(help="full, lora or qk_only.")] = None,
-    trainer: Annotated[str | None, Opt(help="hf (transformers.Trainer) or trl (trl.SFTTrainer, "
-                                            "pip install '.[trl]').")] = None,
-    lora_r: Annotated[int | None, Opt(help="LoRA rank.")] = None,
-    lora_alpha: Annotated[int | None, Opt(help="LoRA alpha.")] = None,
-    lora_targets: Annotated[str | None, Opt(help="LoRA target modules, comma-separated.")]
-    = None,
-    lr: Annotated[float | None, Opt(help="Learning rate.")] = None,
-    steps: Annotated[int | None, Opt(help="Optimizer steps.")] = None,
-    batch_size: Annotated[int | None, Opt(help="Examples per step.")] = None,
-    max_length: Annotated[int | None, Opt(help="Longest example in tokens.")] = None,
-    prompt_format: Annotated[str | None, Opt(help="chat, alpaca, tulu or plain.")] = None,
-    seed: Annotated[int | None, Opt(help="Seed (data order, init, mixture).")] = None,
-    track: Annotated[str | None, Opt(help="Suites to track, comma-separated.")] = None,
-    track_every: Annotated[int | None, Opt(help="Evaluate every N steps.")] = None,
-    track_limit: Annotated[int | None, Opt(help="Tracked items per suite.")] = None,
-    no_track: Annotated[bool, Opt("--no-track", help="Do not track reliance.")] = False,
-    keep_peak: Annotated[bool, Opt("--keep-peak", help="Save the model at the peak of "
-                                                       "counterfactual accuracy.")] = False,
-    stop_drop: Annotated[float | None, Opt(help="Stop when cf accuracy falls this far below "
-                                                "its peak.")] = None,
-    curate: Annotated[str | None, Opt(help="none, or dynamic: re-score every training row's "
-                                           "no-context loss during finetuning and drop the "
-                                           "lowest share.")] = None,
-    curate_every: Annotated[int | None, Opt(help="With --curate dynamic: re-score every N "
-                                                 "steps.")] = None,
-    curate_fraction: Annotated[float | None, Opt(help="With --curate dynamic: share of rows "
-                                                      "dropped at each re-scoring.")] = None,
-    curate_threshold: Annotated[float | None, Opt(help="With --curate dynamic: drop only rows "
-                                                       "whose no-context loss is below this "
-                                                       "(answered from memory).")] = None,
-    curate_keep_out: Annotated[bool, Opt("--curate-keep-out", help="With --curate dynamic: a "
-                                         "dropped row is never re-admitted; each re-scoring "
-                                         "drops the share of the rows still in.")] = False,
+    given: dict,
     set_: Annotated[list[str] | None, Opt("--set", help="Any other field: key=value "
                                                         "(see `knowflow config sft`).")] = None,
     runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
     resume: Annotated[bool, Opt("--resume", help="Continue the newest unfinished sft run.")]
     = False,
     run_dir: Annotated[Path | None, Opt(help="With --resume: the run to continue.")] = None,
-    device: Annotated[str | None, Opt(help="auto, cpu, cuda, mps.")] = None,
-    dtype: Annotated[str | None, Opt(help="Weights: auto (float32; bf16 mixed precision on "
-                                          "GPU), float32, bfloat16, float16.")] = None,
     threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
     from knowflow.experiments.runner import run_experiment
 
-    given = {"model": model, "data": data, "device": device, "dtype": dtype,
-             "sft.train": train,
-             "sft.trainer": trainer,
-             "sft.lora_r": lora_r, "sft.lora_alpha": lora_alpha, "sft.lora_targets":
-             lora_targets, "sft.lr": lr, "sft.steps": steps, "sft.batch_size": batch_size,
-             "sft.max_length": max_length, "sft.seed": seed, "mixture.seed": seed,
-             "track.suites": track, "track.every": track_every, "track.limit": track_limit,
-             "track.stop_drop": stop_drop, "curate.mode": curate,
-             "curate.every": curate_every, "curate.fraction": curate_fraction,
-             "curate.threshold": curate_threshold}
-    if prompt_format is not None:
-        given["sft.prompt_format"] = given["track.prompt_format"] = prompt_format
-    overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
-    overrides += [f"{k}=true" for k, on in (("track.keep_peak", keep_peak),) if on]
-    overrides += ["curate.readmit=false"] if curate_keep_out else []
-    overrides += ["tracking=false"] if no_track else []
-    overrides += list(set_ or [])
+    overrides = [f"{k}={v}" for k, v in given.items()] + list(set_ or [])
     check_threads(threads)
     check_run_dir(run_dir, resume)
     set_threads(threads)
