@@ -74,6 +74,29 @@ def test_probe_new_and_old_forms_give_the_probe_records(tok, tmp_path):
     assert {k: v["n_examples"] for k, v in new.summary.items()} == {"subject": 1, "last": 1}
 
 
+@pytest.mark.parametrize("kind,args", [
+    ("knockout", ["--window", "1", "--all"]),
+    ("head-project", ["--all"]),
+])
+def test_probe_out_dir_writes_the_cli_folder(kind, args, tiny_model_dir, tmp_path):
+    """`knowflow probe <kind>` and `knowflow.probe(..., out_dir=)` write one folder: the same
+    files, records and summary byte for byte, and config.json alike."""
+    fields = {"window": 1} if kind == "knockout" else {}
+    res = knowflow.probe(str(tiny_model_dir), kind=kind, limit=2, known_only=False,
+                         out_dir=tmp_path / "api", **fields)
+    cli = CliRunner().invoke(app, ["probe", kind, "--model", str(tiny_model_dir), "--limit",
+                                   "2", *args, "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 0, cli.output
+    api_dir, cli_dir = tmp_path / "api", tmp_path / "cli"
+    assert res.out_dir == api_dir and res.summary and res.records
+    files = {p.relative_to(api_dir) for p in api_dir.rglob("*")}
+    assert files == {p.relative_to(cli_dir) for p in cli_dir.rglob("*")}
+    assert {str(p) for p in files} >= {"config.json", "records.jsonl", "summary.json",
+                                       f"figures/{kind}.png", "report.html"}
+    for name in ("records.jsonl", "summary.json", "config.json"):
+        assert (api_dir / name).read_bytes() == (cli_dir / name).read_bytes(), name
+
+
 def test_curate_and_augment_results(tok, rows, tmp_path):
     model = tiny_llama(tok)
     res = knowflow.curate(model, rows, tokenizer=tok, drop=0.25, batch_size=4)

@@ -3,7 +3,8 @@
 Each command parses its options into the probe's frozen config, loads the examples (a prompts
 file, a built-in suite, or knowflow's shipped well-known facts) and the model, runs the probe
 with a progress bar, and writes `runs/probe-<kind>/<timestamp>/` with config.json,
-records.jsonl, summary.json, figures/ and report.html. Bad input is one line, exit code 2.
+records.jsonl, summary.json, figures/ and report.html through `knowflow.api.run_probe`, the
+folder `knowflow.probe(..., out_dir=)` writes. Bad input is one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -120,62 +121,26 @@ def _validate_data(common: _Common, kind: str | None = None) -> None:
 
 def _run(kind: str, common: _Common, cfg, with_context: bool = False,
          prompt_format: str = "plain") -> tuple[Path, list[dict], dict]:
-    """Load, probe and write the run folder (`knowflow.runs.start_run`: config.json first,
-    then records.jsonl; `finish_run`: figures, summary.json, report.html). Bad input found
-    once the folder is made (a window larger than the model) or Ctrl-C removes it."""
-    from knowflow.config import config_to_dict
-    from knowflow.experiments.runner import finish_run
-    from knowflow.probes import PROBES
-    from knowflow.probes.arch import arch_of
-    from knowflow.runs import RECORDS, start_run
-
+    """Check the options, load the model and the examples, then probe and write the run
+    folder through the library (`_write`)."""
     _validate_data(common, kind)
     model, tokenizer = _load_model(common)
-    arch = arch_of(model)
     examples = _examples(common, tokenizer, with_context, prompt_format)
-    probe, _, summarize = PROBES[kind]
-    run = start_run({
-        "probe": kind, "model": common.model, "data": str(common.data) if common.data else
-        (f"suite:{common.suite}" if common.suite else "builtin:known_facts"),
-        "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
-        "config": config_to_dict(cfg)}, f"probe-{kind}", runs_root=common.runs_dir,
-        out_dir=common.out)
-    with run.refusals(interrupt=True), Bars(f"probe {kind}") as progress:
-        records = probe(model, tokenizer, examples, cfg, progress=progress)
-    if kind == "attention":
-        from knowflow.probes.mass import mean_attention_mass
-
-        grid = mean_attention_mass(records)
-        summary = {"mean_mass": grid,
-                   "layer_mean": [sum(row) / len(row) for row in grid],
-                   "n_examples": len(records)}
-    else:
-        summary = summarize(records, arch.n_layers) if kind != "project" else summarize(records)
-    run.write_records(RECORDS, records)
-    finish_run(run, summary, lambda out: _figures(kind, summary, out, common.model),
-               title=f"knowflow probe {kind}")
-    return run.path, records, summary
+    label = str(common.data) if common.data else \
+        (f"suite:{common.suite}" if common.suite else "builtin:known_facts")
+    result = _write(kind, common, cfg, model, tokenizer, examples, label)
+    return result.out_dir, result.records, result.summary
 
 
-def _figures(kind: str, summary: dict, out: Path, model: str) -> list[Path]:
-    from knowflow.report import probes as fig
+def _write(kind: str, common: _Common, cfg, model, tokenizer, examples, label: str):
+    """Probe and write the run folder as `knowflow.probe(..., out_dir=)` does
+    (`knowflow.api.run_probe`: config.json first, then records.jsonl, figures, summary.json,
+    report.html; bad input found once the folder is made, or Ctrl-C, removes it)."""
+    from knowflow.api import run_probe
 
-    if not summary.get("n_examples", 1) and kind != "attention":
-        return []
-    if kind == "knockout":
-        return [fig.knockout_figure(summary, out / "figures" / "knockout.png",
-                                    title=f"attention knockout from the last position ({model})")]
-    if kind == "sublayer":
-        return [fig.knockout_figure(summary, out / "figures" / "sublayer.png",
-                                    title=f"sublayer knockout ({model})")]
-    if kind == "project":
-        return [fig.projection_figure(summary, out / "figures" / "projection.png",
-                                      title=model)] if summary["n_examples"] else []
-    if summary["mean_mass"]:
-        return [fig.attention_mass_figure(summary["mean_mass"],
-                                          out / "figures" / "attention_mass.png",
-                                          title=f"attention mass on the context ({model})")]
-    return []
+    with Bars(f"probe {kind}") as progress:
+        return run_probe(kind, model, tokenizer, examples, cfg, common.model, label,
+                         out_dir=common.out, runs_root=common.runs_dir, progress=progress)
 
 
 def _curve_table(summary: dict, title: str) -> None:

@@ -31,15 +31,14 @@ from knowflow.cli.probe import (
     OutOpt,
     SuiteOpt,
     ThreadsOpt,
-    _Common,
     _common,
     _config,
     _done,
     _examples,
     _load_model,
     _validate_data,
+    _write,
 )
-from knowflow.cli.progress import Bars
 from knowflow.errors import KnowflowError
 
 ItemsOpt = Annotated[Path | None, typer.Option(
@@ -47,29 +46,6 @@ ItemsOpt = Annotated[Path | None, typer.Option(
                    "counterfactual and parametric answers).")]
 ItemSuiteOpt = Annotated[str, typer.Option(
     "--suite", help="Built-in conflict suites, comma-separated.")]
-
-
-def _write(kind: str, common: _Common, cfg, model, examples, data: str, summarize,
-           figure) -> tuple[Path, dict]:
-    from knowflow.config import config_to_dict
-    from knowflow.experiments.runner import finish_run
-    from knowflow.models.heads import head_shape
-    from knowflow.probes import PROBES
-    from knowflow.runs import RECORDS, start_run
-
-    n_layers, n_heads, _ = head_shape(model[0])
-    run = start_run({"probe": kind, "model": common.model, "data": data,
-                     "n_examples": len(examples), "n_layers": n_layers, "n_heads": n_heads,
-                     "config": config_to_dict(cfg)}, f"probe-{kind}",
-                    runs_root=common.runs_dir, out_dir=common.out)
-    with run.refusals(interrupt=True), Bars(f"probe {kind}") as progress:
-        records = PROBES[kind][0](*model, examples, cfg, progress=progress)
-    summary = summarize(records, cfg)
-    run.write_records(RECORDS, records)
-    finish_run(run, summary, lambda out: [figure(summary, out / "figures" / f"{kind}.png",
-                                                 title=common.model)]
-               if summary["n_examples"] else [], title=f"knowflow probe {kind}")
-    return run.path, summary
 
 
 def _heads_table(title: str, cells: list[dict]) -> None:
@@ -104,8 +80,7 @@ def heads_cmd(
     from knowflow.evaluate.items import load_suites
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
-    from knowflow.probes import HeadsConfig, summarize_heads
-    from knowflow.report.heads import head_effects_figure
+    from knowflow.probes import HeadsConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
     cfg = _config(HeadsConfig, {"ablations": tuple(ablation) if ablation else None,
@@ -122,9 +97,9 @@ def heads_cmd(
     check_output_dir(out or runs_dir, "output folder")
     check_model(model)
     loaded = _load_model(common)
-    run_dir, summary = _write("heads", common, cfg, loaded, items,
-                              f"file:{data}" if data else f"suite:{suite}", summarize_heads,
-                              head_effects_figure)
+    result = _write("heads", common, cfg, *loaded, items,
+                    f"file:{data}" if data else f"suite:{suite}")
+    run_dir, summary = result.out_dir, result.summary
     n = summary["n_examples"]
     _heads_table(f"context heads ({n} items; removing them lowers log p(cf) - log p(par); "
                  f"{cfg.rank_by} ablation)", summary["context_heads"])
@@ -147,18 +122,16 @@ def head_project_cmd(
     last position through its slice of o_proj, the final norm and the unembedding) is the
     model's prediction, next to the whole attention sublayer's share.
     """
-    from knowflow.probes import HeadProjectionConfig, summarize_head_projection
-    from knowflow.report.heads import head_projection_figure
+    from knowflow.probes import HeadProjectionConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
     cfg = _config(HeadProjectionConfig, {"known_only": not all_}, set_)
     _validate_data(common)
     loaded = _load_model(common)
     examples = _examples(common, loaded[1], with_context=False)
-    run_dir, summary = _write(
-        "head-project", common, cfg, loaded, examples,
-        str(data) if data else (f"suite:{suite}" if suite else "builtin:known_facts"),
-        summarize_head_projection, head_projection_figure)
+    result = _write("head-project", common, cfg, *loaded, examples,
+                    str(data) if data else (f"suite:{suite}" if suite else "builtin:known_facts"))
+    run_dir, summary = result.out_dir, result.summary
     table = Table(title=f"head extraction rate ({summary['n_examples']} facts): best heads vs "
                         "the whole attention sublayer of their layer")
     for name in ("layer", "head", "head rate", "sublayer rate"):
