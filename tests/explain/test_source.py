@@ -4,10 +4,15 @@ import math
 
 import pytest
 
+from knowflow.explain.result import summarize
 from knowflow.explain.source import (
     answer_span,
     confusion,
+    copied_from_context,
     expected_verdict,
+    first_clause,
+    log_odds,
+    produced_label,
     same_answer,
     verdict,
 )
@@ -18,19 +23,50 @@ ln = math.log
 
 @pytest.mark.parametrize("p_ctx, p_bare, memory, expected", [
     (0.90, 0.01, False, "context"),     # the context raised it 90x; memory says otherwise
-    (0.95, 0.60, True, "both"),         # sure with the context, memory says the same
+    (0.95, 0.60, True, "both"),         # odds 1.5 -> 19; memory says the same
     (0.30, 0.60, True, "memory"),       # the context lowered it; memory says it
     (0.02, 0.03, False, "neither"),     # nothing supports it
-    (0.10, 0.05, False, "context"),     # exactly the ratio of 2: raised enough
-    (0.09, 0.05, False, "neither"),     # raised 1.8x and unlikely
-    (0.60, 0.59, False, "context"),     # confident with the context and not lowered
-    (0.60, 0.61, True, "memory"),       # confident but lowered by the context
+    (0.10, 0.05, False, "context"),     # odds 0.0526 -> 0.111: x2.11
+    (0.09, 0.05, False, "neither"),     # odds x1.88: not enough
+    (0.60, 0.59, False, "neither"),     # likely, but the context left it as it was (x1.04)
+    (0.60, 0.59, True, "memory"),       # ... and memory says it: memory alone
+    (0.99, 0.98, True, "both"),         # nearly sure without; the context confirms: odds 49 -> 99
+    (0.60, 0.61, True, "memory"),       # likely but lowered by the context
 ])
 def test_verdict_rules(p_ctx, p_bare, memory, expected):
-    name, numbers = verdict(ln(p_ctx), ln(p_bare), memory, context_ratio=2.0, confident=0.5)
+    name, numbers = verdict(ln(p_ctx), ln(p_bare), memory, context_ratio=2.0)
     assert name == expected
     assert numbers["context_contribution"] == pytest.approx(ln(p_ctx) - ln(p_bare))
+    odds = (p_ctx / (1 - p_ctx)) / (p_bare / (1 - p_bare))
+    assert numbers["context_odds_gain"] == pytest.approx(ln(odds))
     assert numbers["memory_agrees"] is memory
+
+
+@pytest.mark.parametrize("p_ctx, p_bare, memory, rival, expected", [
+    # "Mumbai" 0.34 -> 0.49 (odds x1.9), the rival "New Delhi" 0.45 -> 0.05: the context
+    # moved the model from the rival to the answer
+    (0.49, 0.34, False, (0.05, 0.45), "context"),
+    (0.49, 0.34, False, (0.40, 0.45), "neither"),   # rival barely moved: x1.62 over it
+    (0.34, 0.36, False, (0.05, 0.45), "neither"),   # the context lowered the answer itself
+    (0.49, 0.34, True, (0.05, 0.45), "memory"),     # memory says the answer: no rival
+    (0.90, 0.01, False, (0.90, 0.01), "context"),   # odds alone suffice
+])
+def test_verdict_against_the_rival(p_ctx, p_bare, memory, rival, expected):
+    name, numbers = verdict(ln(p_ctx), ln(p_bare), memory, (ln(rival[0]), ln(rival[1])))
+    assert name == expected
+    if memory:
+        assert numbers["context_gain_over_rival"] is None
+    else:
+        gain = ln(p_ctx / p_bare) - ln(rival[0] / rival[1])
+        assert numbers["context_gain_over_rival"] == pytest.approx(gain)
+
+
+def test_log_odds():
+    assert log_odds(ln(0.5)) == pytest.approx(0.0)
+    assert log_odds(ln(0.8)) == pytest.approx(ln(4.0))
+    assert log_odds(0.0) == math.inf
+    name, numbers = verdict(0.0, 0.0, True)              # certain both ways: no gain
+    assert (name, numbers["context_odds_gain"]) == ("memory", 0.0)
 
 
 def test_same_answer_contains_words():
@@ -40,8 +76,8 @@ def test_same_answer_contains_words():
     assert not same_answer("", "Paris")
 
 
-def _item(cf="Lyon", par="Paris"):
-    return ConflictItem(id="x", suite="s", context="c", question="q",
+def _item(cf="Lyon", par="Paris", context="c", question="q"):
+    return ConflictItem(id="x", suite="s", context=context, question=question,
                         counterfactual_answer=cf, parametric_answer=par, subject="France")
 
 
@@ -51,6 +87,53 @@ def test_expected_verdict_from_the_produced_answer():
     assert expected_verdict(_item(), "Marseille") == "neither"
     assert expected_verdict(_item(), "Lyon or Paris") is None
     assert expected_verdict(_item(cf="Paris"), "Paris") == "both"      # an agreeing context
+    assert produced_label(_item(), "Lyon or Paris") == ("both", None)
+    assert produced_label(_item(cf="Paris"), "Paris") == ("agreed", "both")
+
+
+MONTENEGRO = dict(cf="Nikšić", par="Podgorica", question="What is the capital of Montenegro?",
+                  context="The national parliament of Montenegro meets in Nikšić, which has "
+                          "served as the capital of the country for many years.")
+
+
+def test_an_answer_copied_from_the_context_is_labelled_context():
+    item = _item(**MONTENEGRO)
+    said = "The national parliament of Montenegro is the capital of the country."
+    assert produced_label(item, said, "The capital of Montenegro is Dubrovnik.") == \
+        ("copied", "context")
+    # the no-context answer says the copied words too: not evidence of the context
+    assert produced_label(item, said, said) == ("neither", "neither")
+    # only the question's words repeated ("the capital of Montenegro"): not a copy
+    assert produced_label(item, "The capital of Montenegro is Montenegro.", "") == \
+        ("neither", "neither")
+    assert not copied_from_context("Montenegro meets", item.context, item.question)  # 2 words
+    assert copied_from_context("Montenegro meets in", item.context, item.question)
+
+
+def test_first_clause():
+    assert first_clause(" New Delhi. It is in the north.") == "New Delhi"
+    assert first_clause("St. Louis, of course.") == "St. Louis, of course"
+    assert first_clause("  ") == ""
+
+
+def test_summary_counts_one_answer_items_apart():
+    def rec(produced, expected, found):
+        return {"verdict": found, "expected_verdict": expected, "produced": produced,
+                "verdict_agrees": None if expected is None else expected == found}
+    records = [rec("counterfactual", "context", "context"), rec("parametric", "memory", "both"),
+               rec("neither", "neither", "context"), rec("copied", "context", "context"),
+               rec("both", None, "memory"), rec("agreed", "both", "both")]
+    s = summarize(records)
+    assert (s["n_checked"], s["agreement"]) == (5, pytest.approx(3 / 5))
+    assert (s["one_answer"]["n_checked"], s["one_answer"]["agreement"]) == \
+        (3, pytest.approx(2 / 3))
+    assert s["one_answer"]["confusion"] == {
+        "context": {"context": 1, "memory": 0, "both": 0, "neither": 0},
+        "memory": {"context": 0, "memory": 0, "both": 1, "neither": 0},
+        "both": {"context": 0, "memory": 0, "both": 1, "neither": 0}}
+    assert s["produced"] == {"counterfactual": 1, "parametric": 1, "neither": 1, "copied": 1,
+                             "both": 1, "agreed": 1}
+    assert "(67% of the 3 that name exactly one" in s["findings"]["verdict"]
 
 
 def test_confusion_counts_only_checked_items():

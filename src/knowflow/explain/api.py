@@ -35,7 +35,13 @@ from knowflow.explain.config import ExplainConfig
 from knowflow.explain.mechanism import mechanism
 from knowflow.explain.prompts import encode, rendered, sentence_tokens, with_lead
 from knowflow.explain.result import ExplainResult, summarize
-from knowflow.explain.source import answer_span, expected_verdict, same_answer, verdict
+from knowflow.explain.source import (
+    answer_span,
+    first_clause,
+    produced_label,
+    same_answer,
+    verdict,
+)
 from knowflow.explain.splitter import split_sentences
 from knowflow.models.hf import load_model
 from knowflow.runs import Progress
@@ -181,6 +187,10 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     memory = [[p.answer_prefix + (m or " ")] for p, m in zip(with_ctx, said_bare, strict=True)]
     memory_ctx = score_continuations(model, tokenizer, seqs, memory, **run)
     memory_bare = score_continuations(model, tokenizer, bare, memory, **run)
+    rivals = _rivals(model, tokenizer, spans, seqs_led, bare_led, cfg)
+    for i, (lead, _) in enumerate(spans):
+        if not lead and said_bare[i].strip():                 # no lead: the no-context answer
+            rivals[i] = (said_bare[i], memory_ctx[i][0][0], memory_bare[i][0][0])
     shared = (time.perf_counter() - clock) / len(items)
     records = []
     for i, it in enumerate(items):
@@ -190,7 +200,7 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
                             "(probability 0)", hint="give another answer")
         rec = _source_record(it, cfg, targets[i], spans[i], said[i], said_bare[i],
                              (scored[i][0], memory_ctx[i][0]),
-                             (scored_bare[i][0], memory_bare[i][0]))
+                             (scored_bare[i][0], memory_bare[i][0]), rivals[i])
         rec["seconds"] = {"source": shared}
         if cfg.sentences:
             rec.update(_sentences(model, tokenizer, it, seqs_led[i], conts[i][0], lp_ctx, cfg,
@@ -199,6 +209,26 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
         if progress is not None:
             progress(i + 1, len(items), "explain")
     return records
+
+
+def _rivals(model, tokenizer, spans, seqs_led, bare_led, cfg: ExplainConfig
+            ) -> list[tuple[str, float, float] | None]:
+    """Per item with a lead, what the model says after that lead without the context (its
+    first sentence, the rival the verdict weighs the explained span against), with its
+    log-probability after the lead with and without the context; None elsewhere."""
+    out: list[tuple[str, float, float] | None] = [None] * len(spans)
+    led = [i for i, (lead, _) in enumerate(spans) if lead]
+    said = generate(model, tokenizer, [bare_led[i] for i in led], batch_size=cfg.batch_size,
+                    max_new_tokens=cfg.max_new_tokens) if led else []
+    texts = {i: first_clause(t) for i, t in zip(led, said, strict=True)}
+    led = [i for i in led if texts[i]]
+    conts = [[" " + texts[i]] for i in led]
+    run = dict(batch_size=cfg.batch_size)
+    with_ctx = score_continuations(model, tokenizer, [seqs_led[i] for i in led], conts, **run)
+    bare = score_continuations(model, tokenizer, [bare_led[i] for i in led], conts, **run)
+    for k, i in enumerate(led):
+        out[i] = (texts[i], with_ctx[k][0][0], bare[k][0][0])
+    return out
 
 
 def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
@@ -210,15 +240,18 @@ def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
 
 
 def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
-                   span: tuple[str, str], said: str, said_bare: str, scored, scored_bare
-                   ) -> dict:
+                   span: tuple[str, str], said: str, said_bare: str, scored, scored_bare,
+                   rival: tuple[str, float, float] | None) -> dict:
     """The source level of one record; `scored`/`scored_bare`: ((answer's log-prob, tokens),
-    (memory answer's log-prob, tokens)) with and without the context."""
+    (memory answer's log-prob, tokens)) with and without the context; `rival`: the
+    no-context answer the span is weighed against (`_rivals`)."""
     lp_ctx, lp_bare = scored[0][0], scored_bare[0][0]
-    name, numbers = verdict(lp_ctx, lp_bare, same_answer(span[1], said_bare),
-                            cfg.context_ratio, cfg.confident)
+    agrees = same_answer(span[1], said_bare) or \
+        bool(span[0] and rival and same_answer(span[1], rival[0]))
+    name, numbers = verdict(lp_ctx, lp_bare, agrees, rival and rival[1:], cfg.context_ratio)
+    numbers["rival"] = rival[0] if rival else None
     labelled = bool(item.counterfactual_answer.strip() and item.parametric_answer.strip())
-    expected = expected_verdict(item, answer) if labelled else None
+    produced, expected = produced_label(item, answer, said_bare) if labelled else (None, None)
     known = bool(said_bare.strip())
     mem = {"memory_answer_logprob_context": scored[1][0] if known else None,
            "memory_answer_logprob_no_context": scored_bare[1][0] if known else None,
@@ -232,7 +265,7 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
             "verdict": name, "verdict_numbers": numbers,
             "counterfactual_answer": item.counterfactual_answer,
             "parametric_answer": item.parametric_answer,
-            "expected_verdict": expected,
+            "produced": produced, "expected_verdict": expected,
             "verdict_agrees": None if expected is None else expected == name,
             "needle": item.meta.get("needle")}
 

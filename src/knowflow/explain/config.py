@@ -20,8 +20,8 @@ class ExplainConfig:
     prompt_format: PromptFormat = "chat"
     max_new_tokens: int = 16             # longest generated answer
     # source verdict
-    context_ratio: float = 2.0           # the context supports the answer: p rises this much,
-    confident: float = 0.5               # ... or the answer is this likely with it (and rises)
+    context_ratio: float = 2.0           # the context supports the answer: it multiplies its
+    #                                      odds (against all others, or the rival) this much
     # sentence attribution by ablation
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
@@ -60,8 +60,6 @@ class ExplainConfig:
             raise ConfigError("must lie strictly between 0 and 1", "keep_prob")
         if self.context_ratio < 1.0:
             raise ConfigError("must be at least 1", "context_ratio")
-        if not 0.0 < self.confident <= 1.0:
-            raise ConfigError("must lie in (0, 1]", "confident")
         if any(k < 1 for k in self.top_k):
             raise ConfigError("every k must be at least 1", "top_k")
         if self.limit is not None and self.limit < 1:

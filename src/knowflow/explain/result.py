@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import mean
 
 from knowflow.config import flatten
-from knowflow.explain.source import VERDICTS, confusion
+from knowflow.explain.source import ONE, VERDICTS, confusion
 from knowflow.runs import RECORDS, start_run
 
 
@@ -48,18 +48,29 @@ def _mean(values) -> float | None:
     return mean(values) if values else None
 
 
+def _agreement(records: list[dict]) -> dict:
+    """How many records carry an expected verdict, the share whose verdict matches it, and
+    the confusion table."""
+    checked = [r for r in records if r["expected_verdict"] is not None]
+    return {"n_checked": len(checked),
+            "agreement": _mean([float(r["verdict_agrees"]) for r in checked]),
+            "confusion": confusion([r["expected_verdict"] for r in records],
+                                   [r["verdict"] for r in records])}
+
+
 def summarize(records: list[dict]) -> dict:
-    """Verdict counts, agreement with the expected verdicts and its confusion table; where
+    """Verdict counts, agreement with the expected verdicts and its confusion table, on every
+    labelled item and (`one_answer`) on those whose answer names exactly one of the item's
+    answers (`produced`: how many name which); where
     sentences were attributed, the needle hit rates, LDS, top-k drops and the one-pass
     estimate's agreement; where mechanisms ran, the mean effect per layer."""
     counts = Counter(r["verdict"] for r in records)
-    checked = [r for r in records if r["expected_verdict"] is not None]
     out: dict = {"n_items": len(records),
                  "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
-                 "n_checked": len(checked),
-                 "agreement": _mean([float(r["verdict_agrees"]) for r in checked]),
-                 "confusion": confusion([r["expected_verdict"] for r in records],
-                                        [r["verdict"] for r in records])}
+                 **_agreement(records),
+                 "produced": dict(Counter(r["produced"] for r in records
+                                          if r.get("produced") is not None)),
+                 "one_answer": _agreement([r for r in records if r.get("produced") in ONE])}
     attributed = [r for r in records if "sentences" in r]
     if attributed:
         hits = [r for r in attributed if "top_hit" in r]
@@ -96,6 +107,10 @@ def _sentence(summary: dict) -> str:
     if summary["agreement"] is not None:
         text += (f"; the verdict matches the produced answer on "
                  f"{100 * summary['agreement']:.0f}% of {summary['n_checked']} labelled items")
+        one = summary["one_answer"]
+        if one["agreement"] is not None and one["n_checked"] < summary["n_checked"]:
+            text += (f" ({100 * one['agreement']:.0f}% of the {one['n_checked']} that name "
+                     "exactly one of the item's answers)")
     sent = summary.get("sentences")
     if sent and sent["hit_rate"] is not None:
         text += f"; the top sentence is the answer sentence in {100 * sent['hit_rate']:.0f}%"
