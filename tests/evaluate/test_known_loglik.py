@@ -1,7 +1,7 @@
 """The known-facts pass under log-likelihood scoring (tiny random Llama, byte tokenizer): known
 means the memorized answer is the likelier continuation of the question alone, checked against
-one full forward pass per answer; generation runs only where asked; stage times are reported;
-batch size 0 resolves by device."""
+one full forward pass per answer; generation runs only where asked; the pass is off by default
+under log-likelihood scoring alone; stage times are reported; batch size 0 resolves by device."""
 
 import pytest
 
@@ -9,7 +9,7 @@ from conftest import tiny_llama
 from knowflow.errors import ConfigError
 from knowflow.evaluate.api import evaluate
 from knowflow.evaluate.batching import encode_prompts, fit_batch_size
-from knowflow.evaluate.config import EvalConfig, known_by
+from knowflow.evaluate.config import EvalConfig, known_by, known_filter
 from knowflow.evaluate.loglik import score_naive
 from knowflow.worlds.prompts import PromptConfig, render
 from knowflow.worlds.suites import get_suite
@@ -34,7 +34,7 @@ def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
 
     monkeypatch.setattr(items, "generate", no_generation)
     res = evaluate(model, SUITES, tokenizer=tok, scoring="loglik", prompt_format=fmt, limit=4,
-                   n_bootstrap=10)
+                   n_bootstrap=10, known_filter=True)
     for suite, recs in res.records.items():
         for rec, it in zip(recs, get_suite(suite, limit=4), strict=True):
             p = render(it, tok, PromptConfig(fmt, use_context=False))
@@ -49,6 +49,30 @@ def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
     share = res.summary["cf-quotes"]["loglik"]["known_share"]
     assert share == sum(r["known"] for r in res.records["cf-quotes"]) / 4
     assert set(res.stage_seconds) == {"loglik", "known facts"}
+    assert res.summary["cf-quotes"]["loglik"]["known_by"] == "loglik"
+
+
+def test_the_pass_is_off_by_default_under_loglik_alone_and_on_under_generation(model, tok,
+                                                                               monkeypatch):
+    """Under --scoring loglik no no-context pass runs unless asked; the summary says the known
+    block is off. Under generation it runs by default, by generation."""
+    import sys
+
+    items = sys.modules["knowflow.evaluate.items"]
+    ran = []
+    monkeypatch.setattr(items, "_mark_known", lambda *a, **k: ran.append(a[2]))
+    res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="loglik", limit=3, n_bootstrap=10)
+    assert ran == [] and set(res.stage_seconds) == {"loglik"}
+    block = res.summary["cf-quotes"]["loglik"]
+    assert block["known_by"] == "off" and "known" not in block and "known_share" not in block
+    assert all("known" not in r for r in res.records["cf-quotes"])
+    assert known_filter(EvalConfig(scoring="loglik")) is False
+    assert known_filter(EvalConfig(scoring="loglik", known_filter=True)) is True
+    assert known_filter(EvalConfig(scoring="generate")) is True
+    assert known_filter(EvalConfig(scoring="both", known_filter=False)) is False
+    res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="generate", limit=3,
+                   n_bootstrap=10, max_new_tokens=2)
+    assert ran == ["cf-quotes"] and res.summary["cf-quotes"]["generate"]["known_by"] == "generate"
 
 
 def test_known_by_choice_and_no_context(model, tok):
@@ -56,11 +80,11 @@ def test_known_by_choice_and_no_context(model, tok):
     assert known_by(EvalConfig(scoring="both")) == "generate"
     assert known_by(EvalConfig(scoring="generate", known_by="loglik")) == "loglik"
     res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="loglik", known_by="generate",
-                   limit=3, n_bootstrap=10)
+                   limit=3, n_bootstrap=10, known_filter=True)
     assert all("no_context_output" in r for r in res.records["cf-quotes"])
     # --no-context: the scores are already without the context; no second pass
     res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="loglik", use_context=False,
-                   limit=3, n_bootstrap=10)
+                   limit=3, n_bootstrap=10, known_filter=True)
     for r in res.records["cf-quotes"]:
         assert r["known"] == (r["loglik"]["choice"] == "parametric")
     with pytest.raises(ConfigError):

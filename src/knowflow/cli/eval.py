@@ -37,6 +37,9 @@ BATCH_FLAGS = (
 )
 DECODING_FLAGS = (
     flag("seed", "seed", int, "Seed for suites, sampling and bootstrap.", 0),
+    flag("known_filter", "known_filter", bool,
+         "Run the no-context pass that finds known facts (default: under generate and both, "
+         "not under --scoring loglik).", switch=True),
     flag("no_known_filter", "known_filter", bool,
          "Skip the no-context pass that finds known facts.", switch=False),
     flag("known_by", "known_by", str,

@@ -21,8 +21,8 @@ def print_eval(summary: dict) -> None:
     """One row per suite and scoring mode: all items, then the known-fact subset."""
     table = Table("suite", "scoring", "n", "cf acc (95% CI)", "param acc (95% CI)",
                   "mem ratio", "known share", "cf acc | known", "param acc | known", "n known",
-                  caption="cf: the context's answer; param: the memorized answer; known: items "
-                          "whose memorized answer the model gives without the context")
+                  caption="cf: the context's answer; param: the memorized answer; known: "
+                          + _known_caption(summary))
     for suite, modes in summary.items():
         for mode, m in modes.items():
             known = m.get("known", {})
@@ -34,6 +34,21 @@ def print_eval(summary: dict) -> None:
                 _fmt(m.get("known_share")), _fmt(known.get("counterfactual_accuracy")),
                 _fmt(known.get("parametric_accuracy")), str(known.get("n", "-")))
     console.print(table)
+
+
+KNOWN_BY = {"generate": "its greedy answer without the context names the memorized answer",
+            "loglik": "without the context the memorized answer is the likelier of the two",
+            "off": "not computed (--known-filter computes it)"}
+
+
+def _known_caption(summary: dict) -> str:
+    """What the known columns rest on, from each block's `known_by`."""
+    ways = dict.fromkeys(m.get("known_by") for modes in summary.values()
+                         for m in modes.values() if isinstance(m, dict) and m.get("known_by"))
+    if not ways:
+        return "items whose memorized answer the model gives without the context"
+    return "; ".join(f"{w}: {KNOWN_BY.get(w, w)}" if len(ways) > 1 else KNOWN_BY.get(w, w)
+                     for w in ways)
 
 
 def print_strength(summary: dict) -> None:

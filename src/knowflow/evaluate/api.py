@@ -3,14 +3,16 @@
 For each suite (built-in, or an external file) every item is rendered in one prompt format and
 scored by greedy generation (is each answer mentioned?) and/or by log-likelihood (which answer
 is the likelier continuation?). A no-context pass marks the items whose memorized answer the
-model gives on its own ("known" facts): under log-likelihood scoring alone it scores the two
-answers after the question alone (one prefill per item, no decoding); otherwise, or with
-`known_by="generate"`, greedy generation without the context must mention the memorized answer.
-Metrics are reported on all items and on the known ones. Results hold per-item records and a
-summary {suite: {mode: metrics}}; with an output folder they are written as a run folder
-(`knowflow.runs.start_run`): `config.json` first, then `items.jsonl` and `summary.json`. The
-`knowflow eval` command finishes the folder with figures and report.html
-(`experiments.runner.finish_run`), as every run is finished.
+model gives on its own ("known" facts): by default only under generation scoring, where
+greedy generation without the context must mention the memorized answer; under log-likelihood
+scoring alone only when asked (`known_filter=True`), and then it scores the two answers after
+the question alone (one prefill per item, no decoding) unless `known_by="generate"`. Metrics
+are reported on all items and on the known ones; each summary block's `known_by` says which
+flags the known block rests on ("generate", "loglik", or "off": no known block). Results
+hold per-item records and a summary {suite: {mode: metrics}}; with an output folder they are
+written as a run folder (`knowflow.runs.start_run`): `config.json` first, then `items.jsonl`
+and `summary.json`. The `knowflow eval` command finishes the folder with figures and
+report.html (`experiments.runner.finish_run`), as every run is finished.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from knowflow.config import validate_config
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluate.batching import fit_batch_size
 from knowflow.evaluate.conditions import Sweep, Swept
-from knowflow.evaluate.config import MODES, EvalConfig
+from knowflow.evaluate.config import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluate.heads_calibration import calibrate as calibrate_heads
 from knowflow.evaluate.items import evaluate_items, flat, load_data, render_prompts
 from knowflow.evaluate.lm_eval_task import read_lm_eval_samples
@@ -94,6 +96,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     run = _start(config, out_dir, runs_root)
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
+    known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
     with run.refusals(interrupt=True) if run is not None else contextlib.nullcontext():
         for name, items in by_suite.items():
             log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
@@ -102,7 +105,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
             summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
                                     **quality.get(name, {}),
                                     **by_strength(records[name], mode, cfg.n_bootstrap,
-                                                  cfg.seed)}
+                                                  cfg.seed), "known_by": known}
                              for mode in MODES[cfg.scoring]}
         swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
             else None

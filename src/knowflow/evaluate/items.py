@@ -15,7 +15,7 @@ from pathlib import Path
 from knowflow.config import flatten
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import encode_prompts
-from knowflow.evaluate.config import MODES, EvalConfig, known_by
+from knowflow.evaluate.config import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluate.decoding import generate_with, score_with, single_method
 from knowflow.evaluate.garbled import garbled
 from knowflow.evaluate.generate import generate
@@ -135,7 +135,7 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                 "memorization_ratio": memorization_ratio(lp_par, lp_cf),
                 "equal_answers": cont_cf == cont_par}
         clock.stop("loglik")
-    if cfg.known_filter:
+    if known_filter(cfg):
         clock.start()
         _mark_known(model, tokenizer, name, items, records, golds, cfg, progress)
         clock.stop("known facts")

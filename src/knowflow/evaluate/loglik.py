@@ -1,11 +1,13 @@
 """Log-likelihood scoring of candidate answers as continuations of one prompt.
 
-For each item the prompt runs once: a left-padded batch of prompts is prefilled with a KV
-cache (itself continuing the run's shared prefix, see `batching.Prefix`), the cache rows are
-repeated once per candidate, and all candidates of the batch run together as one right-padded
-block on top of it. The first candidate token is scored from the prompt's last logits, the
-rest from the candidate block; right padding sits after every real token, so it never changes
-a real token's score. Each score is (summed log-probability, number of tokens).
+Requests with the same prompt run it once; prompts of a run share their common prefix's KV
+cache (`batching.Prefix`); prompts that also begin with the same few tokens (a question several
+rows ask) share a row whose tokens form a trie, and every candidate is scored in that one
+forward pass (`tree`). Where the prompt pass must capture attention, or a model failed the
+one-time check of the trie pass, each batch runs in two passes: a left-padded prefill of the
+prompts, its cache rows repeated once per candidate, and all candidates as one right-padded
+block on top (right padding sits after every real token, so it never changes a real token's
+score). Each score is (summed log-probability, number of tokens).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from knowflow.evaluate.batching import (
     prefill,
     sorted_batches,
 )
-from knowflow.evaluate.tree import score_batch_tree, tree_length
+from knowflow.evaluate.tree import row_length, score_batch_tree, trie_rows
 from knowflow.models.batching import pad_id as tokenizer_pad_id
 from knowflow.models.batching import right_pad
 from knowflow.runs import Progress
@@ -42,23 +44,26 @@ def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
 
 
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
-                 pad_id: int, extra: PrefillExtra | None = None) -> list[list[Score]]:
-    """Scores of one batch. Candidates of several tokens are scored in the prompt's own pass
-    (`tree.score_batch_tree`), unless the prompt pass captures attention (`extra`) or the
-    model failed the one-time check of that pass against the two-pass scorer (a model that
-    ignores custom 4D attention masks). Single-token candidates need one pass either way."""
+                 pad_id: int, extra: PrefillExtra | None = None,
+                 rows: list[list[int]] | None = None) -> list[list[Score]]:
+    """Scores of one batch, in the prompts' own pass (`tree.score_batch_tree`; `rows`: items
+    packed into shared rows), unless the prompt pass captures attention (`extra`) or the model
+    failed the one-time check of that pass against the two-pass scorer (a model that ignores
+    custom 4D attention masks)."""
     ok = getattr(model, "_knowflow_tree_ok", None)
-    if extra is not None or ok is False or all(len(c) == 1 for cs in conts for c in cs):
+    if extra is not None or ok is False:
         return _score_batch_cached(model, prompts, conts, prefix, pad_id, extra)
-    tree = score_batch_tree(model, prompts, conts, prefix, pad_id)
-    if ok is None:  # checked on up to CHECK_ROWS rows with a multi-token candidate
-        rows = [b for b, cs in enumerate(conts) if any(len(c) > 1 for c in cs)][:CHECK_ROWS]
-        ref = _score_batch_cached(model, [prompts[b] for b in rows], [conts[b] for b in rows],
-                                  prefix, pad_id)
+    tree = score_batch_tree(model, prompts, conts, prefix, pad_id, rows)
+    if ok is None:  # checked on up to CHECK_ROWS items, those sharing a row first
+        shared = [b for r in (rows or []) if len(r) > 1 for b in r]
+        longer = [b for b, cs in enumerate(conts) if any(len(c) > 1 for c in cs)]
+        check = list(dict.fromkeys([*shared, *longer, *range(len(prompts))]))[:CHECK_ROWS]
+        ref = _score_batch_cached(model, [prompts[b] for b in check],
+                                  [conts[b] for b in check], prefix, pad_id)
         tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
         model._knowflow_tree_ok = all(
             abs(a[0] - b[0]) <= tol and a[1] == b[1]
-            for r, rb in zip(rows, ref, strict=True) for a, b in zip(tree[r], rb, strict=True))
+            for r, rb in zip(check, ref, strict=True) for a, b in zip(tree[r], rb, strict=True))
         if not model._knowflow_tree_ok:
             return _score_batch_cached(model, prompts, conts, prefix, pad_id)
     return tree
@@ -127,17 +132,39 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     pad_id = tokenizer_pad_id(tokenizer)
     out: list[list[Score]] = [[] for _ in prompts]
     done = 0
-    # by the length of each tree row (prompt and candidates), so a batch carries little padding
-    for batch in sorted_batches([tree_length(p, c) for p, c in zip(prompts, conts, strict=True)],
-                                batch_size):
+    for rows in _row_batches(prompts, conts, prefix.length, batch_size, prefill_extra is None):
+        batch = [i for r in rows for i in r]
+        at = {i: b for b, i in enumerate(batch)}
         res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
-                           prefix, pad_id, prefill_extra(batch) if prefill_extra else None)
+                           prefix, pad_id, prefill_extra(batch) if prefill_extra else None,
+                           [[at[i] for i in r] for r in rows])
         for i, r in zip(batch, res, strict=True):
             out[i] = r
         done += len(batch)
         if progress is not None:
             progress(done, len(prompts), stage)
     return out
+
+
+def _row_batches(prompts: Sequence[list[int]], conts: list[list[list[int]]], n_prefix: int,
+                 batch_size: int, share_rows: bool) -> list[list[list[int]]]:
+    """Batches of rows (item indices; items that share a row with `share_rows`, see
+    `tree.trie_rows`), rows sorted by their length so that a batch carries little padding,
+    each batch at most `batch_size` items (or one row)."""
+    rows = trie_rows(prompts, conts, n_prefix) if share_rows else \
+        [[i] for i in range(len(prompts))]
+    lengths = [row_length([prompts[i] for i in r], [conts[i] for i in r], n_prefix)
+               for r in rows]
+    batches: list[list[list[int]]] = []
+    items = 0
+    for j in sorted_batches(lengths, 1):      # longest first, stable
+        row = rows[j[0]]
+        if not batches or items + len(row) > batch_size:
+            batches.append([])
+            items = 0
+        batches[-1].append(row)
+        items += len(row)
+    return batches
 
 
 @torch.no_grad()

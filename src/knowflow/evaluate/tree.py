@@ -1,100 +1,158 @@
-"""Every candidate of a batch scored in the prompt's own forward pass (a "tree" batch).
+"""Every candidate of a batch scored in its prompt's own forward pass, prompts that share
+tokens packed into one row: a token trie ("radix") per row.
 
-Each row is one prompt followed by its candidates' tokens side by side, the whole row
-right-aligned (padding on the left): `pad | prompt | c1[:-1] | c2[:-1] | ...`. A 4D attention
-mask lets a candidate token see the prompt and the earlier tokens of its own candidate only,
-and position ids restart at the prompt's end for every candidate, so each candidate is scored
-exactly as if it were appended to the prompt alone. Because the candidates sit at the end of
-every row, the vocabulary projection runs for the last `1 + longest candidate region`
-positions only (`logits_to_keep`), not for the prompt, and rows sorted by their whole length
-(`tree_length`) carry little padding. `loglik._score_batch` checks this pass against the
-two-pass scorer once per model and falls back to that if a model ignores custom 4D masks.
+A row holds one or more prompts (after the run's shared prefix, `batching.Prefix`) and their
+candidates, each candidate without its last token, as a trie: one node per token, and tokens
+that several sequences share at the same place (a question several rows ask, the word two
+candidates begin with) are one node. A 4D attention mask lets each node see the shared prefix,
+its ancestors and itself, and its position id is its depth, so every candidate is scored
+exactly as if it were appended to its prompt alone. Nodes whose logits score a token (each
+prompt's last node, each candidate's fed tokens) sit at the end of the row and the row is
+right-aligned (padding on the left), so the vocabulary projection runs for the last
+`readouts` positions only (`logits_to_keep`). `trie_rows` picks the items that share a row;
+`loglik._score_batch` checks this pass against the two-pass scorer once per model and falls
+back to that if a model ignores custom 4D masks.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from knowflow.evaluate.batching import Prefix, forward
 from knowflow.models.batching import model_device
 
+MIN_SHARE = 2     # tokens an item must share with the one before it to join its row
+ROW_NODES = 128   # most nodes in a shared row (its attention is dense: rows stay short)
+
+
+@dataclass
+class Trie:
+    """The nodes of one row. `reads`: (node, token, item, candidate): the logits at `node`
+    score `token` of candidate `candidate` of the row's `item`-th item."""
+
+    tokens: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)      # -1: continues the shared prefix
+    depth: list[int] = field(default_factory=list)       # tokens after the shared prefix
+    reads: list[tuple[int, int, int, int]] = field(default_factory=list)
+    _child: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def path(self, node: int, tokens: Sequence[int]) -> list[int]:
+        """The nodes of `tokens` below `node`, added where missing."""
+        out = []
+        for t in tokens:
+            key = (node, t)
+            if key not in self._child:
+                self._child[key] = len(self.tokens)
+                self.tokens.append(t)
+                self.parent.append(node)
+                self.depth.append(self.depth[node] + 1 if node >= 0 else 0)
+            node = self._child[key]
+            out.append(node)
+        return out
+
+    @classmethod
+    def of(cls, prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]]) -> Trie:
+        """The trie of prompts (each at least one token) and their candidates."""
+        trie = cls()
+        for i, (p, cs) in enumerate(zip(prompts, conts, strict=True)):
+            end = trie.path(-1, p)[-1]
+            for k, c in enumerate(cs):
+                chain = [end, *trie.path(end, c[:-1])]
+                trie.reads += [(chain[j], t, i, k) for j, t in enumerate(c)]
+        return trie
+
+    def order(self) -> tuple[list[int], int]:
+        """Nodes in row order (the nodes read last) and how many are read."""
+        read = set(node for node, *_ in self.reads)
+        rest = [n for n in range(len(self.tokens)) if n not in read]
+        return rest + sorted(read), len(read)
+
+
+def trie_rows(prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]], n_prefix: int,
+              min_share: int = MIN_SHARE, max_nodes: int = ROW_NODES) -> list[list[int]]:
+    """Item indices grouped into rows. Taken in the sorted order of their prompts (after the
+    shared prefix), an item joins the row of the one before it when their prompts begin with
+    the same `min_share` tokens or more and the row stays within `max_nodes` nodes; every
+    other item starts a row of its own."""
+    order = sorted(range(len(prompts)), key=lambda i: tuple(prompts[i][n_prefix:]))
+    rows: list[list[int]] = []
+    nodes = 0
+    for i in order:
+        own = tree_length(prompts[i], conts[i]) - n_prefix
+        if rows:
+            a, b = prompts[rows[-1][-1]], prompts[i]
+            lcp = n_prefix
+            while lcp < min(len(a), len(b)) and a[lcp] == b[lcp]:
+                lcp += 1
+            if lcp - n_prefix >= min_share and nodes + own - (lcp - n_prefix) <= max_nodes:
+                rows[-1].append(i)
+                nodes += own - (lcp - n_prefix)
+                continue
+        rows.append([i])
+        nodes = own
+    return rows
+
+
+def row_length(prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]],
+               n_prefix: int) -> int:
+    """Nodes of the row of these items (for sorting rows into batches)."""
+    return len(Trie.of([p[n_prefix:] for p in prompts], conts).tokens)
+
 
 def tree_length(prompt: list[int], conts: list[list[int]]) -> int:
-    """Tokens of one tree row: the prompt and every candidate but its last token."""
+    """Tokens of one item's own row without shared nodes: the prompt and every candidate but
+    its last token (an upper bound of its trie's nodes)."""
     return len(prompt) + sum(len(c) - 1 for c in conts)
-
-
-def tree_layout(conts: list[list[list[int]]]
-                ) -> tuple[list[list[int]], list[list[tuple[int, int]]], int]:
-    """Per row the candidate tokens fed (each candidate without its last token), the
-    [start, end) of each candidate's tokens in the candidate region, and the widest region."""
-    fed, spans = [], []
-    for cs in conts:
-        row, where = [], []
-        for c in cs:
-            where.append((len(row), len(row) + len(c) - 1))
-            row += c[:-1]
-        fed.append(row)
-        spans.append(where)
-    return fed, spans, max(len(r) for r in fed)
-
-
-def tree_mask(prompt_lens: list[int], spans: list[list[tuple[int, int]]], fed_lens: list[int],
-              width: int, n_prefix: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask (batch, 1, width, n_prefix + width): 0 where a query may attend, the
-    dtype's minimum elsewhere. Row b holds `width - prompt - fed` padding tokens, then its
-    prompt, then its candidate region; keys are the shared prefix and the row itself. Every
-    query sees itself, so a padding query never has an empty softmax (its output is unread)."""
-    batch = len(prompt_lens)
-    allow = torch.zeros((batch, width, n_prefix + width), dtype=torch.bool)
-    allow[:, :, :n_prefix] = True
-    causal = torch.tril(torch.ones((width, width), dtype=torch.bool))
-    for b, (lp, lf, where) in enumerate(zip(prompt_lens, fed_lens, spans, strict=True)):
-        p0 = width - lp - lf                                 # the prompt's first position
-        c0 = width - lf                                      # the candidate region's first
-        allow[b, p0:c0, n_prefix + p0:n_prefix + c0] = causal[:lp, :lp]
-        allow[b, c0:, n_prefix + p0:n_prefix + c0] = True    # candidates see all the prompt
-        for start, end in where:
-            seg = causal[:end - start, :end - start]
-            allow[b, c0 + start:c0 + end, n_prefix + c0 + start:n_prefix + c0 + end] = seg
-    diag = torch.arange(width)
-    allow[:, diag, n_prefix + diag] = True
-    mask = torch.zeros((batch, 1, width, n_prefix + width), dtype=dtype)
-    return mask.masked_fill(~allow[:, None], torch.finfo(dtype).min)
 
 
 @torch.no_grad()
 def score_batch_tree(model, prompts: list[list[int]], conts: list[list[list[int]]],
-                     prefix: Prefix, pad_id: int) -> list[list[tuple[float, int]]]:
-    """(summed log-probability, token count) of every candidate of every prompt, one pass."""
+                     prefix: Prefix, pad_id: int, rows: list[list[int]] | None = None
+                     ) -> list[list[tuple[float, int]]]:
+    """(summed log-probability, token count) of every candidate of every prompt, one pass;
+    `rows` (indices into `prompts`) packs items into shared rows (default: a row each)."""
     device = model_device(model)
     n = prefix.length
-    fed, spans, widest = tree_layout(conts)
-    lens = [len(p) - n for p in prompts]
-    width = max(lp + len(f) for lp, f in zip(lens, fed, strict=True))
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)       # (batch, width)
-    pos = torch.zeros((len(prompts), width), dtype=torch.long)
-    for b, (p, row, where) in enumerate(zip(prompts, fed, spans, strict=True)):
-        c0 = width - len(row)
-        ids[b, c0 - lens[b]:] = torch.tensor(list(p[n:]) + row, dtype=torch.long)
-        pos[b, c0 - lens[b]:c0] = torch.arange(n, len(p))
-        for start, end in where:
-            pos[b, c0 + start:c0 + end] = len(p) + torch.arange(end - start)
+    rows = rows if rows is not None else [[b] for b in range(len(prompts))]
+    tries = [Trie.of([prompts[i][n:] for i in r], [conts[i] for i in r]) for r in rows]
+    orders = [t.order() for t in tries]
+    width = max(len(t.tokens) for t in tries)
+    keep = max(k for _, k in orders)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)           # (rows, width)
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    allow = torch.zeros((len(rows), width, n + width), dtype=torch.bool)
+    allow[:, :, :n] = True
+    diag = torch.arange(width)
+    allow[:, diag, n + diag] = True       # every query sees itself (a padding one: unread)
+    reads = []                            # (row, position in the kept logits, token, item, cand)
+    for b, (trie, (order, _)) in enumerate(zip(tries, orders, strict=True)):
+        slot = {node: width - len(order) + s for s, node in enumerate(order)}
+        at = torch.tensor([slot[v] for v in order], dtype=torch.long)
+        ids[b, at] = torch.tensor([trie.tokens[v] for v in order], dtype=torch.long)
+        pos[b, at] = torch.tensor([n + trie.depth[v] for v in order], dtype=torch.long)
+        q, k = [], []
+        for v in order:
+            a = v
+            while a >= 0:                 # the node and its ancestors
+                q.append(slot[v])
+                k.append(n + slot[a])
+                a = trie.parent[a]
+        allow[b, q, k] = True
+        reads += [(b, slot[v] - (width - keep), t, rows[b][i], c) for v, t, i, c in trie.reads]
     dtype = next(model.parameters()).dtype
-    mask = tree_mask(lens, spans, [len(r) for r in fed], width, n,
-                     dtype if dtype.is_floating_point else torch.float32)
-    keep = widest + 1                     # the prompts' last positions and every candidate's
-    logits, _ = forward(model, past=prefix.expand(len(prompts)), keep=keep,
-                        input_ids=ids.to(device), attention_mask=mask.to(device),
+    dtype = dtype if dtype.is_floating_point else torch.float32
+    mask = torch.zeros(allow.shape, dtype=dtype).masked_fill(~allow, torch.finfo(dtype).min)
+    logits, _ = forward(model, past=prefix.expand(len(rows)), keep=keep,
+                        input_ids=ids.to(device), attention_mask=mask[:, None].to(device),
                         position_ids=pos.to(device))
-    logp = torch.log_softmax(logits.float(), dim=-1)                    # (batch, keep, vocab)
-    out = []
-    for b, (cs, where) in enumerate(zip(conts, spans, strict=True)):
-        last = keep - len(fed[b]) - 1                     # the prompt's last position in logp
-        row = []
-        for c, (start, _) in zip(cs, where, strict=True):
-            # c[0] from the prompt's last position; c[j] from candidate position start + j - 1
-            at = [last] + [last + 1 + start + j for j in range(len(c) - 1)]
-            row.append((float(logp[b, at, c].sum()), len(c)))
-        out.append(row)
-    return out
+    logp = torch.log_softmax(logits.float(), dim=-1)                    # (rows, keep, vocab)
+    r, at, tok, _, _ = (torch.tensor(col, device=logp.device) for col in zip(*reads, strict=True))
+    got = logp[r, at, tok].tolist()                                      # (reads,)
+    sums = [[0.0] * len(cs) for cs in conts]
+    for value, (_, _, _, i, c) in zip(got, reads, strict=True):
+        sums[i][c] += value
+    return [[(s, len(c)) for s, c in zip(ss, cs, strict=True)] for ss, cs in zip(sums, conts,
+                                                                                strict=True)]
