@@ -16,6 +16,8 @@ from knowflow.config import (
     validate_config,
 )
 from knowflow.errors import ConfigError
+from knowflow.experiments.registry import get_experiment
+from knowflow.experiments.runner import build_config
 
 
 @dataclass(frozen=True)
@@ -155,3 +157,19 @@ def test_declared_field_constraints():
             validate_config(apply_overrides(Outer(), [override]))
         assert err.value.field == name and message in str(err.value), (override, err.value)
     validate_config(apply_overrides(Outer(), ["cut=0.1", "inner.share=0"]))  # bounds hold
+
+
+@pytest.mark.parametrize("experiment, old, new", [
+    ("cpi-toy", "part.dynamic_every", "dynamic.every"),
+    ("inversion-tiny", "curate_threshold", "dynamic.threshold"),
+])
+def test_a_renamed_key_names_its_new_key(experiment, old, new):
+    """The dynamic-curation keys became one `dynamic` section: `--set` with an old key, or a
+    saved config.json holding it, is refused naming the new key (not 'unknown key')."""
+    with pytest.raises(ConfigError, match=rf"'{old}': renamed to {new}; set {new} instead"):
+        build_config(experiment, [f"{old}=5"])
+    section, _, name = old.rpartition(".")
+    saved = {section: {name: 5}} if section else {name: 5}
+    with pytest.raises(ConfigError, match=rf"renamed to {new}"):
+        config_from_dict(get_experiment(experiment).config_cls, saved)
+    assert getattr(build_config(experiment, [f"{new}=5"]).dynamic, new.split(".")[1]) == 5

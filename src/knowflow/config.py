@@ -96,8 +96,20 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def refuse_renamed(cls: type, keys) -> None:
+    """A key `cls` has renamed (its class attribute `RENAMED`: {old dotted key: new}) is a
+    ConfigError naming the new key, not an unknown key."""
+    renamed = getattr(cls, "RENAMED", {})
+    for key in keys:
+        if key in renamed:
+            new = renamed[key]
+            raise ConfigError(f"renamed to {new}", key, f"set {new} instead (--set {new}=...)")
+
+
 def config_from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
     """Build `cls` from a (possibly partial) dict, e.g. a saved config.json."""
+    if not prefix and isinstance(data, dict):
+        refuse_renamed(cls, flatten(data))
     hints = _field_types(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     if not isinstance(data, dict):
@@ -118,6 +130,7 @@ def apply_overrides(cfg: T, overrides: list[str] | dict[str, Any]) -> T:
     """
     items = overrides.items() if isinstance(overrides, dict) else [_split(o) for o in overrides]
     for key, value in items:
+        refuse_renamed(type(cfg), [key])
         cfg = _set(cfg, key.split("."), value, key)
     return cfg
 

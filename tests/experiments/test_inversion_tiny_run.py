@@ -152,7 +152,7 @@ def test_default_arms_are_all_but_dynamic_curation():
 def test_tiny_run_writes_every_record(tmp_path):
     # no loss threshold: this barely pretrained model answers nothing from memory
     result = run_experiment("inversion-tiny", {**TINY, "arms": ",".join(ARMS),
-                                               "curate_threshold": "none"},
+                                               "dynamic.threshold": "none"},
                             runs_root=tmp_path / "runs")
     run_dir = result.run_dir
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
@@ -185,7 +185,7 @@ def test_tiny_run_writes_every_record(tmp_path):
     assert summary["qk_only"] == summary["mixed"]
     assert not (run_dir / "checkpoints" / "qk_only-seed0.json").exists()
     assert summary["augmented"]["n_train_seeds"] == [25, 25]  # + 25% counterfactual
-    # dynamic curation re-scored at step 0 only (curate_every 50 > 5 steps), 75% of 20 left out
+    # dynamic curation re-scored at step 0 only (dynamic.every 50 > 5 steps), 75% of 20 left out
     assert summary["dynamic"]["curation_rescorings_seeds"] == [1, 1]
     assert [sum(summary["dynamic"][f"n_dropped_{k}_seeds"][i] for k in ("C", "C+S", "S"))
             for i in (0, 1)] == [15, 15]
@@ -222,8 +222,10 @@ def test_resumed_run_gives_the_same_metrics(tmp_path):
     ({"mixture.c": 0.5}, "mixture"),
     ({"model.d_model": 30, "model.heads": 4}, "model.d_model"),
     ({"filter_fraction": 1.0}, "filter_fraction"),
-    ({"curate_fraction": 0.0}, "curate_fraction"),
-    ({"curate_threshold": -1.0}, "curate_threshold"),
+    ({"dynamic.fraction": 0.0}, "dynamic.fraction"),
+    ({"dynamic.threshold": -1.0}, "dynamic.threshold"),
+    ({"dynamic.mode": "none"}, "dynamic.mode"),
+    ({"curate_every": 5}, "curate_every': renamed to dynamic.every"),
     ({"mixture.c_reliability": 0.0}, "mixture.c_reliability"),
     ({"sft.train": "everything"}, "sft.train"),
     ({"sft.stepz": 3}, "sft.stepz"),

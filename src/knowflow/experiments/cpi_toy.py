@@ -7,7 +7,7 @@
 (5) `mitigations`: against the inversion setting (W_KQ only): training all weights instead,
     counterfactual augmentation, dropping the examples with the lowest no-context loss once
     (`filtered`, the paper's filter), and dynamic curation (`dynamic`: re-scoring that loss
-    under the current weights every `part.dynamic_every` steps and leaving out, for good, the
+    under the current weights every `dynamic.every` steps and leaving out, for good, the
     points the model now answers from memory); each arm also reports the
     in-distribution accuracy it keeps (accuracy on the mixture's C and C+S points).
 Parts are independent runs on one seeded world; each finished part is checkpointed, so
@@ -23,8 +23,15 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import bounded, require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS, drop_lowest_no_context_loss
-from knowflow.experiments.mitigations import THEORY, fall_removed, meets_goal
+from knowflow.curate.criticality import drop_lowest_no_context_loss
+from knowflow.experiments.mitigations import (
+    THEORY,
+    check_dynamic_arm,
+    dynamic_arm,
+    fall_removed,
+    meets_goal,
+    renamed_to_dynamic,
+)
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.phase import PhaseConfig, cells, phase_summary
 from knowflow.experiments.registry import Summary, register
@@ -39,6 +46,7 @@ from knowflow.report.phase import PHASE, with_phase
 from knowflow.runs import METRICS, PartStore
 from knowflow.schema import named_curve
 from knowflow.train.cpi_toy import ToyFinetuneConfig, finetune, indist_accuracy
+from knowflow.train.curation import DynamicCurationConfig
 from knowflow.worlds.cpi_toy import CS, counterfactual_test_set, finetune_set, make_world
 
 log = logging.getLogger(__name__)
@@ -76,12 +84,6 @@ class PartsConfig:
     aug_points: int = bounded(60, ge=0)  # part 5: counterfactual-augmentation points added
     # part 5: share dropped (lowest no-context loss); paper: 25%
     filter_fraction: float = bounded(0.25, ge=0, lt=1)
-    dynamic_every: int = bounded(50, ge=1)  # part 5, dynamic curation: re-score every N steps
-    # ... and leave out this share of the points still in (lowest no-context loss) ...
-    dynamic_fraction: float = bounded(ARM_FRACTION, gt=0, lt=1)
-    # ... of those, only the ones below this loss
-    dynamic_threshold: float | None = bounded(MEMORY_LOSS, gt=0)
-    dynamic_readmit: bool = False  # True: re-admit them at the next re-scoring
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,13 @@ class CpiToyConfig:
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     finetune: ToyFinetuneConfig = field(default_factory=ToyFinetuneConfig)
     part: PartsConfig = field(default_factory=PartsConfig)
+    # part 5's `dynamic` arm: re-score every `every` steps, leave out at most `fraction` of the
+    # points still in (lowest no-context loss), only those below `threshold` (`readmit`: they
+    # come back at the next re-scoring; `batch_size` is unused: all points score at once)
+    dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
     study: Literal["parts", "phase"] = "parts"  # phase: C+S share x delta_C diagram
     phase: PhaseConfig = field(default_factory=PhaseConfig)
+    RENAMED = renamed_to_dynamic("part.dynamic_")
 
     def validate(self) -> None:
         """What spans several fields; each field's own range is declared on it (`bounded`),
@@ -108,6 +115,7 @@ class CpiToyConfig:
                 "must be between 0 and n_answers - 2")
         require(m.n_c + m.n_cs + m.n_s_seen + m.n_s_unseen + m.n_aug > 0, "mixture",
                 "the finetuning mixture is empty")
+        check_dynamic_arm(self.dynamic)
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ class Arm:
 
 
 def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
-    m, p = cfg.mixture, cfg.part
+    m, p, d = cfg.mixture, cfg.part, cfg.dynamic
     if part == "inversion":
         return [Arm(part, "mixed", m, False)]
     if part == "c_only":  # same number of points, all context-critical
@@ -138,8 +146,8 @@ def arms_of(cfg: CpiToyConfig, part: str) -> list[Arm]:
             Arm(part, "all_weights", m, True),
             Arm(part, "augmented", dataclasses.replace(m, n_aug=m.n_aug + p.aug_points), False),
             Arm(part, "filtered", m, False, p.filter_fraction),
-            Arm(part, "dynamic", m, False, dynamic=(p.dynamic_every, p.dynamic_fraction,
-                                                  p.dynamic_threshold, p.dynamic_readmit))]
+            Arm(part, "dynamic", m, False, dynamic=(d.every, d.fraction, d.threshold,
+                                                  d.readmit))]
 
 
 def world_sizes(cfg: CpiToyConfig) -> dict[str, int]:

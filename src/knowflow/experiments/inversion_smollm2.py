@@ -28,7 +28,7 @@ from pathlib import Path
 
 from knowflow.config import require
 from knowflow.curate.augment import augment
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS, CurateConfig, curate_examples
+from knowflow.curate.criticality import CurateConfig, curate_examples
 from knowflow.evaluate.generate import generate
 from knowflow.evaluate.normalize import alternatives, answers_present
 from knowflow.experiments.mitigations import (
@@ -36,6 +36,8 @@ from knowflow.experiments.mitigations import (
     SMOLLM2_MITIGATIONS,
     SMOLLM2_MODES,
     THEORY,
+    check_dynamic_arm,
+    dynamic_arm,
     fall_removed,
     meets_goal,
 )
@@ -70,8 +72,7 @@ class InversionSmolConfig:
     full_lr: float = 2e-5             # so does full finetuning
     curate_drop: float = 0.5          # static filter: share dropped once, before finetuning
     augment_ratio: float = 0.25
-    dynamic: DynamicCurationConfig = field(default_factory=lambda: DynamicCurationConfig(
-        mode="dynamic", every=50, fraction=ARM_FRACTION, threshold=MEMORY_LOSS, readmit=False))
+    dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
     indist_n: int = 24                # held-out C rows and C+S rows each (0: none)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
         train="lora", lr=1e-3, steps=300, batch_size=4, prompt_format="plain", save_every=50,
@@ -93,9 +94,7 @@ class InversionSmolConfig:
         require(0 < self.curate_drop < 1, "curate_drop", "must lie in (0, 1)")
         require(self.augment_ratio > 0, "augment_ratio", "must be positive")
         require(self.indist_n >= 0, "indist_n", "must not be negative")
-        require(self.dynamic.mode == "dynamic", "dynamic.mode", "the dynamic arm's mode is "
-                "dynamic")
-        self.dynamic.validate("dynamic.")
+        check_dynamic_arm(self.dynamic)  # its fields: validate_config, as every section's
         require(self.sft.train == "lora", "sft.train",
                 "sft.* configures the lora arm; choose full or qk_only by arm (or base)")
         for arm in self.arms:

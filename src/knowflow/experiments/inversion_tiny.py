@@ -15,11 +15,11 @@ arms (all but `dynamic` by default), each for every seed:
 - `qk_only`: the mixture with only q_proj/k_proj trainable (the same job as `mixed` when
   `sft.train` is `qk_only`: its records are then `mixed`'s, not a second run);
 - `lora`: the mixture with LoRA adapters on every projection (values and MLPs train too);
-- `dynamic`: the mixture under dynamic curation (`train.curation`): every `curate_every`
+- `dynamic`: the mixture under dynamic curation (`train.curation`): every `dynamic.every`
   steps each example's no-context loss is re-scored under the *current* model, and of the
-  `curate_fraction` of the examples still in with the lowest loss, those below
-  `curate_threshold` (the model answers them from memory alone) are left out for good
-  (`curate_readmit=true`: only until the next re-scoring).
+  `dynamic.fraction` of the examples still in with the lowest loss, those below
+  `dynamic.threshold` (the model answers them from memory alone) are left out for good
+  (`dynamic.readmit=true`: only until the next re-scoring).
 
 Counterfactual accuracy is tracked on memorized subjects that finetuning never sees. Each
 (arm, seed) is an independent job: jobs run in parallel processes with one torch thread each,
@@ -36,12 +36,17 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import bounded, require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.experiments.inversion_tiny_curves import arm_summary, mean_curve
 from knowflow.experiments.inversion_tiny_findings import findings, mechanism_summary
 from knowflow.experiments.inversion_tiny_jobs import finetune_job, job_arm, pretrain_job
 from knowflow.experiments.inversion_tiny_phase import run_phase
-from knowflow.experiments.mitigations import TINY_ARMS, TINY_DEFAULT_ARMS
+from knowflow.experiments.mitigations import (
+    TINY_ARMS,
+    TINY_DEFAULT_ARMS,
+    check_dynamic_arm,
+    dynamic_arm,
+    renamed_to_dynamic,
+)
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.registry import Summary, register
@@ -50,6 +55,7 @@ from knowflow.models.tiny import TinyModelConfig
 from knowflow.report.inversion_tiny import plot_inversion_tiny
 from knowflow.report.phase import with_phase
 from knowflow.runs import METRICS, PartStore
+from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.pretrain import PretrainConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.worlds.tiny_world import Mixture, TinyWorldConfig
@@ -81,14 +87,11 @@ class InversionTinyConfig:
     workers: int = 2  # processes; each uses one torch thread
     # `filtered`: share dropped (lowest no-context loss)
     filter_fraction: float = bounded(0.25, ge=0, lt=1)
-    # `dynamic`: steps between re-scorings under the current model
-    curate_every: int = bounded(50, ge=1)
-    # `dynamic`: at most this share of the rows still
-    curate_fraction: float = bounded(ARM_FRACTION, gt=0, lt=1)
-    #                                        in is left out ...
-    # ... of it only no-context losses below this
-    curate_threshold: float | None = bounded(MEMORY_LOSS, gt=0)
-    curate_readmit: bool = False  # True: dropped rows come back at the next re-scoring
+    # the `dynamic` arm: every `every` steps, of the rows still in, at most `fraction` with
+    # the lowest no-context loss under the current model, only those below `threshold`, are
+    # left out (`readmit`: until the next re-scoring; `batch_size` is unused: the tiny model
+    # scores all rows at once)
+    dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
     # `augmented`: counterfactual examples added, as a share of size
     aug_share: float = bounded(0.25, ge=0)
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
@@ -99,12 +102,14 @@ class InversionTinyConfig:
     track: TinyTrackConfig = field(default_factory=TinyTrackConfig)
     study: Literal["arms", "phase"] = "arms"  # phase: C+S share x reliability diagram
     phase: PhaseConfig = field(default_factory=PhaseConfig)
+    RENAMED = renamed_to_dynamic("curate_")
 
     def validate(self) -> None:
         """What spans several fields; each field's own range is declared on it (`bounded`),
-        and the sections (world, model, pretrain, mixture, sft, track, phase) are checked by
-        `validate_config` before this."""
+        and the sections (world, model, pretrain, mixture, sft, track, dynamic, phase) are
+        checked by `validate_config` before this."""
         w, m, p = self.world, self.model, self.pretrain
+        check_dynamic_arm(self.dynamic)
         require(len(self.seeds) > 0, "seeds", "choose at least one seed")
         require(len(self.arms) > 0, "arms", "choose at least one arm")
         for arm in self.arms:

@@ -14,7 +14,7 @@ import torch
 from knowflow.curate.criticality import drop_lowest_no_context_loss, no_context_loss
 from knowflow.models.adapt import ALL_PROJECTIONS
 from knowflow.train.callback import EvalCallback
-from knowflow.train.curation import DynamicCuration, DynamicCurationConfig
+from knowflow.train.curation import DynamicCuration
 from knowflow.train.pretrain import SHIPPED, load_pretrained, pretrained_path
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.tiny_track import TinyEvaluator, training_rows
@@ -72,10 +72,7 @@ def finetune_job(cfg, arm: str, seed: int, job_dir: Path
     if dynamic:
         callbacks.append(DynamicCuration(
             lambda m: no_context_loss(m, train, tokenizer), len(train),
-            DynamicCurationConfig("dynamic", every=cfg.curate_every,
-                                  fraction=cfg.curate_fraction,
-                                  threshold=cfg.curate_threshold,
-                                  readmit=cfg.curate_readmit),
+            cfg.dynamic,
             job_dir, kinds=[ex.kind for ex in train], seed=seed))
     finetune(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)

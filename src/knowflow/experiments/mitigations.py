@@ -11,11 +11,19 @@ judged on every seed) uses `TINY` (0.3 / 0.2).
 **Goal.** A mitigation meets the goal when it removes at least `GOAL_REMOVED` of the
 unmitigated arm's fall (`fall_removed`) and keeps in-distribution accuracy within
 `GOAL_INDIST` of it.
+
+**Dynamic curation.** Every experiment's `dynamic` arm is configured by one section,
+`dynamic` (`train.curation.DynamicCurationConfig`, as `knowflow sft --curate dynamic`), from
+`dynamic_arm`'s defaults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from knowflow.config import require
+from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
+from knowflow.train.curation import DynamicCurationConfig
 
 
 @dataclass(frozen=True)
@@ -59,3 +67,23 @@ TINY_MITIGATIONS = ("filtered", "augmented", "qk_only", "lora", "dynamic")
 SMOLLM2_MODES = ("lora", "full", "qk_only")
 SMOLLM2_MITIGATIONS = ("curated", "augmented", "dynamic")
 SMOLLM2_ARMS = (*SMOLLM2_MODES, *SMOLLM2_MITIGATIONS)
+
+
+def dynamic_arm(every: int = 50) -> DynamicCurationConfig:
+    """The `dynamic` arm's curation as the experiments start it: re-score the no-context loss
+    every `every` steps and leave out for good (no re-admission) at most `ARM_FRACTION` of the
+    rows still in, of those only the ones below `MEMORY_LOSS` (answered from memory)."""
+    return DynamicCurationConfig(mode="dynamic", every=every, fraction=ARM_FRACTION,
+                                 threshold=MEMORY_LOSS, readmit=False)
+
+
+def check_dynamic_arm(cfg: DynamicCurationConfig) -> None:
+    """An experiment's `dynamic` section configures its dynamic arm: its mode is dynamic."""
+    require(cfg.mode == "dynamic", "dynamic.mode", "the dynamic arm's mode is dynamic")
+
+
+def renamed_to_dynamic(old_prefix: str) -> dict[str, str]:
+    """{old key: new key} for the flat keys the `dynamic` section replaced (`curate_every`
+    -> `dynamic.every`), for a config's `RENAMED` (`config.refuse_renamed` names the new key)."""
+    return {f"{old_prefix}{name}": f"dynamic.{name}"
+            for name in ("every", "fraction", "threshold", "readmit")}
