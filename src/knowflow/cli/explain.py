@@ -55,6 +55,8 @@ def explain_cmd(
     ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
     holdout: Annotated[int, Opt(help="Held-out subsets for the LDS.")] = 16,
     limit: Annotated[int | None, Opt(help="Items of --data/--suite (seeded sample).")] = None,
+    offset: Annotated[int, Opt(help="Skip the first N items of the seeded order (held-out "
+                                    "samples: --offset 60 --limit 60).")] = 0,
     prompt_format: Annotated[str, Opt(help="chat, alpaca, tulu or plain.")] = "chat",
     out: Annotated[Path | None, Opt(help="Output folder (default: RUNS_DIR/explain/TIME).")
                    ] = None,
@@ -74,7 +76,8 @@ def explain_cmd(
     check_seed(seed)
     cfg = apply_overrides(ExplainConfig(
         target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
-        n_ablations=ablations, n_holdout=holdout, limit=limit, prompt_format=prompt_format,
+        n_ablations=ablations, n_holdout=holdout, limit=limit, offset=offset,
+        prompt_format=prompt_format,
         seed=seed), set_ or [])
     validate_config(cfg)
     source = _source(context, question, answer, data, suite)

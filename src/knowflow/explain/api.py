@@ -96,14 +96,10 @@ def load_explain_items(data, question: str | None, cfg: ExplainConfig,
     elif isinstance(data, (str, Path)):
         if not str(data).strip():
             raise ConfigError("give a context and a question, a suite or a data file", "data")
-        if str(data) in list_suites():
-            items = load_suites(str(data), None, cfg.limit, cfg.seed)[str(data)]
-        elif Path(data).exists():
-            items = next(iter(load_suites(None, data, cfg.limit, cfg.seed,
-                                          fields=fields).values()))
-        else:
+        if str(data) not in list_suites() and not Path(data).exists():
             raise ConfigError(f"{data!r} is neither a built-in suite nor a file", "data",
                               f"give a file or one of {', '.join(list_suites())}")
+        items = _sampled(data, cfg, fields)
     else:
         items = list(data)
         if not items:
@@ -111,6 +107,25 @@ def load_explain_items(data, question: str | None, cfg: ExplainConfig,
     for item in items:
         check_item(item, cfg)
     return items
+
+
+def _sampled(data: str | Path, cfg: ExplainConfig, fields: dict[str, str] | None
+             ) -> list[ConflictItem]:
+    """A suite's or file's items: the seeded sample of `limit` (all without), after skipping
+    the first `offset` of the same seeded order (so --offset 60 --limit 60 are the 60 items
+    that --limit 120 adds to --limit 60)."""
+    def load(limit: int | None) -> list[ConflictItem]:
+        if str(data) in list_suites():
+            return load_suites(str(data), None, limit, cfg.seed)[str(data)]
+        return next(iter(load_suites(None, data, limit, cfg.seed, fields=fields).values()))
+    items = load(None if cfg.limit is None else cfg.offset + cfg.limit)
+    if not cfg.offset:
+        return items
+    skip = {it.id for it in load(cfg.offset)}
+    kept = [it for it in items if it.id not in skip]
+    if not kept:
+        raise ConfigError(f"skips all {len(items)} items", "offset", "give a smaller offset")
+    return kept
 
 
 def _where(item: ConflictItem) -> str:

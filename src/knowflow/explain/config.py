@@ -34,6 +34,7 @@ class ExplainConfig:
     batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
     seed: int = 0
     limit: int | None = None             # items per suite or file (a seeded sample)
+    offset: int = 0                      # first skip this many of the same seeded order
 
     def validate(self) -> None:
         if self.target not in TARGETS:
@@ -64,6 +65,8 @@ class ExplainConfig:
             raise ConfigError("every k must be at least 1", "top_k")
         if self.limit is not None and self.limit < 1:
             raise ConfigError("must be at least 1", "limit")
+        if self.offset < 0:
+            raise ConfigError("must not be negative", "offset")
 
     @property
     def sentences(self) -> bool:
