@@ -37,7 +37,7 @@ import torch
 from knowflow.errors import ConfigError
 from knowflow.evaluate.batching import Prefix, forward, prefill, sorted_batches
 from knowflow.evaluate.coiecd import coiecd_logits
-from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
+from knowflow.evaluate.generate import Stream, _eos_ids, clean_output, decode, generate, stop_table
 from knowflow.evaluate.loglik import (
     Score,
     encode_continuations,
@@ -236,56 +236,14 @@ def single_method(method: str, alpha=1.0, beta=0.0) -> Method:
     return methods[0]
 
 
-class _Stream:
-    """One left-padded batch of prompts continuing from its own KV cache."""
-
-    def __init__(self, model, seqs: list[list[int]], prefix: Prefix, pad_id: int):
-        self.model = model
-        self.logits, self.past, self.mask, self.pos = prefill(model, seqs, prefix, pad_id)
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.past.batch_select_indices(rows)
-        self.mask, self.pos = self.mask[rows], self.pos[rows]
-
-    def advance(self, token: torch.Tensor) -> None:                   # token: (live,)
-        self.mask = torch.cat([self.mask, self.mask.new_ones(len(token), 1)], dim=1)
-        logits, self.past = forward(self.model, past=self.past, last_only=True,
-                                    input_ids=token[:, None], attention_mask=self.mask,
-                                    position_ids=self.pos)
-        self.logits = logits[:, -1]                                   # (live, vocab)
-        self.pos = self.pos + 1
-
-
-@torch.no_grad()
 def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, table,
                   method: Method) -> list[list[int]]:
-    """The same stopping rules as `generate`, on the method's combined logits."""
-    ctx = _Stream(model, seqs, prefixes[0], pad_id)
-    base = _Stream(model, base_seqs, prefixes[1], pad_id)
-    device = ctx.logits.device
-    eos, newline = table.eos.to(device), table.newline.to(device)
-    text_first, blank = table.text_first.to(device), table.blank.to(device)
-    rows = torch.arange(len(seqs), device=device)
-    has_text = torch.zeros(len(seqs), dtype=torch.bool, device=device)
-    out: list[list[int]] = [[] for _ in seqs]
-    for step in range(max_new_tokens):
-        token = method.next_logits(ctx.logits, base.logits).argmax(-1)  # (live,)
-        ends = eos[token]
-        stop = ends | (newline[token] & (has_text | text_first[token]))
-        for r, t, s in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
-            if not s:
-                out[r].append(t)
-        has_text = has_text | ~blank[token]
-        keep = (~stop).nonzero().squeeze(-1)
-        if keep.numel() == 0 or step == max_new_tokens - 1:
-            break
-        if keep.numel() < len(rows):
-            for stream in (ctx, base):
-                stream.keep(keep)
-            rows, has_text, token = rows[keep], has_text[keep], token[keep]
-        for stream in (ctx, base):
-            stream.advance(token)
-    return out
+    """`generate`'s loop and stopping rules (`generate.decode`) on the method's combined
+    logits of the with-context and no-context streams."""
+    streams = (Stream(model, seqs, prefixes[0], pad_id), Stream(model, base_seqs, prefixes[1],
+                                                                 pad_id))
+    return decode(streams, lambda z_ctx, z_base: method.next_logits(z_ctx, z_base).argmax(-1),
+                  max_new_tokens, table)
 
 
 def _batches(model, seqs, base_seqs, batch_size: int, share_prefix: bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -70,36 +70,63 @@ def _eos_ids(model) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos)
 
 
+class Stream:
+    """One left-padded batch of prompts continuing from its own KV cache: `logits` (live,
+    vocab) predict each live row's next token."""
+
+    def __init__(self, model, seqs: list[list[int]], prefix: Prefix, pad_id: int):
+        self.model = model
+        self.logits, self.past, self.mask, self.pos = prefill(model, seqs, prefix, pad_id)
+
+    def keep(self, rows: torch.Tensor) -> None:                       # rows: (still live,)
+        self.past.batch_select_indices(rows)
+        self.mask, self.pos = self.mask[rows], self.pos[rows]
+
+    def advance(self, token: torch.Tensor) -> None:                   # token: (live,)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(token), 1)], dim=1)
+        logits, self.past = forward(self.model, past=self.past, last_only=True,
+                                    input_ids=token[:, None], attention_mask=self.mask,
+                                    position_ids=self.pos)
+        self.logits = logits[:, -1]                                   # (live, vocab)
+        self.pos = self.pos + 1                                       # (live, 1)
+
+
 @torch.no_grad()
-def _generate_batch(model, seqs: list[list[int]], prefix: Prefix, pad_id: int,
-                    max_new_tokens: int, table: StopTable) -> list[list[int]]:
-    logits, past, mask, pos = prefill(model, seqs, prefix, pad_id)   # (batch, vocab), ...
-    device = logits.device
+def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new_tokens: int,
+           table: StopTable) -> list[list[int]]:
+    """The one step loop: each step `pick(*logits)` chooses every live row's token from the
+    streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
+    combination of the with- and without-context streams); a row stops at end-of-sequence or
+    at a newline after some text, and leaves every stream's batch."""
+    device = streams[0].logits.device
     eos, newline = table.eos.to(device), table.newline.to(device)
     text_first, blank = table.text_first.to(device), table.blank.to(device)
-    rows = torch.arange(len(seqs), device=device)              # original row of each live row
-    has_text = torch.zeros(len(seqs), dtype=torch.bool, device=device)
-    out: list[list[int]] = [[] for _ in seqs]
+    n = len(streams[0].logits)
+    rows = torch.arange(n, device=device)                      # original row of each live row
+    has_text = torch.zeros(n, dtype=torch.bool, device=device)
+    out: list[list[int]] = [[] for _ in range(n)]
     for step in range(max_new_tokens):
-        token = logits.argmax(-1)                               # (live,)
-        stop = eos[token] | (newline[token] & (has_text | text_first[token]))
-        for r, t, s in zip(rows.tolist(), token.tolist(), eos[token].tolist(), strict=True):
-            if not s:
+        token = pick(*(s.logits for s in streams))              # (live,)
+        ends = eos[token]
+        stop = ends | (newline[token] & (has_text | text_first[token]))
+        for r, t, e in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
+            if not e:
                 out[r].append(t)
         has_text = has_text | ~blank[token]
         keep = (~stop).nonzero().squeeze(-1)                    # (still live,)
         if keep.numel() == 0 or step == max_new_tokens - 1:
             break
         if keep.numel() < len(rows):                            # early stop: drop finished rows
-            past.batch_select_indices(keep)
-            rows, mask, has_text = rows[keep], mask[keep], has_text[keep]
-            token, pos = token[keep], pos[keep]
-        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)   # (live, seq + 1)
-        step_logits, past = forward(model, past=past, last_only=True, input_ids=token[:, None],
-                                    attention_mask=mask, position_ids=pos)
-        logits = step_logits[:, -1]                             # (live, vocab)
-        pos = pos + 1                                           # (live, 1)
+            for stream in streams:
+                stream.keep(keep)
+            rows, has_text, token = rows[keep], has_text[keep], token[keep]
+        for stream in streams:
+            stream.advance(token)
     return out
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)                                    # (live, vocab) -> (live,)
 
 
 def clean_output(text: str) -> str:
@@ -118,8 +145,8 @@ def generate(model, tokenizer, seqs: Sequence[list[int]], batch_size: int = 16,
     texts: list[str] = [""] * len(seqs)
     done = 0
     for batch in sorted_batches([len(s) for s in seqs], batch_size):
-        outs = _generate_batch(model, [list(seqs[i]) for i in batch], prefix, pad_id,
-                               max_new_tokens, table)
+        outs = decode([Stream(model, [list(seqs[i]) for i in batch], prefix, pad_id)], greedy,
+                      max_new_tokens, table)
         for i, toks in zip(batch, outs, strict=True):
             texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
         done += len(batch)
