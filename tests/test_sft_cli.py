@@ -2,6 +2,7 @@
 as a model folder: the run contract, one-line errors with exit code 2, nothing half-written."""
 
 import json
+import pathlib
 
 import pytest
 from typer.testing import CliRunner
@@ -111,3 +112,29 @@ def test_sft_resume_after_an_interruption(tmp_path, model_dir, data_file):
     assert [r["attn_context"] for r in after] == pytest.approx([r["attn_context"]
                                                                 for r in before], abs=1e-6)
     assert read_json(run / "summary.json")["steps"] == 4
+
+
+def test_sft_reads_its_data_file_once(tmp_path, model_dir, data_file, monkeypatch):
+    """`knowflow sft --data F` reads F once: the config check, the duplicate-key warning, the
+    job's rows and the summary's duplicate-key count share one reading."""
+    data = tmp_path / "dup.jsonl"
+    lines = data_file.read_text().splitlines()
+    lines[3] = lines[3][:-1] + ', "output": "Kem3"}'  # line 4 gives "output" twice
+    data.write_text("\n".join(lines) + "\n")
+    reads = []
+    real = pathlib.Path.read_bytes
+
+    def counting(self):
+        if self.resolve() == data.resolve():
+            reads.append(self)
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", counting)
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data), "--steps",
+                              "1", "--batch-size", "4", "--no-track", "--max-length", "512",
+                              "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert len(reads) == 1
+    (run,) = (tmp_path / "runs" / "sft").iterdir()
+    assert read_json(run / "summary.json")["n_duplicate_keys"] == 1
+    assert len(read_jsonl(run / "data.jsonl")) == 12

@@ -207,9 +207,11 @@ def decode_json(text: str, path: str | Path, line: int = 1, what: str = "invalid
         raise DataError(path, f"{what} ({exc})", line=at(pos), hint=hint) from None
 
 
-def json_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, object]]:
-    """(line number, record) of a JSONL file or of a file holding one JSON list."""
-    text = read_text(path)
+def json_records(path: str | Path, strict: bool = True, text: str | None = None
+                 ) -> Iterator[tuple[int, object]]:
+    """(line number, record) of a JSONL file or of a file holding one JSON list (`text`: its
+    text, already read)."""
+    text = read_text(path) if text is None else text
     if text.lstrip().startswith("["):
         yield from _json_list(Path(path), text, strict)
         return

@@ -27,11 +27,12 @@ MAX_RATIO = 100  # counterfactual copies per example: beyond, the same substitut
 
 def _rows(data: str, seed: int):
     from knowflow.train.sft_job import BUILTIN, load_rows
+    from knowflow.worlds.instruction_rows import read_instruction_file
     from knowflow.worlds.instructions import MixtureConfig
     from knowflow.worlds.quality import warn_duplicate_keys
 
-    if data != BUILTIN:
-        warn_duplicate_keys(Path(data))
+    if data != BUILTIN:  # one reading: load_rows gets the same file's rows
+        warn_duplicate_keys(Path(data), read_instruction_file(data).duplicate_key_lines)
     return load_rows(data, MixtureConfig(seed=seed))
 
 

@@ -15,7 +15,8 @@ from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
-from knowflow.worlds.quality import duplicate_key_lines, warn_duplicate_keys
+from knowflow.worlds.instruction_rows import read_instruction_file
+from knowflow.worlds.quality import warn_duplicate_keys
 from knowflow.worlds.suites import list_suites
 
 
@@ -48,8 +49,8 @@ def check(cfg: SFTJobConfig) -> None:
         require(s.trainer == "hf", "curate.mode", "dynamic curation needs --trainer hf")
     check_device(cfg.device)
     check_model(cfg.model)
-    if cfg.data != BUILTIN:
-        warn_duplicate_keys(Path(cfg.data))
+    if cfg.data != BUILTIN:  # the file validate() read, not a second reading
+        warn_duplicate_keys(Path(cfg.data), read_instruction_file(cfg.data).duplicate_key_lines)
 
 
 @register("sft", SFTJobConfig, plot_sft,
@@ -63,5 +64,5 @@ def run(cfg: SFTJobConfig, out_dir: Path, progress: Progress | None = None) -> d
         sft_fields = {f.name for f in dataclasses.fields(SFTConfig)}
         raise exc.under("sft.") if exc.field in sft_fields else exc from None
     if cfg.data != BUILTIN:
-        summary["n_duplicate_keys"] = len(duplicate_key_lines(Path(cfg.data)))
+        summary["n_duplicate_keys"] = len(read_instruction_file(cfg.data).duplicate_key_lines)
     return summary

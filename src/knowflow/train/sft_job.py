@@ -27,6 +27,7 @@ from knowflow.worlds.instruction_rows import (
     Instruction,
     encode_all,
     load_instructions,
+    read_instruction_file,
     save_instructions,
 )
 from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
@@ -68,7 +69,8 @@ class SFTJobConfig:
         if self.data != BUILTIN:
             if not Path(self.data).is_file():
                 raise DataError(self.data, "no such file (or use data=builtin)")
-            load_instructions(self.data)  # a malformed file fails before anything is written
+            read_instruction_file(self.data)  # a malformed file fails before anything is
+            #                                   written (read once: see read_instruction_file)
 
 
 def load_rows(data: str, mixture: MixtureConfig) -> list[Instruction]:

@@ -11,14 +11,17 @@ model is tracked in the layout it is trained in. Chat rows use the tokenizer's o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from knowflow.errors import ConfigError, DataError
-from knowflow.io import atomic_write_jsonl
+from knowflow.io import atomic_write_jsonl, read_text
 from knowflow.worlds.facts import Instruction
 from knowflow.worlds.loaders import json_records
 from knowflow.worlds.prompts import FORMATS, instruction_prompt
+from knowflow.worlds.quality import duplicate_key_lines
 
 IGNORE = -100  # label of tokens that carry no loss
 _ROLES = ("system", "user", "assistant")
@@ -65,12 +68,33 @@ def parse_instruction(rec: object, path, line: int) -> Instruction:
                        _text(rec, "output", path, line, True), extra=extra)
 
 
-def load_instructions(path: str | Path) -> list[Instruction]:
-    """Examples of an instruction file; a malformed one raises DataError (file, line, field)."""
+@dataclass(frozen=True)
+class InstructionFile:
+    """An instruction file read once: its rows and the lines that give a key twice
+    (`worlds.quality.duplicate_key_lines`)."""
+
+    rows: tuple[Instruction, ...]
+    duplicate_key_lines: tuple[int, ...]
+
+
+_LAST: list = [None, None]  # (the file's identity, its InstructionFile): the last file read
+
+
+def read_instruction_file(path: str | Path) -> InstructionFile:
+    """Read and check an instruction file; a malformed one raises DataError (file, line,
+    field). The last file read is kept while it is unchanged (same path, inode, size and
+    modification time), so `knowflow sft --data F` reads F once: its checks, the job that
+    trains on its rows and the summary's duplicate-key count share one reading."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such file")
-    rows = [(line, parse_instruction(rec, path, line)) for line, rec in json_records(path)]
+    st = os.stat(path)
+    identity = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if _LAST[0] == identity:
+        return _LAST[1]
+    text = read_text(path)
+    rows = [(line, parse_instruction(rec, path, line))
+            for line, rec in json_records(path, text=text)]
     if not rows:
         raise DataError(path, "no records")
     chat = {bool(ex.messages) for _, ex in rows}
@@ -78,7 +102,15 @@ def load_instructions(path: str | Path) -> list[Instruction]:
         line = next(n for n, ex in rows if bool(ex.messages) != bool(rows[0][1].messages))
         raise DataError(path, "mixes chat 'messages' rows with Alpaca rows", line=line,
                         field="messages")
-    return [ex for _, ex in rows]
+    read = InstructionFile(tuple(ex for _, ex in rows),
+                           tuple(duplicate_key_lines(path, text=text)))
+    _LAST[:] = [identity, read]
+    return read
+
+
+def load_instructions(path: str | Path) -> list[Instruction]:
+    """Examples of an instruction file; a malformed one raises DataError (file, line, field)."""
+    return list(read_instruction_file(path).rows)
 
 
 def save_instructions(path: str | Path, examples: Sequence[Instruction]) -> Path:

@@ -26,13 +26,15 @@ def _hook(found: set[int], where: int):
     return pairs
 
 
-def duplicate_key_lines(path: Path) -> list[int]:
+def duplicate_key_lines(path: Path, text: str | None = None) -> list[int]:
     """Lines of a JSONL file holding an object with a key given twice (for a JSON list: the
-    objects' numbers in parse order). Unreadable records are skipped: the loader reports them."""
+    objects' numbers in parse order). Unreadable records are skipped: the loader reports them.
+    `text`: the file's text, already read."""
     path = Path(path)
-    if path.suffix.lower() == ".csv" or not path.is_file():
+    if path.suffix.lower() == ".csv" or (text is None and not path.is_file()):
         return []
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    if text is None:
+        text = path.read_bytes().decode("utf-8-sig", errors="replace")
     found: set[int] = set()
     if text.lstrip().startswith("["):
         try:
@@ -62,9 +64,10 @@ def _list_hook(found: set[int]):
     return pairs
 
 
-def warn_duplicate_keys(path: Path) -> int:
-    """Log one warning if records of `path` repeat a key; returns how many do."""
-    lines = duplicate_key_lines(path)
+def warn_duplicate_keys(path: Path, lines: list[int] | None = None) -> int:
+    """Log one warning if records of `path` repeat a key (`lines`: `duplicate_key_lines`
+    already found); returns how many do."""
+    lines = duplicate_key_lines(path) if lines is None else lines
     if lines:
         shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
         log.warning("%s: %d record(s) give a key twice (lines %s); the last value is used",
