@@ -140,16 +140,22 @@ def sft_cmd(
     print_paths(result.run_dir, result.report)
 
 
+CURATE_FLAGS = (  # CurateConfig's fields, one to one
+    flag("drop", "drop", float, "Share of examples to drop.", 0.25),
+    flag("by", "by", str, "no_context_loss (the paper's rule) or criticality.",
+         "no_context_loss"),
+    flag("prompt_format", "prompt_format", str, "chat, alpaca, tulu or plain.", "chat"),
+    flag("batch_size", "batch_size", int, "Examples per forward pass.", 8),
+)
+
+
+@config_flags("data", "out", "model", *CURATE_FLAGS, "seed", "device", "dtype", "threads")
 def curate_cmd(
+    given: dict,
     data: Annotated[str, Opt(help="Instruction file in Alpaca form, or 'builtin'.")],
     out: Annotated[Path, Opt(help="The filtered file to write (JSONL).")],
     model: Annotated[str, Opt(help="The model to be finetuned (scores the examples).")]
     = "smollm2-135m-instruct",
-    drop: Annotated[float, Opt(help="Share of examples to drop.")] = 0.25,
-    by: Annotated[str, Opt(help="no_context_loss (the paper's rule) or criticality.")]
-    = "no_context_loss",
-    prompt_format: Annotated[str, Opt(help="chat, alpaca, tulu or plain.")] = "chat",
-    batch_size: Annotated[int, Opt(help="Examples per forward pass.")] = 8,
     seed: Annotated[int, Opt(help="Seed of the built-in mixture.")] = 0,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
@@ -162,7 +168,7 @@ def curate_cmd(
     from knowflow.models.hf import check_device, check_model
 
     check_threads(threads)
-    cfg = CurateConfig(drop=drop, by=by, prompt_format=prompt_format, batch_size=batch_size)
+    cfg = CurateConfig(**given)
     validate_config(cfg)
     check_seed(seed)
     _check_out(data, out, (("scores", ".scores.jsonl"), ("histogram", ".png")))
