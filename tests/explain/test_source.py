@@ -14,6 +14,7 @@ from knowflow.explain.source import (
     log_odds,
     produced_label,
     same_answer,
+    says_first,
     verdict,
 )
 from knowflow.worlds.facts import ConflictItem
@@ -110,6 +111,13 @@ def test_an_answer_copied_from_the_context_is_labelled_context():
     assert copied_from_context("Montenegro meets in", item.context, item.question)
 
 
+def test_says_first_needs_the_answer_at_the_start():
+    assert says_first(" Budapest", "Budapest. It is on the Danube.")
+    assert says_first(" the pound sterling", "pound sterling")             # articles dropped
+    assert not says_first(" Thomas Edison", "Alexander Graham Bell is credited to Thomas Edison")
+    assert not says_first("", "Paris")
+
+
 def test_first_clause():
     assert first_clause(" New Delhi. It is in the north.") == "New Delhi"
     assert first_clause("St. Louis, of course.") == "St. Louis, of course"
@@ -148,5 +156,8 @@ def test_answer_span_cuts_before_the_named_answer():
         ("The capital of France is", " Lyon")
     assert answer_span(_item(), "Paris, of course.") == ("", "Paris")
     assert answer_span(_item(), "Marseille.") == ("", "Marseille.")       # names neither
+    # a whole word only: not the "ca" of "calcium"
+    assert answer_span(_item(cf="Co", par="Ca"), "The chemical symbol of calcium is Ca.") == \
+        ("The chemical symbol of calcium is", " Ca")
     unlabelled = _item(cf="", par="")
     assert answer_span(unlabelled, "It is Lyon.") == ("", "It is Lyon.")

@@ -40,6 +40,7 @@ from knowflow.explain.source import (
     first_clause,
     produced_label,
     same_answer,
+    says_first,
     verdict,
 )
 from knowflow.explain.splitter import split_sentences
@@ -262,7 +263,7 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
     no-context answer the span is weighed against (`_rivals`)."""
     lp_ctx, lp_bare = scored[0][0], scored_bare[0][0]
     agrees = same_answer(span[1], said_bare) or \
-        bool(span[0] and rival and same_answer(span[1], rival[0]))
+        bool(span[0] and rival and says_first(span[1], rival[0]))
     name, numbers = verdict(lp_ctx, lp_bare, agrees, rival and rival[1:], cfg.context_ratio)
     numbers["rival"] = rival[0] if rival else None
     labelled = bool(item.counterfactual_answer.strip() and item.parametric_answer.strip())

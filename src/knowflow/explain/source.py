@@ -17,8 +17,8 @@ p(a | q). The rules:
   leaves a likely answer untouched does not), or its odds against the rival, p(a) / p(rival)
   (the context moved the model from the rival to the answer, as a contrastive decoder would
   measure it);
-* memory *supports* it when the model gives the same answer without the context, at the start
-  of its answer or after the same lead;
+* memory *supports* it when the model gives the same answer without the context: its answer
+  contains it, or its continuation of the same lead begins with it;
 * context and memory -> `both`; context alone -> `context`; memory alone -> `memory`;
   neither -> `neither`.
 
@@ -31,6 +31,7 @@ never the verdict's numbers.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from knowflow.evaluate.normalize import alternatives, answers_present, find_spans, words
@@ -53,6 +54,13 @@ def same_answer(answer: str, other: str) -> bool:
         return False
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
     return bool(find_spans(long_, short))
+
+
+def says_first(answer: str, continuation: str) -> bool:
+    """Whether `continuation` begins with `answer`'s normalized words (" Budapest" and
+    "Budapest. It is ..."; not "Bell is credited to Edison" for " Edison")."""
+    a, c = words(answer), words(continuation)
+    return bool(a) and c[:len(a)] == a
 
 
 def log_odds(logprob: float) -> float:
@@ -137,9 +145,9 @@ def answer_span(item: ConflictItem, produced: str) -> tuple[str, str]:
         return "", produced
     names = (item.parametric_answer, *item.parametric_aliases) if kind == "parametric" else \
         (item.counterfactual_answer, *item.counterfactual_aliases)
-    low = produced.lower()
     for name in sorted((n.strip() for n in names if n.strip()), key=len, reverse=True):
-        at = low.find(name.lower())
+        found = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", produced, re.IGNORECASE)
+        at = found.start() if found else -1                 # a whole word: not "ca" in "calcium"
         if at > 0:
             lead = produced[:at].rstrip()
             return lead, produced[len(lead):at + len(name)]
