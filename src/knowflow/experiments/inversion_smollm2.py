@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowflow.config import require
+from knowflow.config import bounded, require
 from knowflow.curate.augment import augment
 from knowflow.curate.criticality import CurateConfig, curate_examples
 from knowflow.evaluate.generate import generate
@@ -66,14 +66,16 @@ DEFAULT_ARMS = ("lora", "dynamic")  # sized for < 45 min on 2 CPU cores (README)
 class InversionSmolConfig:
     model: str = "smollm2-135m-instruct"
     arms: tuple[str, ...] = DEFAULT_ARMS
-    base: str = "lora"                # how the mitigation arms train: lora, full or qk_only
+    # how the mitigation arms train: lora, full or qk_only
+    base: str = bounded("lora", one_of=MODES)
     workers: int = 2                  # one process per arm (each one torch thread)
-    qk_lr: float = 1e-4               # qk_only trains full-rank weights: a smaller step
-    full_lr: float = 2e-5             # so does full finetuning
-    curate_drop: float = 0.5          # static filter: share dropped once, before finetuning
-    augment_ratio: float = 0.25
+    qk_lr: float = bounded(1e-4, gt=0)  # qk_only trains full-rank weights: a smaller step
+    full_lr: float = bounded(2e-5, gt=0)  # so does full finetuning
+    # static filter: share dropped once, before finetuning
+    curate_drop: float = bounded(0.5, gt=0, lt=1)
+    augment_ratio: float = bounded(0.25, gt=0)
     dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
-    indist_n: int = 24                # held-out C rows and C+S rows each (0: none)
+    indist_n: int = bounded(24, ge=0)  # held-out C rows and C+S rows each (0: none)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
         train="lora", lr=1e-3, steps=300, batch_size=4, prompt_format="plain", save_every=50,
         log_every=5))
@@ -84,16 +86,11 @@ class InversionSmolConfig:
         scoring="both", attention=False))
 
     def validate(self) -> None:
+        """What spans several fields; each field's own range is declared on it (`bounded`;
+        `workers` by the generic rules), checked by `validate_config` before this."""
         require(bool(self.arms), "arms", "name at least one arm")
         for arm in self.arms:
             require(arm in ARMS, "arms", f"unknown arm {arm!r} (known: {', '.join(ARMS)})")
-        require(self.base in MODES, "base", f"{self.base!r} is not one of {', '.join(MODES)}")
-        require(self.workers >= 1, "workers", "must be at least 1")
-        require(self.qk_lr > 0, "qk_lr", "must be positive")
-        require(self.full_lr > 0, "full_lr", "must be positive")
-        require(0 < self.curate_drop < 1, "curate_drop", "must lie in (0, 1)")
-        require(self.augment_ratio > 0, "augment_ratio", "must be positive")
-        require(self.indist_n >= 0, "indist_n", "must not be negative")
         check_dynamic_arm(self.dynamic)  # its fields: validate_config, as every section's
         require(self.sft.train == "lora", "sft.train",
                 "sft.* configures the lora arm; choose full or qk_only by arm (or base)")
