@@ -14,8 +14,10 @@ Per tool and ablation count it prints: the top-1 hit rate on the needle sentence
 (Spearman between the surrogate's predictions and the answer's actual log-probability on
 `--holdout` held-out ablations, the same masks for both tools, scored once by knowflow's
 scorer and not timed); the top-1 drop (the fall of the answer's log-probability when the top
-sentence is removed); seconds per item of the attribution alone (ablations + fit); and the
-speed ratio. The one-pass estimate's (gradient x input) hit rate is printed beside them.
+sentence is removed); seconds per item of the attribution alone (ablations + fit), wall-clock
+and CPU (the process's, so time the shared machine gives other processes is not counted);
+and the speed ratios, of the means and per item (median and range). The one-pass estimate's
+(gradient x input) hit rate is printed beside them.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first", type=int, default=0, help="skip the items before this index "
                                                          "(to split a run across processes)")
+    ap.add_argument("--last", type=int, help="stop before this index")
     ap.add_argument("--no-contextcite", action="store_true", help="knowflow only")
     ap.add_argument("--json", type=Path, help="append each item's row here (JSONL) as it ends")
     ap.add_argument("--summarize", type=Path, help="print the table of a --json file, run "
@@ -112,7 +115,7 @@ def main() -> int:
     rows = []
     for i, (it, prompt, seq, answer) in enumerate(zip(items, prompts, seqs, answers,
                                                       strict=True)):
-        if i < args.first:
+        if i < args.first or (args.last is not None and i >= args.last):
             continue
         sents = split_sentences(it.context)
         n = len(sents)
@@ -143,7 +146,7 @@ def main() -> int:
             for tool in tools:
                 if tool == "knowflow":
                     cfg_n = ExplainConfig(n_ablations=count, n_holdout=0, seed=args.seed)
-                    clock = time.perf_counter()
+                    clock, cpu = time.perf_counter(), time.process_time()
                     masks, _ = ablation_masks(n, cfg_n, it.id + it.context)
                     targets = score_masks(model, tok, it, sents, masks, cont, cfg_n)
                     w = fit_surrogate(masks, targets, cfg_n.cv_folds, cfg_n.seed).weights
@@ -153,11 +156,12 @@ def main() -> int:
                                       prompt_template="Context: {context}\n\n{query}",
                                       partitioner=OfflinePartitioner(it.context))
                     cc._cache["output"] = prompt.text + cont    # explain the same answer
-                    clock = time.perf_counter()
+                    clock, cpu = time.perf_counter(), time.process_time()
                     w = torch.tensor(cc.get_attributions(verbose=False), dtype=torch.float64)
-                secs = time.perf_counter() - clock
+                secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
                 top = int(w.argmax())
-                row[f"{tool}_{count}"] = {"top": top, "seconds": secs, "drop": drops[top],
+                row[f"{tool}_{count}"] = {"top": top, "seconds": secs, "cpu": cpu,
+                                          "drop": drops[top],
                                           "lds": spearman(held.double() @ w, actual),
                                           "weights": w.tolist()}
         rows.append(row)
@@ -204,30 +208,38 @@ def _report(rows: list[dict], counts: list[int], with_cc: bool) -> None:
         _table(named, counts, with_cc)
 
 
+def _ratios(rows: list[dict], count: int, clock: str) -> list[float]:
+    """ContextCite's seconds over knowflow's, per item, sorted."""
+    return sorted(r[f"contextcite_{count}"][clock] / r[f"knowflow_{count}"][clock]
+                  for r in rows if clock in r[f"knowflow_{count}"])
+
+
 def _table(rows: list[dict], counts: list[int], with_cc: bool) -> None:
     print(f"{len(rows)} needle items ({sum(r['id'].startswith('needle-cf') for r in rows)} "
           f"needle-cf, {sum(r['id'].startswith('needle-agree') for r in rows)} needle-agree)")
     print(f"{'method':<22}{'ablations':>10}{'top-1 hit':>11}{'LDS':>8}{'top-1 drop':>12}"
-          f"{'s/item':>9}{'speed ratio':>13}")
+          f"{'wall s/item':>13}{'CPU s/item':>12}{'ratio wall':>12}{'ratio CPU':>11}")
     for count in counts:
         tools = ["knowflow"] + (["contextcite"] if with_cc else [])
-        secs = {t: _mean([r[f"{t}_{count}"]["seconds"] for r in rows]) for t in tools}
+        secs = {(t, c): _mean([r[f"{t}_{count}"].get(c) for r in rows])
+                for t in tools for c in ("seconds", "cpu")}
         for t in tools:
             key = f"{t}_{count}"
             hit = _mean([float(r[key]["top"] == r["needle"]) for r in rows])
-            ratio = secs["contextcite"] / secs[t] if with_cc else float("nan")
+            ratio = [secs["contextcite", c] / secs[t, c] if with_cc else float("nan")
+                     for c in ("seconds", "cpu")]
             print(f"{t:<22}{count:>10}{hit:>11.3f}{_mean([r[key]['lds'] for r in rows]):>8.3f}"
-                  f"{_mean([r[key]['drop'] for r in rows]):>12.3f}{secs[t]:>9.2f}"
-                  f"{ratio:>12.2f}x")
-        if with_cc:
-            per_item = sorted(r[f"contextcite_{count}"]["seconds"] / r[f"knowflow_{count}"]
-                              ["seconds"] for r in rows)
-            print(f"{'':<22}{count:>10}  median per-item speed ratio "
-                  f"{per_item[len(per_item) // 2]:.2f}x (range {per_item[0]:.2f}-"
-                  f"{per_item[-1]:.2f}x over {len(per_item)} items, sides alternating)")
+                  f"{_mean([r[key]['drop'] for r in rows]):>12.3f}{secs[t, 'seconds']:>13.2f}"
+                  f"{secs[t, 'cpu']:>12.2f}{ratio[0]:>11.2f}x{ratio[1]:>10.2f}x")
+        for clock, name in (("seconds", "wall"), ("cpu", "CPU")):
+            per_item = _ratios(rows, count, clock) if with_cc else []
+            if per_item:
+                print(f"{'':<22}{count:>10}  median per-item speed ratio ({name}) "
+                      f"{per_item[len(per_item) // 2]:.2f}x (range {per_item[0]:.2f}-"
+                      f"{per_item[-1]:.2f}x over {len(per_item)} items, sides alternating)")
     hit = _mean([float(r["one_pass"]["top"] == r["needle"]) for r in rows])
     print(f"{'one-pass grad x input':<22}{'0':>10}{hit:>11.3f}{'':>8}{'':>12}"
-          f"{_mean([r['one_pass']['seconds'] for r in rows]):>9.2f}")
+          f"{_mean([r['one_pass']['seconds'] for r in rows]):>13.2f}")
 
 
 if __name__ == "__main__":
