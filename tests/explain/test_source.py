@@ -12,6 +12,7 @@ from knowflow.explain.source import (
     expected_verdict,
     first_clause,
     log_odds,
+    names,
     produced_label,
     same_answer,
     says_first,
@@ -90,6 +91,9 @@ def test_expected_verdict_from_the_produced_answer():
     assert expected_verdict(_item(cf="Paris"), "Paris") == "both"      # an agreeing context
     assert produced_label(_item(), "Lyon or Paris") == ("both", None)
     assert produced_label(_item(cf="Paris"), "Paris") == ("agreed", "both")
+    assert [names(_item(), t) for t in ("Lyon.", "Paris, France", "Lyon, not Paris", "Rome")] \
+        == ["counterfactual", "parametric", "both", "neither"]
+    assert names(_item(cf="Paris"), "Rome") == "neither"
 
 
 MONTENEGRO = dict(cf="Nikšić", par="Podgorica", question="What is the capital of Montenegro?",
@@ -125,23 +129,28 @@ def test_first_clause():
 
 
 def test_summary_counts_one_answer_items_apart():
-    def rec(produced, expected, found):
+    def rec(produced, expected, found, bare="parametric"):
         return {"verdict": found, "expected_verdict": expected, "produced": produced,
+                "produced_no_context": bare,
                 "verdict_agrees": None if expected is None else expected == found}
     records = [rec("counterfactual", "context", "context"), rec("parametric", "memory", "both"),
                rec("neither", "neither", "context"), rec("copied", "context", "context"),
-               rec("both", None, "memory"), rec("agreed", "both", "both")]
+               rec("both", None, "memory"), rec("agreed", "both", "both", "agreed"),
+               rec("counterfactual", "context", "both", "counterfactual")]
     s = summarize(records)
-    assert (s["n_checked"], s["agreement"]) == (5, pytest.approx(3 / 5))
+    assert (s["n_checked"], s["agreement"]) == (6, pytest.approx(3 / 6))
     assert (s["one_answer"]["n_checked"], s["one_answer"]["agreement"]) == \
+        (4, pytest.approx(2 / 4))
+    # known: the no-context answer names the parametric answer (or the agreed one)
+    assert (s["known_answer"]["n_checked"], s["known_answer"]["agreement"]) == \
         (3, pytest.approx(2 / 3))
     assert s["one_answer"]["confusion"] == {
-        "context": {"context": 1, "memory": 0, "both": 0, "neither": 0},
+        "context": {"context": 1, "memory": 0, "both": 1, "neither": 0},
         "memory": {"context": 0, "memory": 0, "both": 1, "neither": 0},
         "both": {"context": 0, "memory": 0, "both": 1, "neither": 0}}
-    assert s["produced"] == {"counterfactual": 1, "parametric": 1, "neither": 1, "copied": 1,
+    assert s["produced"] == {"counterfactual": 2, "parametric": 1, "neither": 1, "copied": 1,
                              "both": 1, "agreed": 1}
-    assert "(67% of the 3 that name exactly one" in s["findings"]["verdict"]
+    assert "(50% of the 4 that name exactly one" in s["findings"]["verdict"]
 
 
 def test_confusion_counts_only_checked_items():

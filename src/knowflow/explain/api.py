@@ -38,6 +38,7 @@ from knowflow.explain.result import ExplainResult, summarize
 from knowflow.explain.source import (
     answer_span,
     first_clause,
+    names,
     produced_label,
     same_answer,
     says_first,
@@ -282,6 +283,7 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
             "counterfactual_answer": item.counterfactual_answer,
             "parametric_answer": item.parametric_answer,
             "produced": produced, "expected_verdict": expected,
+            "produced_no_context": names(item, said_bare) if labelled else None,
             "verdict_agrees": None if expected is None else expected == name,
             "needle": item.meta.get("needle")}
 

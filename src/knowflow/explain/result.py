@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import mean
 
 from knowflow.config import flatten
-from knowflow.explain.source import ONE, VERDICTS, confusion
+from knowflow.explain.source import KNOWN, ONE, VERDICTS, confusion
 from knowflow.runs import RECORDS, start_run
 
 
@@ -60,8 +60,10 @@ def _agreement(records: list[dict]) -> dict:
 
 def summarize(records: list[dict]) -> dict:
     """Verdict counts, agreement with the expected verdicts and its confusion table, on every
-    labelled item and (`one_answer`) on those whose answer names exactly one of the item's
-    answers (`produced`: how many name which); where
+    labelled item, (`one_answer`) on those whose answer names exactly one of the item's
+    answers (`produced`: how many name which) and (`known_answer`) on those of them where the
+    model's no-context answer names the parametric answer, so that the labels' premise (the
+    model's memory holds the parametric answer) holds; where
     sentences were attributed, the needle hit rates, LDS, top-k drops and the one-pass
     estimate's agreement; where mechanisms ran, the mean effect per layer."""
     counts = Counter(r["verdict"] for r in records)
@@ -70,7 +72,9 @@ def summarize(records: list[dict]) -> dict:
                  **_agreement(records),
                  "produced": dict(Counter(r["produced"] for r in records
                                           if r.get("produced") is not None)),
-                 "one_answer": _agreement([r for r in records if r.get("produced") in ONE])}
+                 "one_answer": _agreement([r for r in records if r.get("produced") in ONE]),
+                 "known_answer": _agreement([r for r in records if r.get("produced") in ONE
+                                             and r.get("produced_no_context") in KNOWN])}
     attributed = [r for r in records if "sentences" in r]
     if attributed:
         hits = [r for r in attributed if "top_hit" in r]

@@ -43,6 +43,7 @@ VERDICTS = ("context", "memory", "both", "neither")
 # both, neither, or neither but a phrase copied from the context
 PRODUCED = ("counterfactual", "parametric", "agreed", "both", "neither", "copied")
 ONE = ("counterfactual", "parametric", "agreed")
+KNOWN = ("parametric", "agreed")    # a no-context answer that shows the model knows the fact
 COPY_WORDS = 3      # the shortest run of words that counts as copied from the context
 
 
@@ -92,6 +93,20 @@ def verdict(logprob_context: float, logprob_no_context: float, memory_agrees: bo
                   "memory_agrees": memory_agrees}
 
 
+def names(item: ConflictItem, text: str) -> str:
+    """Which of the item's answers `text` names: counterfactual, parametric, agreed (the one
+    answer both agree on), both or neither."""
+    cf = alternatives(item.counterfactual_answer, item.counterfactual_aliases)
+    par = alternatives(item.parametric_answer, item.parametric_aliases)
+    subject = alternatives(item.subject) if item.subject else []
+    hit_cf, hit_par, _ = answers_present(text, [cf, par, subject])
+    if set(cf) & set(par):
+        return "agreed" if hit_cf or hit_par else "neither"
+    if hit_cf and hit_par:
+        return "both"
+    return "counterfactual" if hit_cf else "parametric" if hit_par else "neither"
+
+
 def produced_label(item: ConflictItem, produced: str, no_context: str = ""
                    ) -> tuple[str, str | None]:
     """(what the produced answer names, the verdict that calls for), from the item's two
@@ -99,17 +114,10 @@ def produced_label(item: ConflictItem, produced: str, no_context: str = ""
     the memorized one -> memory; neither -> neither, or context where it copies a phrase of
     the context that the no-context answer lacks (`copied`); both -> None (nothing to
     check)."""
-    cf = alternatives(item.counterfactual_answer, item.counterfactual_aliases)
-    par = alternatives(item.parametric_answer, item.parametric_aliases)
-    subject = alternatives(item.subject) if item.subject else []
-    hit_cf, hit_par, _ = answers_present(produced, [cf, par, subject])
-    if set(cf) & set(par):
-        if hit_cf or hit_par:
-            return "agreed", "both"
-    elif hit_cf and hit_par:
-        return "both", None
-    elif hit_cf or hit_par:
-        return ("counterfactual", "context") if hit_cf else ("parametric", "memory")
+    kind = names(item, produced)
+    if kind != "neither":
+        return kind, {"counterfactual": "context", "parametric": "memory", "agreed": "both",
+                      "both": None}[kind]
     if copied_from_context(produced, item.context, item.question, no_context):
         return "copied", "context"
     return "neither", "neither"
