@@ -32,6 +32,25 @@ def test_length_groups_is_the_cheapest_split_of_the_sorted_rows(lengths, pass_co
     assert _cost(lengths, groups, pass_cost) == best
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 5)), min_size=1, max_size=7),
+       st.integers(0, 60), st.integers(1, 8))
+def test_length_groups_with_a_limit_is_the_cheapest_split_within_it(rows, pass_cost, limit):
+    """Rows carrying several items (`sizes`): no group holds more than `limit` items unless
+    it is one row, and no such split of the sorted rows costs less."""
+    lengths, sizes = [n for n, _ in rows], [k for _, k in rows]
+    groups = length_groups(lengths, pass_cost, sizes, limit)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(len(g) == 1 or sum(sizes[i] for i in g) <= limit for g in groups)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    splits = ([order[a:b] for a, b in itertools.pairwise((0, *cuts, len(order)))]
+              for k in range(len(order))
+              for cuts in itertools.combinations(range(1, len(order)), k))
+    best = min(_cost(lengths, split, pass_cost) for split in splits
+               if all(len(g) == 1 or sum(sizes[i] for i in g) <= limit for g in split))
+    assert _cost(lengths, groups, pass_cost) == best
+
+
 def test_length_groups_extremes():
     lengths = [5, 30, 6, 29, 31]
     assert length_groups(lengths, 10 ** 6) == [[4, 1, 3, 2, 0]]       # one pass

@@ -111,17 +111,26 @@ PrefillExtra = Callable[[torch.Tensor], dict]  # attention_mask (batch, seq) -> 
 PASS_COST = 32  # a forward pass's fixed cost, in padded tokens (weights read, dispatch)
 
 
-def length_groups(lengths: Sequence[int], pass_cost: int = PASS_COST) -> list[list[int]]:
-    """Row indices split into groups of similar length: each group is one left-padded forward
-    pass costing (rows x its longest length) + `pass_cost` tokens, and the split minimizes the
-    total (dynamic programming over the rows sorted longest first; ties keep input order)."""
+def length_groups(lengths: Sequence[int], pass_cost: int = PASS_COST,
+                  sizes: Sequence[int] | None = None, limit: int | None = None
+                  ) -> list[list[int]]:
+    """Row indices split into groups of similar length: each group is one padded forward pass
+    costing (rows x its longest length) + `pass_cost` tokens, and the split minimizes the
+    total (dynamic programming over the rows sorted longest first; ties keep input order).
+    With `limit`, a group's `sizes` (default 1 a row) add up to at most `limit` (a row larger
+    than that is a group of its own)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    size = [1 if sizes is None else sizes[i] for i in order]
     best = [0.0] + [float("inf")] * len(order)   # best[j]: cost of the first j sorted rows
     cut = [0] * (len(order) + 1)
     for j in range(1, len(order) + 1):
-        for i in range(j):                         # the last group is order[i:j]
+        held = 0
+        for i in range(j - 1, -1, -1):             # the last group is order[i:j]
+            held += size[i]
+            if limit is not None and held > limit and i < j - 1:
+                break
             cost = best[i] + (j - i) * lengths[order[i]] + pass_cost
-            if cost < best[j]:
+            if cost <= best[j]:                    # ties: the earliest cut, as before
                 best[j], cut[j] = cost, i
     groups, j = [], len(order)
     while j:

@@ -17,15 +17,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 from knowflow.evaluate.batching import (
+    PASS_COST,
     PrefillExtra,
     Prefix,
     forward,
+    length_groups,
     prefill,
     sorted_batches,
 )
 from knowflow.evaluate.tree import row_length, score_batch_tree, trie_rows
+from knowflow.models.batching import model_device, right_pad
 from knowflow.models.batching import pad_id as tokenizer_pad_id
-from knowflow.models.batching import right_pad
 from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
@@ -132,7 +134,9 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     pad_id = tokenizer_pad_id(tokenizer)
     out: list[list[Score]] = [[] for _ in prompts]
     done = 0
-    for rows in _row_batches(prompts, conts, prefix.length, batch_size, prefill_extra is None):
+    cpu = model_device(model).type == "cpu"
+    for rows in _row_batches(prompts, conts, prefix.length, batch_size,
+                             prefill_extra is None, cpu):
         batch = [i for r in rows for i in r]
         at = {i: b for b, i in enumerate(batch)}
         res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
@@ -147,23 +151,29 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
 
 
 def _row_batches(prompts: Sequence[list[int]], conts: list[list[list[int]]], n_prefix: int,
-                 batch_size: int, share_rows: bool) -> list[list[list[int]]]:
+                 batch_size: int, share_rows: bool, cpu: bool) -> list[list[list[int]]]:
     """Batches of rows (item indices; items that share a row with `share_rows`, see
-    `tree.trie_rows`), rows sorted by their length so that a batch carries little padding,
-    each batch at most `batch_size` items (or one row)."""
+    `tree.trie_rows`), rows sorted by their length. On a CPU a batch holds at most
+    `batch_size` rows (a row of prompts sharing their beginning is one sequence of the pass,
+    at most `tree.ROW_NODES` tokens) and the cuts between batches minimize padded tokens plus
+    a fixed cost per pass (`batching.length_groups`); elsewhere (`--batch-size` sized for the
+    longest prompt in GPU memory) each batch is filled in turn with at most `batch_size`
+    items."""
     rows = trie_rows(prompts, conts, n_prefix) if share_rows else \
         [[i] for i in range(len(prompts))]
     lengths = [row_length([prompts[i] for i in r], [conts[i] for i in r], n_prefix)
                for r in rows]
+    if cpu:
+        return [[rows[j] for j in g]
+                for g in length_groups(lengths, PASS_COST, limit=batch_size)]
     batches: list[list[list[int]]] = []
     items = 0
-    for j in sorted_batches(lengths, 1):      # longest first, stable
-        row = rows[j[0]]
-        if not batches or items + len(row) > batch_size:
+    for (j,) in sorted_batches(lengths, 1):   # longest first, stable
+        if not batches or items + len(rows[j]) > batch_size:
             batches.append([])
             items = 0
-        batches[-1].append(row)
-        items += len(row)
+        batches[-1].append(rows[j])
+        items += len(rows[j])
     return batches
 
 
