@@ -138,9 +138,10 @@ def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
             v[:, :, start:end] = la.values[:, :, len(chain):]
         if rows:
             logp = torch.log_softmax(res.logits[0].float(), dim=-1)     # (rows, vocab)
-            for r, x in enumerate(rows):
-                for tok in wanted[x]:
-                    out[(x, tok)] = float(logp[r, tok])
+            pairs = [(r, x, tok) for r, x in enumerate(rows) for tok in wanted[x]]
+            got = logp[torch.tensor([r for r, _, _ in pairs], device=device),
+                       torch.tensor([t for _, _, t in pairs], device=device)].tolist()
+            out.update({(x, tok): v for (_, x, tok), v in zip(pairs, got, strict=True)})
     return out
 
 
