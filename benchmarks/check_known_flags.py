@@ -1,7 +1,8 @@
 """Do the two ways of finding known facts agree? `knowflow eval --scoring loglik` marks an item
 known when, without the context, the memorized answer is the likelier of the two answers
-(`--known-by loglik`, one scoring pass, no decoding); `--known-by generate` (the default under
-generation scoring) when the greedy answer without the context mentions the memorized answer.
+(`--known-filter`, which is off by default there; one scoring pass, no decoding); `--known-by
+generate` (the default under generation scoring) when the greedy answer without the context
+mentions the memorized answer.
 
 For each built-in suite this runs both on the same items (the question alone, SmolLM2-135M-
 Instruct, CPU) and prints how often they agree, the 2x2 table, and examples of each kind of
@@ -32,7 +33,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tok = load_model("smollm2-135m-instruct", device="cpu", dtype="float32")
     common = dict(tokenizer=tok, limit=args.limit, prompt_format=args.format, use_context=False,
-                  n_bootstrap=10)
+                  n_bootstrap=10, known_filter=True)  # on under --scoring loglik only if asked
     # with --no-context the scores/outputs already are the no-context pass: known comes from them
     by_loglik = evaluate(model, list(SUITES), scoring="loglik", **common).records
     by_generate = evaluate(model, list(SUITES), scoring="generate",
