@@ -93,15 +93,17 @@ class InjectedConfig:
     dynamic: DynamicCurationConfig = field(default_factory=lambda: DynamicCurationConfig(
         mode="dynamic", every=20, fraction=ARM_FRACTION, threshold=MEMORY_LOSS,
         readmit=False))
-    world: InjectedWorldConfig = field(default_factory=InjectedWorldConfig)
+    # 16 subjects per group: sized for a 2-core CPU (docs/experiments/inversion-injected.md)
+    world: InjectedWorldConfig = field(default_factory=lambda: InjectedWorldConfig(
+        mem_train=16, mem_eval=16, unk_train=16, unk_eval=16))
     mixture: MixtureShares = field(default_factory=lambda: MixtureShares(
-        size=320, c=0.1, cs=0.7, s=0.2))
+        size=200, c=0.1, cs=0.7, s=0.2))
     stage1: Stage1Config = field(default_factory=Stage1Config)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
-        train="lora", lr=1e-3, steps=120, batch_size=8, max_length=128, save_every=40,
+        train="lora", lr=3e-4, steps=80, batch_size=8, max_length=128, save_every=40,
         save_limit=1, log_every=10, prompt_format="plain"))
     track: TrackerConfig = field(default_factory=lambda: TrackerConfig(
-        suites=(), every=20, limit=None, prompt_format="plain", scoring="both",
+        suites=(), every=10, limit=None, prompt_format="plain", scoring="both",
         attention=True, batch_size=24))
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # model = "tiny" only
 
