@@ -29,6 +29,8 @@ from knowflow.curate.criticality import CurateConfig, curate_examples
 from knowflow.errors import ConfigError
 from knowflow.evaluate.api import Results, write_results
 from knowflow.evaluate.api import evaluate as evaluate_model
+from knowflow.explain.api import explain as explain_answers
+from knowflow.explain.result import ExplainResult
 from knowflow.io import atomic_write_jsonl
 from knowflow.models.hf import load_model
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
@@ -37,6 +39,7 @@ from knowflow.probes.mass import mean_attention_mass
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
 from knowflow.report.eval_run import eval_figures
+from knowflow.report.explain import write_explain_report
 from knowflow.report.finish import finish_run
 from knowflow.report.probe_run import probe_figures
 from knowflow.runs import RECORDS, Progress, start_run
@@ -106,6 +109,28 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     if result.out_dir is not None:
         finish_eval(result.out_dir)
     return result
+
+
+# ---- explain ----------------------------------------------------------------------------
+
+class ExplainRun(ExplainResult):
+    """`knowflow.explain`'s result: one record per item, their summary."""
+
+    def save(self, out_dir: str | Path | None = None, runs_root: str | Path = "runs") -> Path:
+        """Write the explain run folder `knowflow explain` writes (config.json,
+        records.jsonl, summary.json, figures/, report.html); returns the folder."""
+        path = super().save(out_dir, runs_root=runs_root)
+        write_explain_report(path)
+        return path
+
+
+def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
+            answer: str | None = None, *, config=None, **overrides) -> ExplainRun:
+    """Where answers come from (`knowflow explain`): with `question`, `data` is one context
+    and `answer` the answer to explain (default: the model's own); otherwise `data` is a suite
+    name, a data file or `ConflictItem`s. See `knowflow.explain.api.explain` for the rest."""
+    res = explain_answers(model, data, question, answer, config=config, **overrides)
+    return ExplainRun(**{f.name: getattr(res, f.name) for f in dataclasses.fields(ExplainResult)})
 
 
 # ---- probe ------------------------------------------------------------------------------
@@ -343,5 +368,5 @@ def augment(data=BUILTIN, *legacy, config=None, **overrides) -> AugmentResult:
     return AugmentResult(out, cfg, [r for r in out if r.extra.get("augmented")])
 
 
-__all__ = ["AugmentResult", "CurateResult", "EvalResult", "ProbeResult", "augment", "curate",
-           "evaluate", "probe"]
+__all__ = ["AugmentResult", "CurateResult", "EvalResult", "ExplainRun", "ProbeResult", "augment",
+           "curate", "evaluate", "explain", "probe"]

@@ -38,6 +38,37 @@ def test_one_item_writes_records_summary_and_report(tiny_model_dir, tmp_path):
     assert (out / "figures" / "layers.png").exists()
 
 
+def test_the_api_saves_the_folder_the_command_writes(tiny_model_dir, tmp_path):
+    """`knowflow.explain(...).save(dir)` finishes the folder as the command does: the same
+    files, records and summary byte for byte (timings aside), and a report."""
+    import knowflow
+
+    out = tmp_path / "cli"
+    result = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question",
+                  "Where is Rome?", "--answer", "Italy", "--out", str(out), "--threads", "1")
+    assert result.exit_code == 0, result.output
+    torch.set_num_threads(1)
+    res = knowflow.explain(str(tiny_model_dir), CONTEXT, "Where is Rome?", "Italy",
+                           n_ablations=8, n_holdout=4, device="cpu")
+    api = res.save(tmp_path / "api")
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(api).as_posix() for p in api.rglob("*")
+                           if p.is_file())
+    assert "report.html" in files and "figures/layers.png" in files
+
+    def timeless(value):  # the JSON without its clock readings
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if "seconds" not in k}
+        return [timeless(v) for v in value] if isinstance(value, list) else value
+
+    def read(path):
+        text = path.read_text()
+        return timeless([json.loads(line) for line in text.splitlines()]
+                        if path.suffix == ".jsonl" else json.loads(text))
+    for name in ("records.jsonl", "summary.json"):
+        assert read(out / name) == read(api / name), name
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--context", "", "--question", "Q?"], "context is empty"),
     (["--context", "Only one sentence here.", "--question", "Q?"], "one sentence"),

@@ -64,12 +64,12 @@ def explain_cmd(
     device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
     """Explain answers: source verdict, sentence attribution and mechanism."""
+    from knowflow.api import explain
     from knowflow.config import apply_overrides, validate_config
-    from knowflow.explain.api import explain, load_explain_items
+    from knowflow.explain.api import load_explain_items
     from knowflow.explain.config import ExplainConfig
     from knowflow.io import check_output_dir
     from knowflow.models.hf import check_device, check_model
-    from knowflow.report.explain import write_explain_report
     from knowflow.worlds.tables import parse_fields
 
     check_threads(threads)
@@ -92,7 +92,7 @@ def explain_cmd(
         result = explain(model, source, question, answer, config=cfg, fields=mapping,
                          device=device, dtype=dtype, progress=progress)
     run_dir = result.save(out, runs_root=runs_dir)
-    report = write_explain_report(run_dir)
+    report = run_dir / "report.html"
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
     print_paths(run_dir, report, result.seconds)
