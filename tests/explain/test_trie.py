@@ -11,20 +11,20 @@ SEQS = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4], [7, 8], [1, 2, 3], [1, 6]]
 
 
 def test_trie_holds_each_sequence_once_per_distinct_prefix():
-    trie = build_trie(SEQS)
+    trie, paths = build_trie(SEQS)
     distinct = {tuple(s[:k]) for s in SEQS for k in range(1, len(s) + 1)}
     assert len(trie.tokens) == len(distinct)                 # 9 nodes for 17 tokens
-    for seq, path in zip(SEQS, trie.paths, strict=True):
+    for seq, path in zip(SEQS, paths, strict=True):
         assert [trie.tokens[x] for x in path] == seq
         assert [trie.depth[x] for x in path] == list(range(len(seq)))
         assert [trie.parent[x] for x in path] == [-1] + path[:-1]
-    assert trie.paths[0] == trie.paths[2]                    # a repeated sequence costs nothing
+    assert paths[0] == paths[2]                    # a repeated sequence costs nothing
     assert all(p < x for x, p in enumerate(trie.parent))     # depth-first: parents first
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 9])
 def test_chunk_mask_allows_exactly_ancestors_and_self(size):
-    trie = build_trie(SEQS)
+    trie, _ = build_trie(SEQS)
     n = len(trie.tokens)
     for start in range(0, n, size):
         end = min(n, start + size)

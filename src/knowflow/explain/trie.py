@@ -21,47 +21,25 @@ ignores custom 4D attention masks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from knowflow.evaluate.loglik import encode_continuations, score_continuations
+from knowflow.evaluate.tree import Trie
 from knowflow.models.batching import cache_keyword, model_device, output_cache
 
 CHUNK = 256          # trie nodes per forward pass (1 CPU thread: 256 was fastest)
 CHECK_PROMPTS = 3    # prompts of a model's first call also scored one at a time
 
 
-@dataclass(frozen=True)
-class Trie:
-    tokens: list[int]            # (nodes,) the token of each node, in depth-first order
-    parent: list[int]            # (nodes,) its parent's index, -1 at a root
-    depth: list[int]             # (nodes,) its position id
-    paths: list[list[int]]       # per sequence, the node of each of its tokens
-
-
-def build_trie(seqs: Sequence[Sequence[int]]) -> Trie:
-    """The token trie of `seqs`, nodes numbered in depth-first (lexicographic) order."""
-    tokens: list[int] = []
-    parent: list[int] = []
-    depth: list[int] = []
+def build_trie(seqs: Sequence[Sequence[int]]) -> tuple[Trie, list[list[int]]]:
+    """(the token trie of `seqs`, per sequence the node of each of its tokens). The sequences
+    go in sorted, so the nodes are numbered in depth-first (lexicographic) order."""
+    trie = Trie()
     paths: list[list[int]] = [[] for _ in seqs]
-    prev: list[int] = []           # the previous sequence in sorted order
-    prev_path: list[int] = []
     for i in sorted(range(len(seqs)), key=lambda j: list(seqs[j])):
-        seq = list(seqs[i])
-        same = 0
-        while same < min(len(seq), len(prev)) and seq[same] == prev[same]:
-            same += 1
-        path = prev_path[:same]
-        for tok in seq[same:]:
-            tokens.append(tok)
-            parent.append(path[-1] if path else -1)
-            depth.append(len(path))
-            path.append(len(tokens) - 1)
-        paths[i] = path
-        prev, prev_path = seq, path
-    return Trie(tokens, parent, depth, paths)
+        paths[i] = trie.path(-1, seqs[i])
+    return trie, paths
 
 
 def ancestors(trie: Trie, node: int) -> list[int]:
@@ -152,9 +130,9 @@ def score_trie(model, tokenizer, prompts: Sequence[list[int]], continuations: Se
     computed over the prompts' token trie (see the module docstring)."""
     conts = [c[0] for c in encode_continuations(tokenizer, [[c] for c in continuations])]
     fed = [list(p) + c[:-1] for p, c in zip(prompts, conts, strict=True)]
-    trie = build_trie(fed)
+    trie, paths = build_trie(fed)
     wanted: dict[int, list[int]] = {}
-    for p, c, path in zip(prompts, conts, trie.paths, strict=True):
+    for p, c, path in zip(prompts, conts, paths, strict=True):
         for j, tok in enumerate(c):        # c[j] is predicted at the prompt's position len - 1 + j
             wanted.setdefault(path[len(p) - 1 + j], []).append(tok)
     ok = getattr(model, "_knowflow_trie_ok", None)
@@ -164,9 +142,9 @@ def score_trie(model, tokenizer, prompts: Sequence[list[int]], continuations: Se
         return [s[0] for s in score_continuations(model, tokenizer, prompts,
                                                   [[c] for c in continuations])]
     out = [(sum(got[(path[len(p) - 1 + j], tok)] for j, tok in enumerate(c)), len(c))
-           for p, c, path in zip(prompts, conts, trie.paths, strict=True)]
+           for p, c, path in zip(prompts, conts, paths, strict=True)]
     if ok is None:   # the prompts last in depth-first order: most tokens they do not see
-        few = sorted(range(len(prompts)), key=lambda i: -trie.paths[i][-1])[:CHECK_PROMPTS]
+        few = sorted(range(len(prompts)), key=lambda i: -paths[i][-1])[:CHECK_PROMPTS]
         ref = score_continuations(model, tokenizer, [prompts[i] for i in few],
                                   [[continuations[i]] for i in few], share_prefix=False)
         tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
