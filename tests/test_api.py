@@ -21,7 +21,7 @@ PUBLIC = {
     "augment": ("knowflow.api", "augment"),
     "curate": ("knowflow.api", "curate"),
     "evaluate": ("knowflow.api", "evaluate"),
-    "explain": ("knowflow.explain.api", "explain"),
+    "explain": ("knowflow.api", "explain"),
     "finetune": ("knowflow.train.sft", "finetune"),
     "get_suite": ("knowflow.worlds.suites", "get_suite"),
     "list_experiments": ("knowflow.experiments.registry", "list_experiments"),
