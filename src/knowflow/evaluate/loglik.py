@@ -45,6 +45,12 @@ def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
     return out
 
 
+def check_tolerance(model) -> float:
+    """How far a shared-work scorer's log-probability may sit from the plain scorer's in the
+    one-time check of a model (float32 rounding; half precision is coarser)."""
+    return 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
+
+
 def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], prefix: Prefix,
                  pad_id: int, extra: PrefillExtra | None = None,
                  rows: list[list[int]] | None = None) -> list[list[Score]]:
@@ -62,7 +68,7 @@ def _score_batch(model, prompts: list[list[int]], conts: list[list[list[int]]], 
         check = list(dict.fromkeys([*shared, *longer, *range(len(prompts))]))[:CHECK_ROWS]
         ref = _score_batch_cached(model, [prompts[b] for b in check],
                                   [conts[b] for b in check], prefix, pad_id)
-        tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
+        tol = check_tolerance(model)
         model._knowflow_tree_ok = all(
             abs(a[0] - b[0]) <= tol and a[1] == b[1]
             for r, rb in zip(check, ref, strict=True) for a, b in zip(tree[r], rb, strict=True))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from knowflow.evaluate.loglik import encode_continuations, score_continuations
+from knowflow.evaluate.loglik import check_tolerance, encode_continuations, score_continuations
 from knowflow.evaluate.tree import Trie
 from knowflow.models.batching import cache_keyword, model_device, output_cache
 
@@ -147,7 +147,7 @@ def score_trie(model, tokenizer, prompts: Sequence[list[int]], continuations: Se
         few = sorted(range(len(prompts)), key=lambda i: -paths[i][-1])[:CHECK_PROMPTS]
         ref = score_continuations(model, tokenizer, [prompts[i] for i in few],
                                   [[continuations[i]] for i in few], share_prefix=False)
-        tol = 2e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
+        tol = check_tolerance(model)
         model._knowflow_trie_ok = all(abs(out[i][0] - r[0][0]) <= tol
                                       for i, r in zip(few, ref, strict=True))
         if not model._knowflow_trie_ok:
