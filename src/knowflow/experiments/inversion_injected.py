@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_injected_jobs import TINY, arm_job, stage1_job
 from knowflow.experiments.inversion_smollm2 import mitigation_goal
-from knowflow.experiments.mitigations import InversionCriterion
+from knowflow.experiments.mitigations import InversionCriterion, check_dynamic_arm, dynamic_arm
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.registry import Summary, register
 from knowflow.io import atomic_write_jsonl
@@ -90,9 +89,7 @@ class InjectedConfig:
     workers: int = 2              # processes, one torch thread each
     filter_fraction: float = 0.25
     aug_share: float = 0.25
-    dynamic: DynamicCurationConfig = field(default_factory=lambda: DynamicCurationConfig(
-        mode="dynamic", every=20, fraction=ARM_FRACTION, threshold=MEMORY_LOSS,
-        readmit=False))
+    dynamic: DynamicCurationConfig = field(default_factory=lambda: dynamic_arm(20))
     # 16 subjects per group: sized for a 2-core CPU (docs/experiments/inversion-injected.md)
     world: InjectedWorldConfig = field(default_factory=lambda: InjectedWorldConfig(
         mem_train=16, mem_eval=16, unk_train=16, unk_eval=16))
@@ -117,8 +114,7 @@ class InjectedConfig:
         require(self.workers >= 1, "workers", "must be at least 1")
         require(0 < self.filter_fraction < 1, "filter_fraction", "must lie in (0, 1)")
         require(self.aug_share > 0, "aug_share", "must be positive")
-        require(self.dynamic.mode == "dynamic", "dynamic.mode", "the dynamic arm's mode is "
-                "dynamic")
+        check_dynamic_arm(self.dynamic)
         self.dynamic.validate("dynamic.")
         self.world.validate("world.")
         self.mixture.validate("mixture.")
