@@ -5,7 +5,7 @@ import torch
 
 from conftest import byte_tokenizer, tiny_llama
 from knowflow.evaluate.loglik import score_naive
-from knowflow.explain.trie import ancestors, build_trie, chunk_mask, score_trie
+from knowflow.explain.trie import ancestors, build_trie, pieces, score_trie
 
 SEQS = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4], [7, 8], [1, 2, 3], [1, 6]]
 
@@ -23,16 +23,20 @@ def test_trie_holds_each_sequence_once_per_distinct_prefix():
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 9])
-def test_chunk_mask_allows_exactly_ancestors_and_self(size):
+def test_pieces_attend_exactly_to_ancestors_and_self(size):
     trie, _ = build_trie(SEQS)
     n = len(trie.tokens)
     for start in range(0, n, size):
         end = min(n, start + size)
-        chain, allow = chunk_mask(trie, start, end)
-        keys = chain + list(range(start, end))
-        for x in range(start, end):
-            seen = {keys[k] for k in range(len(keys)) if allow[x - start, k]}
-            assert seen == set(ancestors(trie, x)) | {x}
+        for rows in (None, [x for x in range(start, end) if x % 2 == 0], []):
+            covered = []
+            for p in pieces(trie, start, end, rows):
+                for x in range(p.first, p.last):
+                    seen = {int(k) for k, keep in zip(p.keys, p.keep[x - p.first],
+                                                      strict=True) if keep}
+                    assert seen == set(ancestors(trie, x)) | {x}
+                    covered.append(x)
+            assert covered == (list(range(start, end)) if rows is None else rows)
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +61,31 @@ def test_trie_scores_equal_one_prompt_at_a_time(lm, chunk):
     model, tok = lm
     prompts, conts = _prompts(tok)
     got = score_trie(model, tok, prompts, conts, chunk=chunk)
+    assert model._knowflow_trie_ok is True                   # the trie ran, no fallback
     ref = [score_naive(model, tok, p, c) for p, c in zip(prompts, conts, strict=True)]
     assert [n for _, n in got] == [n for _, n in ref]
     assert [s for s, _ in got] == pytest.approx([s for s, _ in ref], abs=1e-4)
     assert len({round(s, 3) for s, _ in got}) >= 4           # the prompts differ in score
+
+
+@pytest.mark.parametrize("chunk", [7, 64, None])
+def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk):
+    """Sentence subsets as the attribution draws them: many chains, cut by chunks, a mask
+    drawn twice, the same continuation after each."""
+    model, tok = lm
+    sentences = ["Paris is in France. ", "Rome is in Italy. ", "Oslo is in Norway. ",
+                 "Bern is in Switzerland. ", "Lima is in Peru. "]
+    gen = torch.Generator().manual_seed(0)
+    masks = (torch.rand(12, len(sentences), generator=gen) < 0.5).tolist()
+    masks += [masks[0], [True] * len(sentences), [False] * len(sentences)]
+    texts = ["Context: " + "".join(s for s, k in zip(sentences, m, strict=True) if k) +
+             "\nWhere is Rome? A:" for m in masks]
+    prompts = [tok(t)["input_ids"] for t in texts]
+    got = score_trie(model, tok, prompts, [" Italy."] * len(prompts), chunk=chunk)
+    assert model._knowflow_trie_ok is True
+    ref = [score_naive(model, tok, p, " Italy.") for p in prompts]
+    assert [s for s, _ in got] == pytest.approx([s for s, _ in ref], abs=1e-4)
+    assert len({round(s, 3) for s, _ in got}) >= 6
 
 
 class _IgnoresMasks(torch.nn.Module):
