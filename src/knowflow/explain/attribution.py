@@ -31,7 +31,7 @@ import torch
 from knowflow.explain.config import ExplainConfig
 from knowflow.explain.prompts import ablated_prompts
 from knowflow.explain.splitter import Sentence
-from knowflow.explain.surrogate import fit_surrogate, random_masks, spearman
+from knowflow.explain.surrogate import balanced_masks, fit_surrogate, random_masks, spearman
 from knowflow.explain.trie import score_trie
 from knowflow.probes.arch import arch_of
 from knowflow.probes.common import device_of
@@ -73,6 +73,9 @@ def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torc
     a generator seeded by the config's seed and the item's key."""
     seed = int(hashlib.sha256(f"{cfg.seed}:{key}".encode()).hexdigest()[:15], 16)
     gen = torch.Generator().manual_seed(seed)
+    if cfg.design == "balanced":
+        fit = balanced_masks(cfg.n_ablations, n_sentences, cfg.keep_prob, gen)
+        return fit, random_masks(cfg.n_holdout, n_sentences, cfg.keep_prob, gen)
     masks = random_masks(cfg.n_ablations + cfg.n_holdout, n_sentences, cfg.keep_prob, gen)
     return masks[:cfg.n_ablations], masks[cfg.n_ablations:]
 

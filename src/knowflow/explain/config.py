@@ -11,6 +11,8 @@ from knowflow.worlds.prompts import FORMATS, PromptFormat
 Target = Literal["generated", "counterfactual", "parametric"]
 TARGETS = ("generated", "counterfactual", "parametric")
 LEVELS = ("source", "sentences", "mechanism")
+Design = Literal["random", "balanced"]
+DESIGNS = ("random", "balanced")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,10 @@ class ExplainConfig:
     # sentence attribution by ablation
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
+    design: Design = "random"            # fit masks: "random" (independent draws) or
+    #                                      "balanced" (each sentence kept in exactly keep_prob
+    #                                      of them, orthogonal columns where possible: see
+    #                                      surrogate.balanced_masks)
     n_holdout: int = 16                  # further subsets for the LDS (0: no LDS)
     top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
     cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
@@ -57,6 +63,8 @@ class ExplainConfig:
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
+        if self.design not in DESIGNS:
+            raise ConfigError(f"{self.design!r} is not one of {', '.join(DESIGNS)}", "design")
         if not 0.0 < self.keep_prob < 1.0:
             raise ConfigError("must lie strictly between 0 and 1", "keep_prob")
         if self.context_ratio < 1.0:

@@ -94,8 +94,12 @@ def fit_surrogate(masks: torch.Tensor, targets: torch.Tensor, folds: int = 4,
         train = np.setdiff1d(np.arange(n), held)
         for g, (w, b) in enumerate(_path(x[train], y[train], grid)):
             errors[g] += float(((b + x[held] @ w - y[held]) ** 2).sum())
-    best = min(range(len(grid)), key=lambda g: (errors[g], -grid[g]))  # ties: sparser
-    w, b = _path(x, y, grid[:best + 1])[-1]
+    path = _path(x, y, grid)
+    # a penalty that leaves no sentence a positive weight names no top sentence (every
+    # weight ties at zero or below): those are skipped while a smaller one leaves one
+    ranked = [g for g in range(len(grid)) if path[g][0].max() > 0] or list(range(len(grid)))
+    best = min(ranked, key=lambda g: (errors[g], -grid[g]))  # ties: sparser
+    w, b = path[best]
     return Surrogate(torch.from_numpy(w), b, grid[best])
 
 
@@ -124,3 +128,43 @@ def random_masks(n: int, sentences: int, keep_prob: float, generator: torch.Gene
                  ) -> torch.Tensor:
     """(n, sentences) {0,1} masks: each sentence kept with probability `keep_prob`."""
     return (torch.rand(n, sentences, generator=generator) < keep_prob).to(torch.int64)
+
+
+def balanced_masks(n: int, sentences: int, keep_prob: float, generator: torch.Generator
+                   ) -> torch.Tensor:
+    """(n, sentences) {0,1} masks in which each sentence is kept in exactly round(keep_prob n)
+    ablations. With keep_prob 0.5 and n a power of two, the columns are distinct columns of
+    the order-n Sylvester-Hadamard matrix (each with a random sign), so every pair is exactly
+    orthogonal after centring (least-squares weights are differences of means, with the least
+    variance n masks allow); odd-weight column indices are preferred because no two of them
+    multiply to a third (a sentence's effect is not aliased with a pair's interaction), and
+    the first min(sentences, log2 n) columns are independent over GF(2), so no mask repeats
+    where 2^sentences >= n. Otherwise each column is a random arrangement of its kept count.
+    """
+    if keep_prob == 0.5 and n >= 2 and n & (n - 1) == 0 and sentences < n:
+        odd = [c for c in range(1, n) if bin(c).count("1") % 2 == 1]
+        even = [c for c in range(1, n) if bin(c).count("1") % 2 == 0]
+        pool = odd if len(odd) >= sentences else odd + even
+        shuffled = [pool[int(k)] for k in torch.randperm(len(pool), generator=generator)]
+        basis: list[int] = []       # GF(2) basis of the columns taken: all n rows distinct
+        independent: list[int] = []  # once log2(n) independent columns are in
+        for c in shuffled:
+            r = c
+            for v in basis:
+                r = min(r, r ^ v)
+            if r and len(basis) < min(sentences, n.bit_length() - 1):
+                basis = sorted([*basis, r], reverse=True)   # distinct leading bits
+                independent.append(c)
+        rest = [c for c in shuffled if c not in independent][:sentences - len(independent)]
+        cols = torch.tensor(independent + rest)[torch.randperm(sentences, generator=generator)]
+        rows = torch.arange(n)[:, None] & cols[None, :]                   # (n, sentences)
+        parity = torch.zeros_like(rows)
+        while bool(rows.any()):
+            parity ^= rows & 1
+            rows = rows >> 1
+        flip = torch.randint(0, 2, (sentences,), generator=generator)
+        return (parity ^ flip[None, :])[torch.randperm(n, generator=generator)]
+    kept = round(keep_prob * n)
+    col = (torch.arange(n) < kept).to(torch.int64)
+    return torch.stack([col[torch.randperm(n, generator=generator)]
+                        for _ in range(sentences)], dim=1)
