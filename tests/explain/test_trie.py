@@ -88,6 +88,17 @@ def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk):
     assert len({round(s, 3) for s, _ in got}) >= 6
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_trie_scores_on_a_gpu_equal_one_prompt_at_a_time():
+    tok = byte_tokenizer()
+    model = tiny_llama(tok, layers=3).cuda()
+    prompts, conts = _prompts(tok)
+    got = score_trie(model, tok, prompts, conts, chunk=16)
+    assert model._knowflow_trie_ok is True
+    ref = [score_naive(model, tok, p, c)[0] for p, c in zip(prompts, conts, strict=True)]
+    assert [s for s, _ in got] == pytest.approx(ref, abs=1e-3)
+
+
 class _IgnoresMasks(torch.nn.Module):
     """A model that drops any 4D attention mask (so it attends causally over the trie)."""
 

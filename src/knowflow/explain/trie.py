@@ -80,9 +80,11 @@ class Piece:
     keep: torch.Tensor
 
 
-def pieces(trie: Trie, start: int, end: int, rows: Sequence[int] | None = None) -> list[Piece]:
+def pieces(trie: Trie, start: int, end: int, rows: Sequence[int] | None = None,
+           device: torch.device | str = "cpu") -> list[Piece]:
     """The pieces covering nodes `start`..`end - 1` (chains cut at the chunk's ends), or only
-    the nodes in `rows` (each run of consecutive ones a piece of its own)."""
+    the nodes in `rows` (each run of consecutive ones a piece of its own); tensors on
+    `device`."""
     wanted = range(start, end) if rows is None else sorted(rows)
     out: list[Piece] = []
     runs: list[list[int]] = []
@@ -100,7 +102,7 @@ def pieces(trie: Trie, start: int, end: int, rows: Sequence[int] | None = None) 
         own = torch.arange(run[-1] + 1 - top)                           # (own keys,)
         seen = own[None, :] <= torch.arange(run[0] - top, run[-1] + 1 - top)[:, None]
         keep = torch.cat([torch.ones((len(run), len(chain)), dtype=torch.bool), seen], dim=1)
-        out.append(Piece(run[0], run[-1] + 1, keys, keep))
+        out.append(Piece(run[0], run[-1] + 1, keys.to(device), keep.to(device)))
     return out
 
 
@@ -201,8 +203,8 @@ def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
         for start in range(0, n, chunk):
             end = min(n, start + chunk)
             rows = [x for x in range(start, end) if x in wanted]
-            plan = _Plan(start, end, pieces(trie, start, end), pieces(trie, start, end, rows),
-                         arch.n_layers - 1, store, n)
+            plan = _Plan(start, end, pieces(trie, start, end, None, device),
+                         pieces(trie, start, end, rows, device), arch.n_layers - 1, store, n)
             at = torch.tensor([x - start for x in rows], dtype=torch.long, device=device)
             rows_now[0] = at
             res = model(input_ids=ids[None, start:end].to(device),           # (1, C)
@@ -210,7 +212,8 @@ def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
                         attention_mask=torch.ones((1, 1, 1, 1), dtype=torch.bool,
                                                   device=device),        # unused
                         use_cache=False, knowflow_trie=plan,
-                        logits_to_keep=at if rows else torch.tensor([end - start - 1]))
+                        logits_to_keep=at if rows else torch.tensor([end - start - 1],
+                                                                    device=device))
             if plan.calls != arch.n_layers:
                 return None
             if rows:
