@@ -7,7 +7,8 @@ Without arguments it builds two small fake run folders (an inversion-tiny run wi
 seeds of synthetic curves, and a cpi-toy run; no experiment is run), writes their combined
 report as `make demo` does, and renders it at 1280 px. Checks: the page is no wider than the
 window (no sideways scrolling of the page itself), every verdict sentence is on the page, and
-the verdicts come before the first table. The measurement runs in an instrumented copy of the
+the verdicts (an experiment report's verdict block, an explain report's finding) come before
+the first table. The measurement runs in an instrumented copy of the
 page (a script appended to a temporary file); the report itself carries no JavaScript.
 Exit code 0 when the checks pass or Chromium is absent (a message says so), 1 when one fails.
 """
@@ -37,7 +38,7 @@ VERDICTS = {
 _MEASURE = """<script>
 (function(){
   var d=document.documentElement, b=document.body;
-  var v=document.querySelector('.verdicts'), t=document.querySelector('table');
+  var v=document.querySelector('.verdicts, .finding'), t=document.querySelector('table');
   var wide=[].slice.call(document.querySelectorAll('.scroll'))
     .filter(function(e){return e.scrollWidth>e.clientWidth+1;}).length;
   var m={scrollWidth:Math.max(d.scrollWidth,b.scrollWidth), clientWidth:d.clientWidth,

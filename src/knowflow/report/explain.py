@@ -64,6 +64,10 @@ def _context(rec: dict) -> str:
     return '<div class="ctx">' + " ".join(parts) + "</div>"
 
 
+# matplotlib's first two cycle colours, so the inline plot and figures/layers.png agree
+LINE_COLORS = ("#1f77b4", "#ff7f0e")
+
+
 def _svg_layers(mech: dict, width: int = 520, height: int = 150) -> str:
     """An inline line plot of the per-layer knockout effects (context, top sentence)."""
     layers = mech["layers"]
@@ -83,7 +87,7 @@ def _svg_layers(mech: dict, width: int = 520, height: int = 150) -> str:
     out = [f'<svg width="{width}" height="{height}" role="img" '
            f'aria-label="knockout effect per layer">',
            f'<line x1="{pad}" x2="{width - pad}" y1="{zero}" y2="{zero}" stroke="#aaa"/>']
-    for (name, vs), color in zip(series.items(), ("#e8590c", "#1c7ed6"), strict=True):
+    for (name, vs), color in zip(series.items(), LINE_COLORS, strict=True):
         pts = " ".join(xy(i, v) for i, v in enumerate(vs))
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
                    f"<title>{html.escape(name)}</title></polyline>")
@@ -124,7 +128,7 @@ def _card(rec: dict) -> str:
                      f"{rec['one_pass']['one_pass_top']}</div>")
     if "mechanism" in rec:
         parts.append('<div class="legend">knockout from the answer positions: change in '
-                     "log p(answer) per layer (orange: whole context, blue: top sentence)"
+                     "log p(answer) per layer (blue: whole context, orange: top sentence)"
                      "</div>" + _svg_layers(rec["mechanism"]))
         heads = rec["mechanism"]["heads"]
         if heads:
@@ -160,12 +164,24 @@ def explain_figures(run_dir: Path) -> list[Path]:
     return [fig] if fig is not None else []
 
 
+def _measured(tree: dict) -> dict:
+    """`tree` without what was not measured (None, empty tables), so a one-item run's summary
+    does not list a confusion table and agreements it has no items for."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            value = _measured(value)
+        if value is not None and value != {} and value != []:
+            out[key] = value
+    return out
+
+
 def render_explain(run_dir: str | Path, title: str = "knowflow explain") -> str:
     run_dir = Path(run_dir)
     summary = read_json(run_dir / SUMMARY)
     records = read_jsonl(run_dir / RECORDS)
     config = read_json(run_dir / CONFIG)
-    rest = {k: v for k, v in summary.items() if k not in ("findings", "mechanism")}
+    rest = _measured({k: v for k, v in summary.items() if k not in ("findings", "mechanism")})
     cards = [_card(r) for r in records[:MAX_ITEMS]]
     more = (f"<p>{len(records) - MAX_ITEMS} more items in records.jsonl.</p>"
             if len(records) > MAX_ITEMS else "")
