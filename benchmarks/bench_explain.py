@@ -65,6 +65,35 @@ def _contextcite():
     return ContextCiter, OfflinePartitioner
 
 
+def needle_setup(model_name: str, n_items: int, seed: int):
+    """(model, tokenizer, items, prompts, encoded prompts, answers): the needle items, half
+    `needle-cf` and half `needle-agree`, their chat prompts and the model's greedy answers
+    (up to 16 tokens) with the full context, the answers both tools explain."""
+    from knowflow.evaluate.generate import generate
+    from knowflow.explain.prompts import encode, rendered
+    from knowflow.models.hf import load_model
+    from knowflow.worlds.suites import get_suite
+
+    model, tok = load_model(model_name, device="cpu", dtype="float32")
+    half = n_items // 2
+    items = get_suite("needle-cf", seed, half) + get_suite("needle-agree", seed, n_items - half)
+    prompts = [rendered(it, tok, "chat") for it in items]
+    seqs = encode(tok, prompts)
+    answers = generate(model, tok, seqs, batch_size=8, max_new_tokens=16)
+    return model, tok, items, prompts, seqs, answers
+
+
+def knowflow_weights(model, tok, item, sents, cont: str, cfg) -> torch.Tensor:
+    """knowflow's sentence attribution of one item, as `knowflow explain` computes it: the
+    ablation masks, their scores over the trie, the surrogate's weights, (sentences,)."""
+    from knowflow.explain.attribution import ablation_masks, score_masks
+    from knowflow.explain.surrogate import fit_surrogate
+
+    masks, _ = ablation_masks(len(sents), cfg, item.id + item.context)
+    targets = score_masks(model, tok, item, sents, masks, cont, cfg)
+    return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -88,28 +117,15 @@ def main() -> int:
         return 0
     torch.set_num_threads(args.threads)
 
-    from knowflow.evaluate.generate import generate
     from knowflow.evaluate.loglik import score_continuations
-    from knowflow.explain.attribution import (
-        ablation_masks,
-        gradient_x_input,
-        score_masks,
-    )
+    from knowflow.explain.attribution import gradient_x_input, score_masks
     from knowflow.explain.config import ExplainConfig
-    from knowflow.explain.prompts import encode, rendered, sentence_tokens
+    from knowflow.explain.prompts import sentence_tokens
     from knowflow.explain.splitter import split_sentences
-    from knowflow.explain.surrogate import fit_surrogate, random_masks, spearman
-    from knowflow.models.hf import load_model
+    from knowflow.explain.surrogate import random_masks, spearman
     from knowflow.worlds.prompts import PromptConfig, qa_instruction
-    from knowflow.worlds.suites import get_suite
 
-    model, tok = load_model(args.model, device="cpu", dtype="float32")
-    half = args.items // 2
-    items = get_suite("needle-cf", args.seed, half) + \
-        get_suite("needle-agree", args.seed, args.items - half)
-    prompts = [rendered(it, tok, "chat") for it in items]
-    seqs = encode(tok, prompts)
-    answers = generate(model, tok, seqs, batch_size=8, max_new_tokens=16)
+    model, tok, items, prompts, seqs, answers = needle_setup(args.model, args.items, args.seed)
     if not args.no_contextcite:
         ContextCiter, OfflinePartitioner = _contextcite()
     rows = []
@@ -147,9 +163,7 @@ def main() -> int:
                 if tool == "knowflow":
                     cfg_n = ExplainConfig(n_ablations=count, n_holdout=0, seed=args.seed)
                     clock, cpu = time.perf_counter(), time.process_time()
-                    masks, _ = ablation_masks(n, cfg_n, it.id + it.context)
-                    targets = score_masks(model, tok, it, sents, masks, cont, cfg_n)
-                    w = fit_surrogate(masks, targets, cfg_n.cv_folds, cfg_n.seed).weights
+                    w = knowflow_weights(model, tok, it, sents, cont, cfg_n)
                 else:
                     cc = ContextCiter(model, tok, it.context,
                                       qa_instruction(it, PromptConfig()), num_ablations=count,

@@ -1,5 +1,5 @@
 """Where knowflow's sentence attribution spends its CPU seconds: the ablation scoring of
-`bench_explain.py`'s items (same model, needle items, prompt and greedy answer) under cProfile,
+`bench_explain.py`'s items (its `needle_setup` and `knowflow_weights`) under cProfile,
 one thread, and the functions with the most time of their own.
 
     python benchmarks/profile_explain.py --items 48 --first 22 --last 24 --ablations 32
@@ -31,32 +31,19 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    from knowflow.evaluate.generate import generate
-    from knowflow.explain.attribution import ablation_masks, score_masks
+    from bench_explain import knowflow_weights, needle_setup
     from knowflow.explain.config import ExplainConfig
-    from knowflow.explain.prompts import encode, rendered
     from knowflow.explain.splitter import split_sentences
-    from knowflow.explain.surrogate import fit_surrogate
-    from knowflow.models.hf import load_model
-    from knowflow.worlds.suites import get_suite
 
-    model, tok = load_model(args.model, device="cpu", dtype="float32")
-    half = args.items // 2
-    items = get_suite("needle-cf", args.seed, half) + \
-        get_suite("needle-agree", args.seed, args.items - half)
+    model, tok, items, prompts, _, answers = needle_setup(args.model, args.items, args.seed)
     chosen = list(range(args.first, min(args.last, len(items))))
-    prompts = [rendered(items[i], tok, "chat") for i in chosen]
-    answers = generate(model, tok, encode(tok, prompts), batch_size=8, max_new_tokens=16)
     cfg = ExplainConfig(n_ablations=args.ablations, n_holdout=0, seed=args.seed)
 
     def attribute_all() -> None:
-        for i, prompt, answer in zip(chosen, prompts, answers, strict=True):
+        for i in chosen:
             it = items[i]
-            sents = split_sentences(it.context)
-            masks, _ = ablation_masks(len(sents), cfg, it.id + it.context)
-            targets = score_masks(model, tok, it, sents, masks, prompt.answer_prefix + answer,
-                                  cfg)
-            fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed)
+            knowflow_weights(model, tok, it, split_sentences(it.context),
+                             prompts[i].answer_prefix + answers[i], cfg)
 
     attribute_all()                      # the scorer's one-time check of the model
     cpu = time.process_time()
