@@ -18,11 +18,11 @@ import time
 import torch
 
 from bench_eval import setup, timed
-from knowflow.evaluate.batching import encode_prompts
-from knowflow.evaluate.decoding import Method, generate_contrastive, score_contrastive
-from knowflow.evaluate.generate import _eos_ids, clean_output, generate, stop_table
-from knowflow.evaluate.loglik import score_continuations
-from knowflow.worlds.prompts import PromptConfig, render
+from knowflow.data.prompts import PromptConfig, render
+from knowflow.evaluation.batching import encode_prompts
+from knowflow.evaluation.decoding import Method, generate_contrastive, score_contrastive
+from knowflow.evaluation.generate import _eos_ids, clean_output, generate, stop_table
+from knowflow.evaluation.loglik import score_continuations
 
 
 @torch.no_grad()

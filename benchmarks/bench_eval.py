@@ -19,12 +19,12 @@ import time
 
 import torch
 
-from knowflow.evaluate.batching import encode_prompts
-from knowflow.evaluate.generate import generate
-from knowflow.evaluate.loglik import score_continuations, score_naive
-from knowflow.models.hf import load_model
-from knowflow.worlds.prompts import PromptConfig, render
-from knowflow.worlds.suites import get_suite
+from knowflow.data.prompts import PromptConfig, render
+from knowflow.data.suites import get_suite
+from knowflow.evaluation.batching import encode_prompts
+from knowflow.evaluation.generate import generate
+from knowflow.evaluation.loglik import score_continuations, score_naive
+from knowflow.lens.load import load_model
 
 
 def timed(fn):

@@ -39,7 +39,7 @@ def _contextcite():
     from context_cite import ContextCiter
     from context_cite.context_partitioner import BaseContextPartitioner
 
-    from knowflow.explain.splitter import join_kept, split_sentences
+    from knowflow.explanation.splitter import join_kept, split_sentences
 
     class OfflinePartitioner(BaseContextPartitioner):
         """knowflow's offline splitter as a ContextCite partitioner."""
@@ -69,10 +69,10 @@ def needle_setup(model_name: str, n_items: int, seed: int):
     """(model, tokenizer, items, prompts, encoded prompts, answers): the needle items, half
     `needle-cf` and half `needle-agree`, their chat prompts and the model's greedy answers
     (up to 16 tokens) with the full context, the answers both tools explain."""
-    from knowflow.evaluate.generate import generate
-    from knowflow.explain.prompts import encode, rendered
-    from knowflow.models.hf import load_model
-    from knowflow.worlds.suites import get_suite
+    from knowflow.data.suites import get_suite
+    from knowflow.evaluation.generate import generate
+    from knowflow.explanation.prompts import encode, rendered
+    from knowflow.lens.load import load_model
 
     model, tok = load_model(model_name, device="cpu", dtype="float32")
     half = n_items // 2
@@ -86,8 +86,8 @@ def needle_setup(model_name: str, n_items: int, seed: int):
 def knowflow_weights(model, tok, item, sents, cont: str, cfg) -> torch.Tensor:
     """knowflow's sentence attribution of one item, as `knowflow explain` computes it: the
     ablation masks, their scores over the trie, the surrogate's weights, (sentences,)."""
-    from knowflow.explain.attribution import ablation_masks, score_masks
-    from knowflow.explain.surrogate import fit_surrogate
+    from knowflow.explanation.attribution import ablation_masks, score_masks
+    from knowflow.explanation.surrogate import fit_surrogate
 
     masks, _ = ablation_masks(len(sents), cfg, item.id + item.context)
     targets = score_masks(model, tok, item, sents, masks, cont, cfg)
@@ -117,13 +117,13 @@ def main() -> int:
         return 0
     torch.set_num_threads(args.threads)
 
-    from knowflow.evaluate.loglik import score_continuations
-    from knowflow.explain.attribution import gradient_x_input, score_masks
-    from knowflow.explain.config import ExplainConfig
-    from knowflow.explain.prompts import sentence_tokens
-    from knowflow.explain.splitter import split_sentences
-    from knowflow.explain.surrogate import random_masks, spearman
-    from knowflow.worlds.prompts import PromptConfig, qa_instruction
+    from knowflow.data.prompts import PromptConfig, qa_instruction
+    from knowflow.evaluation.loglik import score_continuations
+    from knowflow.explanation.attribution import gradient_x_input, score_masks
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.prompts import sentence_tokens
+    from knowflow.explanation.splitter import split_sentences
+    from knowflow.explanation.surrogate import random_masks, spearman
 
     model, tok, items, prompts, seqs, answers = needle_setup(args.model, args.items, args.seed)
     if not args.no_contextcite:
@@ -197,7 +197,7 @@ def _mean(values) -> float:
 def _answer_sentence(row: dict, item) -> int | None:
     """The one sentence whose statement the model's answer names (its answer, or its subject
     where that is not the question's), or None (none or several)."""
-    from knowflow.evaluate.normalize import alternatives, answers_present
+    from knowflow.evaluation.normalize import alternatives, answers_present
 
     named = [i for i, (subject, value) in enumerate(item.meta["statements"])
              if answers_present(row["answer"], [alternatives(value)])[0] or
@@ -207,7 +207,7 @@ def _answer_sentence(row: dict, item) -> int | None:
 
 
 def _report(rows: list[dict], counts: list[int], with_cc: bool) -> None:
-    from knowflow.worlds.suites import get_suite
+    from knowflow.data.suites import get_suite
 
     _table(rows, counts, with_cc)
     by_id = {it.id: it for suite in ("needle-cf", "needle-agree") for it in get_suite(suite)}

@@ -39,8 +39,8 @@ import time
 import torch
 
 from bench_eval import setup, timed  # same directory: the shared item setup
-from knowflow.evaluate.batching import common_prefix_len, left_pad
-from knowflow.evaluate.generate import clean_output, generate
+from knowflow.evaluation.batching import common_prefix_len, left_pad
+from knowflow.evaluation.generate import clean_output, generate
 
 
 def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int = 20,
@@ -59,7 +59,7 @@ def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int
 
 
 # the module (knowflow.evaluate re-exports a function of the same name)
-kf_generate = importlib.import_module("knowflow.evaluate.generate")
+kf_generate = importlib.import_module("knowflow.evaluation.generate")
 
 
 def linear_seconds(model, rows: int, reps: int = 5) -> float:

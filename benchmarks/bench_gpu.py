@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from knowflow.evaluate.api import evaluate, load_suites
-from knowflow.models.hf import load_model, resolve_device
+from knowflow.data.instruction_rows import encode_all
+from knowflow.data.instructions import MixtureConfig, builtin_mixture
+from knowflow.evaluation.run import evaluate, load_suites
+from knowflow.lens.load import load_model, resolve_device
 from knowflow.probes.examples import builtin_facts
 from knowflow.probes.knockout import KnockoutConfig, knockout
 from knowflow.train.sft import SFTConfig, finetune
-from knowflow.worlds.instruction_rows import encode_all
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
 
 
 def sync(device: torch.device) -> None:

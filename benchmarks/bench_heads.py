@@ -1,7 +1,7 @@
 """Speed of the per-head sweep (`knowflow probe heads`) against one forward pass per head.
 
 The batched sweep runs each item's prompt prefix once and recomputes only the answer position
-for every (layer, head) edit, as rows of a few batches (`models.heads.last_position_sweep`).
+for every (layer, head) edit, as rows of a few batches (`lens.heads.last_position_sweep`).
 The reference loop runs the whole prompt once per head with that head zeroed by a hand-written
 o_proj pre-hook. Both measure the same numbers (the script checks they agree on the loop's
 items); the loop is timed on a few items and scaled to the sweep's item count.
@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from knowflow.models.heads import head_shape, out_projections
-from knowflow.models.hf import load_model
+from knowflow.data.suites import get_suite
+from knowflow.lens.heads import head_shape, out_projections
+from knowflow.lens.load import load_model
 from knowflow.probes.heads import conflict_prompt, head_effects
-from knowflow.worlds.suites import get_suite
 
 
 def loop_effects(model, prompt) -> torch.Tensor:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from knowflow.experiments.ocr_smollm2 import OcrSmolConfig, RankEvaluator, encode_texts
-from knowflow.models.hf import load_model
+from knowflow.data.people import generate
+from knowflow.experiments.ocr_smollm2.experiment import OcrSmolConfig, RankEvaluator, encode_texts
+from knowflow.lens.load import load_model
 from knowflow.train.sft import StepTimer, finetune
-from knowflow.worlds.ocr_people import generate
 
 
 def main() -> None:

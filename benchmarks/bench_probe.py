@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from knowflow.models.hf import load_model
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
+from knowflow.lens.load import load_model
 from knowflow.probes.common import predict, window
 from knowflow.probes.examples import builtin_facts
 from knowflow.probes.intercept import AttentionPlan, intercepted
@@ -77,7 +77,7 @@ def main() -> None:
 
 def growth(model, tokenizer, args) -> None:
     """Batched knockout sweep time at 1x, 2x, 4x prompts, on `model` and two tiny Llamas."""
-    from knowflow.models.tiny import TinyModelConfig, make_model
+    from knowflow.experiments.inversion_tiny.model import TinyModelConfig, make_model
 
     facts = builtin_facts()
     vocab = model.get_input_embeddings().weight.shape[0]

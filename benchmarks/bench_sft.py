@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from knowflow.models.hf import load_model
+from knowflow.data.instruction_rows import encode_all
+from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
+from knowflow.lens.load import load_model
 from knowflow.train.sft import SFTConfig, StepTimer, finetune
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.instruction_rows import encode_all
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
 
 
 def main() -> None:

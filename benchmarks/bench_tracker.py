@@ -25,11 +25,11 @@ import time
 
 import torch
 
-from knowflow.models.hf import load_model
+from knowflow.data.instructions import MixtureConfig, heldout_items
+from knowflow.lens.load import load_model
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, evaluates_in_bf16
-from knowflow.worlds.instructions import MixtureConfig, heldout_items
 
 
 class CpuClock:

@@ -278,7 +278,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="keep the files here (default: a temp folder)")
     args = ap.parse_args()
 
-    from knowflow.models.hf import SMOLLM2, model_folder
+    from knowflow.lens.load import SMOLLM2, model_folder
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="kf-vs-lmeval-"))
     work.mkdir(parents=True, exist_ok=True)

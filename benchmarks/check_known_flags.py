@@ -17,8 +17,8 @@ import argparse
 
 import torch
 
-from knowflow.evaluate.api import evaluate
-from knowflow.models.hf import load_model
+from knowflow.evaluation.run import evaluate
+from knowflow.lens.load import load_model
 
 SUITES = ("cf-capitals", "cf-world", "cf-bio", "cf-quotes")
 

@@ -162,8 +162,8 @@ def _run_dir(root: Path, experiment: str) -> Path:
 def fake_inversion_tiny_run(root: Path, seeds: tuple[int, ...] = (0, 1, 2),
                             verdict: str | None = VERDICTS["inversion-tiny"]) -> Path:
     """An inversion-tiny run folder with synthetic curves, its summary and its real figures."""
+    from knowflow.experiments.inversion_tiny.figures import plot_inversion_tiny
     from knowflow.io import atomic_write_json, atomic_write_jsonl
-    from knowflow.report.inversion_tiny import plot_inversion_tiny
 
     run_dir = _run_dir(root, "inversion-tiny")
     steps = list(range(0, 1001, 20))

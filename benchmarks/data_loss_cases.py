@@ -108,7 +108,7 @@ def main() -> None:
     code, line = _go(["sft", "--resume", "--run-dir", str(run)], root)
     print(f"- sft --resume --run-dir <a cpi-toy run>\n  exit {code}: {line[:230]}")
 
-    probe = subprocess.run([sys.executable, "-c", "from knowflow.models.hf import cache_dir; "
+    probe = subprocess.run([sys.executable, "-c", "from knowflow.lens.load import cache_dir; "
                             "print(cache_dir())"], cwd=root, capture_output=True, text=True,
                            env={**os.environ, "KNOWFLOW_CACHE": ""})
     where = probe.stdout.strip()

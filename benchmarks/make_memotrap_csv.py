@@ -12,7 +12,7 @@ import csv
 import random
 from pathlib import Path
 
-from knowflow.worlds.suites import get_suite
+from knowflow.data.suites import get_suite
 
 
 def main() -> None:

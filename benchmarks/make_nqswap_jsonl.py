@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from knowflow.worlds.suites import get_suite
+from knowflow.data.suites import get_suite
 
 
 def main() -> None:

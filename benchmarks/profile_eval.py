@@ -50,7 +50,8 @@ def main() -> None:
 
     from knowflow.cli import app
     from knowflow.cli import eval as cli_eval
-    from knowflow.evaluate import api, batching, items, loglik, tree
+    from knowflow.evaluation import batching, items, loglik, tree
+    from knowflow.evaluation import run as api
     public = importlib.import_module("knowflow.api") \
         if importlib.util.find_spec("knowflow.api") else None  # finish_eval moved there
     SPENT["imports (knowflow, torch, cli)"] = time.process_time() - t0

@@ -32,8 +32,8 @@ def main() -> int:
     torch.set_num_threads(1)
 
     from bench_explain import knowflow_weights, needle_setup
-    from knowflow.explain.config import ExplainConfig
-    from knowflow.explain.splitter import split_sentences
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.splitter import split_sentences
 
     model, tok, items, prompts, _, answers = needle_setup(args.model, args.items, args.seed)
     chosen = list(range(args.first, min(args.last, len(items))))

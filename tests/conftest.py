@@ -56,9 +56,9 @@ def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LlamaForCausalLM:
 def contrastive_setup(seed: int, capitals: int, quotes: int):
     """(tokenizer, tiny Llama, prompts, with-context ids, no-context ids) over the first
     cf-capitals and cf-quotes items, chat prompts: what the contrastive decoders' tests share."""
-    from knowflow.evaluate.config import EvalConfig
-    from knowflow.evaluate.items import render_prompts
-    from knowflow.worlds.suites import get_suite
+    from knowflow.data.suites import get_suite
+    from knowflow.evaluation.items import render_prompts
+    from knowflow.evaluation.options import EvalConfig
 
     tok = byte_tokenizer()
     model = tiny_llama(tok, seed=seed)
@@ -78,7 +78,7 @@ def tok():
 def assert_scores_match_naive(model, tokenizer, seqs, conts, *scored, abs: float = 1e-4):
     """Each of `scored` (per prompt, per candidate: (log-prob, n tokens)) gives every candidate
     of `conts` the score of one full forward pass (`loglik.score_naive`)."""
-    from knowflow.evaluate.loglik import score_naive
+    from knowflow.evaluation.loglik import score_naive
 
     for i, (seq, cands) in enumerate(zip(seqs, conts, strict=True)):
         for j, cand in enumerate(cands):
@@ -97,7 +97,7 @@ def tiny_lm(tok):
 @pytest.fixture(scope="module")
 def rows():
     """24 rows of the built-in C/C+S/S instruction mixture (finetuning tests)."""
-    from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
+    from knowflow.data.instructions import MixtureConfig, builtin_mixture
 
     return builtin_mixture(MixtureConfig(size=24, seed=1))
 

@@ -8,11 +8,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import byte_tokenizer, tiny_llama  # noqa: E402
+from knowflow.data.instruction_rows import encode_all  # noqa: E402
+from knowflow.data.instructions import MixtureConfig, builtin_mixture  # noqa: E402
+from knowflow.data.suites import get_suite  # noqa: E402
 from knowflow.train.sft import SFTConfig, finetune  # noqa: E402
 from knowflow.train.tracker import RelianceTracker, TrackerConfig  # noqa: E402
-from knowflow.worlds.instruction_rows import encode_all  # noqa: E402
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture  # noqa: E402
-from knowflow.worlds.suites import get_suite  # noqa: E402
 
 torch.set_num_threads(1)
 out = Path(sys.argv[1])

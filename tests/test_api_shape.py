@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 import knowflow
 from conftest import tiny_llama
 from knowflow.cli import app
-from knowflow.curate.augment import augment as augment_rows
-from knowflow.curate.criticality import CurateConfig, curate_examples
+from knowflow.data.suites import get_suite
 from knowflow.probes import KnockoutConfig, ProbeExample, knockout
-from knowflow.worlds.suites import get_suite
+from knowflow.train.augment import augment as augment_rows
+from knowflow.train.criticality import CurateConfig, curate_examples
 
 FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
         "answer": "Paris"}

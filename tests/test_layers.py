@@ -4,14 +4,13 @@ above it.
 The order is the flow of data in DESIGN.md, lowest first:
 
     foundation (errors, io, config, schema, runs, outputs: no knowflow imports but each other)
-    worlds       facts, items, prompts, instruction rows, suites, loaders: what everything reads
-    models       the theory toys, the tiny Llama (its tokenizer, answer scoring), HF models
-    evaluate, probes   score and dissect a model (siblings; neither imports the other)
-    explain      one answer's provenance: scores with evaluate, knocks out with probes
-    curate       scores finetuning rows with a model
-    train        finetunes, tracks (with evaluate and probes) and curates (with curate)
+    data         facts, items, prompts, instruction rows, suites, loaders: what everything reads
+    lens         model access: loading, architecture map, hooks, batching
+    evaluation, probes   score and dissect a model (siblings; neither imports the other)
+    explanation  one answer's provenance: scores with evaluation, knocks out with probes
+    train        finetunes, tracks (with evaluation and probes) and curates
     report       reads run folders and draws; never touches a model
-    experiments  wire all of the above (and register their report's figures)
+    experiments  one folder per reproduction, wiring all of the above
     cli, api     the `knowflow` command, and the Python API (knowflow/api.py: entry points that
                  load models and data by name and finish run folders as the CLI does;
                  knowflow/__init__.py exports them)
@@ -40,17 +39,16 @@ from conftest import load_benchmark
 SRC = Path(knowflow.__file__).parent
 LAYERS = (
     {"errors", "io", "config", "schema", "runs", "outputs"},
-    {"worlds"},
-    {"models"},
-    {"evaluate", "probes"},
-    {"explain"},  # uses evaluate's scorer and probes' knockout, so above both; below train
-    {"curate"},
+    {"data"},
+    {"lens"},
+    {"evaluation", "probes"},
+    {"explanation"},  # uses evaluation's scorer and probes' knockout; below train
     {"train"},
     {"report"},
     {"experiments"},
     {"cli", "api", "__main__", "__init__"},
 )
-SIBLINGS_APART = {("evaluate", "probes"), ("probes", "evaluate")}
+SIBLINGS_APART = {("evaluation", "probes"), ("probes", "evaluation")}
 
 # (importing module, imported module) -> why it is still allowed
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
@@ -146,7 +144,7 @@ def test_no_package_imports_one_above_it():
 
 def test_subpackages_named_like_public_functions_are_imported_with_from():
     # `knowflow.evaluate` and `knowflow.curate` are the public functions, so
-    # `import knowflow.evaluate.api` then `knowflow.evaluate.api.x` would fail
+    # `import knowflow.evaluation.run` then `knowflow.evaluation.run.x` would fail
     bad = [f"{path}:{line}" for module, path in _modules().items()
            for target, line, how in _imports(path, module)
            if how == "import"
@@ -159,11 +157,11 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     path = tmp_path / "x.py"
     path.write_text("def f():\n    from knowflow.train.sft import finetune\n"
                     "from knowflow import schema\nfrom .facts import Instruction\n")
-    found = _imports(path, "knowflow.worlds.x")
+    found = _imports(path, "knowflow.data.x")
     assert [(t, ln) for t, ln, _ in found] == [("knowflow.schema", 3),
-                                               ("knowflow.worlds.facts", 4),
+                                               ("knowflow.data.facts", 4),
                                                ("knowflow.train.sft", 2)]
-    assert _layer(_unit("knowflow.train.sft")) > _layer(_unit("knowflow.worlds.x"))
+    assert _layer(_unit("knowflow.train.sft")) > _layer(_unit("knowflow.data.x"))
 
 
 def test_no_import_cycle_among_modules():

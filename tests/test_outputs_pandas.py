@@ -4,11 +4,11 @@
 import pytest
 
 from conftest import tiny_llama
-from knowflow.evaluate.api import evaluate
+from knowflow.data.instruction_rows import encode_all
+from knowflow.data.suites import get_suite
+from knowflow.evaluation.run import evaluate
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.instruction_rows import encode_all
-from knowflow.worlds.suites import get_suite
 
 pd = pytest.importorskip("pandas", reason="pandas is in the data extra: pip install '.[data]'")
 

@@ -18,15 +18,10 @@ has `.save(dir)` (the run folder the command writes) and `.to_pandas()` (see kno
 `RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning.
 
 Every public name is a plain function or class, loaded on first use (importing knowflow does
-not import torch or matplotlib). Two of them share their name with a subpackage
-(`knowflow.evaluate`, `knowflow.curate`); the package attribute stays the function even after
-the subpackage is imported (submodules are still imported as `from knowflow.evaluate.api
-import ...`).
+not import torch or matplotlib).
 """
 
 import importlib as _importlib
-import sys as _sys
-import types as _types
 
 from knowflow.errors import ConfigError, DataError, KnowflowError  # noqa: F401  (in __all__)
 
@@ -39,17 +34,17 @@ _API = {
     "evaluate": "knowflow.api:evaluate",
     "explain": "knowflow.api:explain",
     "finetune": "knowflow.train.sft:finetune",
-    "get_suite": "knowflow.worlds.suites:get_suite",
+    "get_suite": "knowflow.data.suites:get_suite",
     "list_experiments": "knowflow.experiments.registry:list_experiments",
-    "list_suites": "knowflow.worlds.suites:list_suites",
-    "load_model": "knowflow.models.hf:load_model",
+    "list_suites": "knowflow.data.suites:list_suites",
+    "load_model": "knowflow.lens.load:load_model",
     "probe": "knowflow.api:probe",
     "run_experiment": "knowflow.experiments.runner:run_experiment",
     "write_report": "knowflow.report.html:write_report",
     "AttentionMassConfig": "knowflow.probes.mass:AttentionMassConfig",
-    "AugmentConfig": "knowflow.curate.augment:AugmentConfig",
-    "CurateConfig": "knowflow.curate.criticality:CurateConfig",
-    "EvalConfig": "knowflow.evaluate.config:EvalConfig",
+    "AugmentConfig": "knowflow.train.augment:AugmentConfig",
+    "CurateConfig": "knowflow.train.criticality:CurateConfig",
+    "EvalConfig": "knowflow.evaluation.options:EvalConfig",
     "HeadProjectionConfig": "knowflow.probes.head_projection:HeadProjectionConfig",
     "HeadsConfig": "knowflow.probes.heads:HeadsConfig",
     "KnockoutConfig": "knowflow.probes.knockout:KnockoutConfig",
@@ -63,30 +58,13 @@ _API = {
 __all__ = sorted(["ConfigError", "DataError", "KnowflowError", "__version__", *_API])
 
 
-def _resolve(target: str):
-    module, attr = target.split(":")
-    return getattr(_importlib.import_module(module), attr)
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'knowflow' has no attribute {name!r}")
+    module, attr = _API[name].split(":")
+    value = getattr(_importlib.import_module(module), attr)
+    return value
 
 
-def _public(name: str, target: str) -> property:
-    def get(self):
-        return _resolve(target)
-
-    def set_(self, value):
-        # Importing the subpackage `knowflow.<name>` binds it here; the public name stays the
-        # function. Anything else is a mistake (patch the defining module instead).
-        if not (isinstance(value, _types.ModuleType) and value.__name__ == f"knowflow.{name}"):
-            raise AttributeError(f"knowflow.{name} is {target.replace(':', '.')}; "
-                                 "set or patch it there")
-    return property(get, set_, doc=f"{target.replace(':', '.')} (loaded on first use)")
-
-
-class _Knowflow(_types.ModuleType):
-    def __dir__(self):
-        return sorted(set(super().__dir__()) | set(_API))
-
-
-for _name, _target in _API.items():
-    setattr(_Knowflow, _name, _public(_name, _target))
-_sys.modules[__name__].__class__ = _Knowflow
-del _name, _target
+def __dir__():
+    return sorted(set(globals()) | set(_API))

@@ -23,18 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import apply_overrides, config_to_dict, flatten, validate_config
-from knowflow.curate.augment import AugmentConfig
-from knowflow.curate.augment import augment as augment_rows
-from knowflow.curate.criticality import CurateConfig, curate_examples
+from knowflow.data.facts import Instruction
+from knowflow.data.instruction_rows import save_instructions
+from knowflow.data.instructions import MixtureConfig
+from knowflow.data.suites import get_suite, list_suites
 from knowflow.errors import ConfigError
-from knowflow.evaluate.api import Results, write_results
-from knowflow.evaluate.api import evaluate as evaluate_model
-from knowflow.explain.api import explain as explain_answers
-from knowflow.explain.result import ExplainResult
+from knowflow.evaluation.run import Results, write_results
+from knowflow.evaluation.run import evaluate as evaluate_model
+from knowflow.explanation.result import ExplainResult
+from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
-from knowflow.models.hf import load_model
+from knowflow.lens.arch import arch_of
+from knowflow.lens.load import load_model
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
-from knowflow.probes.arch import arch_of
 from knowflow.probes.mass import mean_attention_mass
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
@@ -43,11 +44,10 @@ from knowflow.report.explain import write_explain_report
 from knowflow.report.finish import finish_run
 from knowflow.report.probe_run import probe_figures
 from knowflow.runs import RECORDS, Progress, start_run
+from knowflow.train.augment import AugmentConfig
+from knowflow.train.augment import augment as augment_rows
+from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.sft_job import BUILTIN, load_rows
-from knowflow.worlds.facts import Instruction
-from knowflow.worlds.instruction_rows import save_instructions
-from knowflow.worlds.instructions import MixtureConfig
-from knowflow.worlds.suites import get_suite, list_suites
 
 
 def _frame(rows: list[dict]):
@@ -128,7 +128,7 @@ def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
             answer: str | None = None, *, config=None, **overrides) -> ExplainRun:
     """Where answers come from (`knowflow explain`): with `question`, `data` is one context
     and `answer` the answer to explain (default: the model's own); otherwise `data` is a suite
-    name, a data file or `ConflictItem`s. See `knowflow.explain.api.explain` for the rest."""
+    name, a data file or `ConflictItem`s. See `knowflow.explanation.run.explain` for the rest."""
     res = explain_answers(model, data, question, answer, config=config, **overrides)
     return ExplainRun(**{f.name: getattr(res, f.name) for f in dataclasses.fields(ExplainResult)})
 

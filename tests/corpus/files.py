@@ -90,7 +90,7 @@ def _run(root: Path, name: str, experiment: str, config: dict | str, **files: st
 
 def write_runs(root: Path, model: str) -> None:
     """Run folders under `root/fx/<case>/<experiment>/1`: one sound, the others damaged."""
-    from knowflow.experiments.cpi_toy import CpiToyConfig
+    from knowflow.experiments.cpi_toy.experiment import CpiToyConfig
     from knowflow.train.sft_job import SFTJobConfig
 
     cpi = dataclasses.asdict(CpiToyConfig())

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from knowflow.errors import ConfigError
-from knowflow.experiments.cpi_toy import PARTS
+from knowflow.experiments.cpi_toy.experiment import PARTS
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
 from knowflow.schema import KINDS, named_curve

@@ -3,9 +3,9 @@ rise / fall of its records: inversion-smollm2 (per series), inversion-tiny (coun
 accuracy) and cpi-toy (M_C). Scripted records with a tied peak: the earliest step wins
 everywhere."""
 
-from knowflow.experiments.cpi_toy import trajectory_summary
-from knowflow.experiments.inversion_smollm2 import curves
-from knowflow.experiments.inversion_tiny_curves import curve_summary as tiny_summary
+from knowflow.experiments.cpi_toy.experiment import trajectory_summary
+from knowflow.experiments.inversion_smollm2.experiment import curves
+from knowflow.experiments.inversion_tiny.curves import curve_summary as tiny_summary
 from knowflow.schema import curve_summary
 
 STEPS = [0, 10, 20, 30]

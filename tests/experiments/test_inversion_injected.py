@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
-from knowflow.evaluate.loglik import score_continuations
-from knowflow.experiments import inversion_injected as exp
-from knowflow.experiments.inversion_injected_jobs import (
+from knowflow.data.prompts import PromptConfig, instruction_prompt, render
+from knowflow.evaluation.loglik import score_continuations
+from knowflow.experiments.inversion_injected import experiment as exp
+from knowflow.experiments.inversion_injected.jobs import (
     STAGE1,
     no_context_prompts,
     recall_scorer,
@@ -18,16 +19,15 @@ from knowflow.experiments.inversion_injected_jobs import (
     stage1_path,
     tiny_tokenizer,
 )
-from knowflow.models import hf
-from knowflow.models.tiny import TinyModelConfig, make_model
-from knowflow.worlds.injected import (
+from knowflow.experiments.inversion_injected.world import (
     InjectedWorldConfig,
     instruction,
     make_world,
     statement,
     tracked_items,
 )
-from knowflow.worlds.prompts import PromptConfig, instruction_prompt, render
+from knowflow.experiments.inversion_tiny.model import TinyModelConfig, make_model
+from knowflow.lens import load as hf
 
 WORLD = InjectedWorldConfig(mem_train=4, mem_eval=4, unk_train=4, unk_eval=4)
 

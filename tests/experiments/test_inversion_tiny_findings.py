@@ -2,12 +2,12 @@
 
 import pytest
 
-from knowflow.experiments.inversion_tiny_findings import (
+from knowflow.experiments.inversion_tiny.findings import (
     findings,
     mechanism_summary,
     mechanism_verdict,
 )
-from knowflow.worlds.tiny_world import Mixture
+from knowflow.experiments.inversion_tiny.world import Mixture
 
 
 def _arm(rises, falls, c_acc=1.0, cs_acc=1.0):

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from knowflow.evaluate.steer_heads import HeadSteering
-from knowflow.experiments.inversion_tiny_heads import (
+from knowflow.evaluation.steer_heads import HeadSteering
+from knowflow.experiments.inversion_tiny.heads import (
     InversionTinyHeadsConfig,
     accuracy,
     finetune_mixed,
     tracking_heads,
 )
+from knowflow.experiments.inversion_tiny.model import answer_logits, encode
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_jsonl
-from knowflow.models.tiny import answer_logits, encode
 
 TINY = {"tiny.world.mem_train": 8, "tiny.world.mem_eval": 4, "tiny.world.unk_train": 8,
         "tiny.world.unk_eval": 4, "tiny.world.scratch": 6, "tiny.world.n_values": 6,

@@ -6,25 +6,25 @@ import torch
 
 from conftest import TINY_MODEL, TINY_WORLD
 from knowflow.errors import ConfigError
-from knowflow.experiments.inversion_tiny import ARMS, InversionTinyConfig
-from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_json, read_jsonl
-from knowflow.models.tiny import TinyModelConfig
-from knowflow.train.callback import EvalCallback
-from knowflow.train.pretrain import (
+from knowflow.experiments.inversion_tiny.experiment import ARMS, InversionTinyConfig
+from knowflow.experiments.inversion_tiny.model import TinyModelConfig
+from knowflow.experiments.inversion_tiny.pretrain import (
     PretrainConfig,
     load_pretrained,
     pretrained_path,
 )
-from knowflow.train.sft import SFTConfig, finetune
-from knowflow.train.tiny_track import TinyEvaluator, training_rows
-from knowflow.worlds.tiny_world import (
+from knowflow.experiments.inversion_tiny.track import TinyEvaluator, training_rows
+from knowflow.experiments.inversion_tiny.world import (
     Mixture,
     TinyWorldConfig,
     evaluation_sets,
     finetuning_set,
     make_world,
 )
+from knowflow.experiments.runner import build_config, run_experiment
+from knowflow.io import read_json, read_jsonl
+from knowflow.train.callback import EvalCallback
+from knowflow.train.sft import SFTConfig, finetune
 
 WORLD = TinyWorldConfig(**TINY_WORLD)
 MODEL = TinyModelConfig(**TINY_MODEL)
@@ -102,7 +102,7 @@ def test_training_rows_put_the_loss_on_the_answer_token_only():
 
 
 def test_trainer_loss_is_the_answer_token_cross_entropy():
-    from knowflow.models.tiny import encode, per_example_loss
+    from knowflow.experiments.inversion_tiny.model import encode, per_example_loss
 
     world, model, tok, train, evals = _setup()
     rows = training_rows(tok, train[:4])

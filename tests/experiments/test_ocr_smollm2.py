@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.config import config_to_dict, flatten
+from knowflow.data.people import FAMILY_NAMES, generate
 from knowflow.errors import ConfigError
-from knowflow.evaluate.rank_table import family_table
-from knowflow.experiments.ocr_smollm2 import encode_texts, run, smoke_config
+from knowflow.evaluation.rank_table import family_table
+from knowflow.experiments.ocr_smollm2.experiment import encode_texts, run, smoke_config
+from knowflow.experiments.ocr_smollm2.figures import table_markdown
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from knowflow.report.ocr_smollm2 import table_markdown
 from knowflow.runs import CONFIG, METRICS
-from knowflow.worlds.ocr_people import FAMILY_NAMES, generate
 
 
 def test_three_step_run_writes_every_record(tmp_path):
@@ -108,7 +108,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, setting):
 
 
 def test_long_sentences_are_a_config_error():
-    from knowflow.experiments.ocr_smollm2 import tiny_model
+    from knowflow.experiments.ocr_smollm2.experiment import tiny_model
 
     cfg = smoke_config()
     data = generate(cfg.world)

@@ -68,7 +68,7 @@ def test_other_studies(tmp_path, study, figure, table):
 
 
 def test_resume_recomputes_only_the_missing_part(tmp_path):
-    from knowflow.experiments.ocr_toy import run
+    from knowflow.experiments.ocr_toy.experiment import run
 
     cfg = build_config("ocr-toy", TINY)
     first = run(cfg, tmp_path)
@@ -110,14 +110,14 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path):
 
 
 def test_default_config_is_valid_and_128_dim():
-    from knowflow.experiments.ocr_toy import vocab_dim
+    from knowflow.experiments.ocr_toy.experiment import vocab_dim
 
     cfg = build_config("ocr-toy")
     assert vocab_dim(cfg.world) == 128 and cfg.study == "main" and len(cfg.seeds) == 3
 
 
 def test_norms_at_matched_loss_interpolate_between_evaluations():
-    from knowflow.experiments.ocr_toy import matched_loss_norms
+    from knowflow.experiments.ocr_toy.experiment import matched_loss_norms
 
     def recs(part, losses, norms):
         return [{"part": part, "seed": 0, "step": 10 * i, "train_loss": loss,

@@ -16,7 +16,7 @@ from knowflow.experiments.registry import get_experiment, list_experiments, regi
 def _registered_in_source() -> set[str]:
     """The names passed to `@register(...)` in the experiments package's modules."""
     names = set()
-    for path in Path(knowflow.experiments.__file__).parent.glob("*.py"):
+    for path in Path(knowflow.experiments.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register"
                     and node.args and isinstance(node.args[0], ast.Constant)):

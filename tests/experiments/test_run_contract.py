@@ -110,7 +110,7 @@ def test_a_probe_refused_after_its_folder_was_made_leaves_nothing(tiny_model_dir
 
 def test_an_eval_refused_after_its_folder_was_made_leaves_nothing(tiny_model_dir, tmp_path,
                                                                   monkeypatch):
-    api = importlib.import_module("knowflow.evaluate.api")  # knowflow.evaluate: a function
+    api = importlib.import_module("knowflow.evaluation.run")  # knowflow.evaluate: a function
 
     made = []
     start = api.start_run
@@ -143,7 +143,7 @@ def _recorder(calls: list):
 
 def test_evaluate_and_probe_report_progress_with_one_signature(tiny_model_dir):
     import knowflow
-    from knowflow.models.hf import load_model
+    from knowflow.lens.load import load_model
     from knowflow.probes.examples import builtin_facts
 
     model, tok = load_model(str(tiny_model_dir), device="cpu")

@@ -4,7 +4,10 @@ absent when the part that would be judged did not run."""
 
 import math
 
-from knowflow.experiments import cpi_toy, inversion_smollm2, ocr_smollm2, ocr_toy
+from knowflow.experiments.cpi_toy import experiment as cpi_toy
+from knowflow.experiments.inversion_smollm2 import experiment as inversion_smollm2
+from knowflow.experiments.ocr_smollm2 import experiment as ocr_smollm2
+from knowflow.experiments.ocr_toy import experiment as ocr_toy
 
 INV = {"mc_start": 0.068, "mc_peak": 0.469, "mc_peak_step": 21, "steps": 1000,
        "mc_final": 0.107, "mc_fall": 0.362}

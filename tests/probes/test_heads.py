@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_probe_fixtures import byte_bpe, tiny_llama
 
+from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.models.heads import (
+from knowflow.lens.heads import (
     captured_heads,
     head_contributions,
     head_shape,
     out_projections,
 )
+from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes import probe
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.heads import (
@@ -25,9 +26,8 @@ from knowflow.probes.heads import (
     heads,
     summarize_heads,
 )
-from knowflow.probes.hooks import captured, hook_name
 from knowflow.probes.intercept import AttentionPlan, intercepted
-from knowflow.worlds.suites import get_suite
+from tiny_fixtures import byte_bpe, tiny_llama
 
 
 @pytest.fixture(scope="module")

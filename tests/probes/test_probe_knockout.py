@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_probe_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.probes.common import window
@@ -18,6 +17,7 @@ from knowflow.probes.knockout import (
     summarize_knockout,
 )
 from knowflow.probes.spans import locate
+from tiny_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 PROMPT = ProbeExample(prompt="The Eiffel Tower is located in the city of",
                       subject="The Eiffel Tower", relation="is located in the city of",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_probe_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 from knowflow.errors import KnowflowError
 from knowflow.probes.examples import ProbeExample
@@ -17,6 +16,7 @@ from knowflow.probes.projection import (
     projection,
     summarize_projection,
 )
+from tiny_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 FACTS = [ProbeExample(prompt="The capital of France is", subject="France",
                       attributes=("Paris", "French", "Europe", "the Seine")),

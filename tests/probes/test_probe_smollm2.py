@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from knowflow.models.hf import load_model
+    from knowflow.lens.load import load_model
 
     torch.set_num_threads(1)
     return load_model(device="cpu")

@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-from test_probe_fixtures import byte_bpe, tiny_llama
 
 from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample
@@ -18,6 +17,7 @@ from knowflow.probes.sublayer import (
     summarize_sublayer,
     zeroed_sublayers,
 )
+from tiny_fixtures import byte_bpe, tiny_llama
 
 PROMPT = ProbeExample(prompt="The capital of France is", subject="France", answer="Paris")
 

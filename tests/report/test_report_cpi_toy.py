@@ -1,8 +1,8 @@
-"""report.cpi_toy: one figure per part present in metrics.jsonl, each panel drawing the
+"""experiments.cpi_toy.figures: one figure per part present in metrics.jsonl, each panel drawing the
 records' own numbers, the mixed arm as the baseline of the comparisons."""
 
+from knowflow.experiments.cpi_toy.figures import plot_cpi_toy
 from knowflow.io import atomic_write_jsonl
-from knowflow.report.cpi_toy import plot_cpi_toy
 
 STEPS = (0, 10, 20)
 KEYS = ("mc", "cf_acc", "param_acc", "attn_context_test", "attn_subject_test",

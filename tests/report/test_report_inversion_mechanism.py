@@ -1,10 +1,11 @@
-"""report.inversion_mechanism: accuracy with per-layer attention (left) and each kind's
+"""experiments.inversion_tiny.mechanism_figures: accuracy with per-layer attention (left) and each
+kind's
 share-weighted gradient projection summed over layers (right), seed means."""
 
 import pytest
 
+from knowflow.experiments.inversion_tiny.mechanism_figures import mechanism_figure
 from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.report.inversion_mechanism import mechanism_figure
 
 STEPS = (0, 10, 20)
 

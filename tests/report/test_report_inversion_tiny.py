@@ -6,13 +6,13 @@ import json
 import matplotlib.pyplot as plt
 import pytest
 
-from knowflow.io import read_jsonl
-from knowflow.report.inversion_tiny import (
+from knowflow.experiments.inversion_tiny.figures import (
     cf_figure,
     load_curves,
     mean_series,
     plot_inversion_tiny,
 )
+from knowflow.io import read_jsonl
 
 
 @pytest.fixture

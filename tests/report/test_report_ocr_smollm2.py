@@ -1,10 +1,11 @@
-"""report.ocr_smollm2: mean-rank curves per family with chance at (K - 1) / 2, the results
+"""experiments.ocr_smollm2.figures: mean-rank curves per family with chance at (K - 1) / 2, the
+results
 table figure and its Markdown twin, all from the run's flat `<family>/<group>/<stat>` records."""
 
 import pytest
 
+from knowflow.experiments.ocr_smollm2.figures import plot_ocr_smollm2, table_markdown
 from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.report.ocr_smollm2 import plot_ocr_smollm2, table_markdown
 
 FAMILIES = {"city_language": 4, "sport_music": 6}  # shipped families: causal, not causal
 

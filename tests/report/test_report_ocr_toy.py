@@ -1,12 +1,13 @@
-"""report.ocr_toy: seed bands (mean, min, max per step), the six training panels for the
+"""experiments.ocr_toy.figures: seed bands (mean, min, max per step), the six training panels for
+the
 factorized and merged models with chance at log K, and the rank sweep's final values."""
 
 import math
 
 import pytest
 
+from knowflow.experiments.ocr_toy.figures import plot_ocr_toy, seed_band
 from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.report.ocr_toy import plot_ocr_toy, seed_band
 
 KEYS = ("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_acc", "test_margin",
         "nuclear_norm", "frobenius_norm", "train_loss")

@@ -1,11 +1,12 @@
-"""report.phase: the fall of each (C+S share, reliability) cell as a heatmap per model, its
+"""experiments.phase_figure: the fall of each (C+S share, reliability) cell as a heatmap per
+model, its
 value written in the cell, inverting cells outlined; `with_phase` picks it for phase studies."""
 
 import pytest
 from matplotlib.patches import Rectangle
 
+from knowflow.experiments.phase_figure import plot_phase, with_phase
 from knowflow.io import atomic_write_json
-from knowflow.report.phase import plot_phase, with_phase
 
 
 def _rows(scale: float) -> list[dict]:

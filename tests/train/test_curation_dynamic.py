@@ -6,8 +6,9 @@ import torch
 from transformers import TrainerCallback
 
 from conftest import tiny_llama
-from knowflow.curate.criticality import lowest_share, no_context_loss
+from knowflow.data.instruction_rows import encode_all
 from knowflow.io import read_jsonl
+from knowflow.train.criticality import lowest_share, no_context_loss
 from knowflow.train.curation import (
     CURATION,
     ActiveSampler,
@@ -17,7 +18,6 @@ from knowflow.train.curation import (
     no_context_scorer,
 )
 from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
-from knowflow.worlds.instruction_rows import encode_all
 
 CFG = SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=3, log_every=1, max_length=512)
 DYN = DynamicCurationConfig(mode="dynamic", every=3, fraction=0.25, batch_size=8)
@@ -202,9 +202,9 @@ def test_tiny_world_rows_plug_in(tmp_path):
     """The inversion-tiny wiring: tiny-world examples scored by `no_context_loss` (their
     `<bos> question s r` version), trained through `train.sft.finetune`."""
     from conftest import TINY_WORLD
-    from knowflow.models.tiny import build_tokenizer, encode, per_example_loss
-    from knowflow.train.tiny_track import training_rows
-    from knowflow.worlds.tiny_world import (
+    from knowflow.experiments.inversion_tiny.model import build_tokenizer, encode, per_example_loss
+    from knowflow.experiments.inversion_tiny.track import training_rows
+    from knowflow.experiments.inversion_tiny.world import (
         Mixture,
         TinyWorldConfig,
         finetuning_set,

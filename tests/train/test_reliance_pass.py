@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 
 from conftest import byte_tokenizer, tiny_llama
-from knowflow.evaluate.config import EvalConfig
-from knowflow.evaluate.items import evaluate_items
+from knowflow.data.suites import get_suite
+from knowflow.evaluation.items import evaluate_items
+from knowflow.evaluation.options import EvalConfig
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import attention_mass
 from knowflow.train.reliance_pass import loglik_and_attention
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.suites import get_suite
 
 
 @pytest.fixture(scope="module")

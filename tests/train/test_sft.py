@@ -9,21 +9,21 @@ import torch
 from transformers import TrainerCallback
 
 from conftest import tiny_llama
-from knowflow.curate.augment import augment, sources
-from knowflow.curate.criticality import CurateConfig, dropped_indices, score_examples
-from knowflow.errors import ConfigError, DataError, KnowflowError
-from knowflow.io import read_jsonl
-from knowflow.models.adapt import TrainableConfig, prepare_trainable, query_key_parameters
-from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
-from knowflow.train.tracker import RelianceTracker, TrackerConfig, _shard
-from knowflow.worlds.instruction_rows import Instruction, encode, encode_all, load_instructions
-from knowflow.worlds.instructions import (
+from knowflow.data.instruction_rows import Instruction, encode, encode_all, load_instructions
+from knowflow.data.instructions import (
     MixtureConfig,
     builtin_mixture,
     heldout_items,
     heldout_subjects,
 )
-from knowflow.worlds.suites import get_suite
+from knowflow.data.suites import get_suite
+from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.io import read_jsonl
+from knowflow.lens.adapt import TrainableConfig, prepare_trainable, query_key_parameters
+from knowflow.train.augment import augment, sources
+from knowflow.train.criticality import CurateConfig, dropped_indices, score_examples
+from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
+from knowflow.train.tracker import RelianceTracker, TrackerConfig, _shard
 
 
 @pytest.fixture(scope="module")

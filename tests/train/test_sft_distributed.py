@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import byte_tokenizer, tiny_llama
+from knowflow.data.suites import get_suite
 from knowflow.io import read_jsonl
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.suites import get_suite
 
 
 @pytest.mark.slow

@@ -6,12 +6,12 @@ import shutil
 import pytest
 
 from conftest import tiny_llama
+from knowflow.data.instruction_rows import load_instructions
+from knowflow.data.instructions import MixtureConfig, builtin_mixture
 from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 from knowflow.train.tracker import TrackerConfig
-from knowflow.worlds.instruction_rows import load_instructions
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture
 
 
 def _cfg(train: str) -> SFTJobConfig:

@@ -8,9 +8,9 @@ import torch
 from transformers import TrainerCallback
 
 from conftest import tiny_llama
+from knowflow.data.instruction_rows import encode_all
 from knowflow.errors import ConfigError
 from knowflow.train.sft import SFTConfig, finetune, training_args
-from knowflow.worlds.instruction_rows import encode_all
 
 
 class _Optimizer(TrainerCallback):

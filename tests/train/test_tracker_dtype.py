@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import byte_tokenizer, tiny_llama
+from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.train import tracker as tracker_mod
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.suites import get_suite
 
 ITEMS = {"cf-capitals": get_suite("cf-capitals", limit=3)}
 

@@ -1,9 +1,9 @@
 """`RelianceTracker.summary` is the schema's curve summary of its records (no training: the
 records are scripted)."""
 
+from knowflow.data.suites import get_suite
 from knowflow.schema import named_curve
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.suites import get_suite
 
 CF = [0.2, 0.6, 0.6, 0.3]  # a tied peak: the earlier step (4) wins
 

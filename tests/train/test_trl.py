@@ -8,12 +8,12 @@ import math
 import pytest
 
 from conftest import tiny_llama
+from knowflow.data.instruction_rows import encode_all, prompt_and_response
+from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.io import read_jsonl
 from knowflow.train.sft import SFTConfig, finetune
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.instruction_rows import encode_all, prompt_and_response
-from knowflow.worlds.suites import get_suite
 
 trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install '.[trl]'")
 

@@ -131,7 +131,7 @@ def check_suites(suite: str | None) -> None:
     """--suite: comma-separated built-in suite names."""
     if suite is None:
         return
-    from knowflow.worlds.suites import list_suites
+    from knowflow.data.suites import list_suites
 
     names = [n.strip() for n in suite.split(",") if n.strip()]
     known = list_suites()

@@ -89,10 +89,10 @@ def eval_cmd(
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
     from knowflow.api import evaluate
     from knowflow.config import validate_config
-    from knowflow.evaluate.config import EvalConfig
-    from knowflow.models.hf import check_device, check_model
+    from knowflow.data.tables import parse_fields
+    from knowflow.evaluation.options import EvalConfig
+    from knowflow.lens.load import check_device, check_model
     from knowflow.runs import holding
-    from knowflow.worlds.tables import parse_fields
 
     check_threads(threads)
     if from_lm_eval:
@@ -136,7 +136,7 @@ def _check_out(out: Path | None, inputs) -> None:
 
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
     from knowflow.api import finish_eval
-    from knowflow.evaluate.api import from_lm_eval
+    from knowflow.evaluation.run import from_lm_eval
     from knowflow.runs import holding
 
     if clash:

@@ -66,11 +66,11 @@ def explain_cmd(
     """Explain answers: source verdict, sentence attribution and mechanism."""
     from knowflow.api import explain
     from knowflow.config import apply_overrides, validate_config
-    from knowflow.explain.api import load_explain_items
-    from knowflow.explain.config import ExplainConfig
+    from knowflow.data.tables import parse_fields
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.run import load_explain_items
     from knowflow.io import check_output_dir
-    from knowflow.models.hf import check_device, check_model
-    from knowflow.worlds.tables import parse_fields
+    from knowflow.lens.load import check_device, check_model
 
     check_threads(threads)
     check_seed(seed)

@@ -36,11 +36,11 @@ def lm_eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
 ) -> None:
     """Write lm-eval tasks (YAML + data) that score each suite as knowflow's loglik does."""
-    from knowflow.evaluate.config import EvalConfig
-    from knowflow.evaluate.items import load_suites
-    from knowflow.evaluate.lm_eval_task import export_lm_eval
+    from knowflow.data.tables import parse_fields
+    from knowflow.evaluation.items import load_suites
+    from knowflow.evaluation.lm_eval_task import export_lm_eval
+    from knowflow.evaluation.options import EvalConfig
     from knowflow.io import check_output_dir
-    from knowflow.worlds.tables import parse_fields
 
     mapping = parse_fields(fields)
     EvalConfig(prompt_format=prompt_format, limit=limit, seed=seed).validate()
@@ -51,7 +51,7 @@ def lm_eval_cmd(
     if prompt_format == "chat":
         from transformers import AutoTokenizer
 
-        from knowflow.models.hf import check_model, model_folder
+        from knowflow.lens.load import check_model, model_folder
 
         check_model(model)
         tokenizer = AutoTokenizer.from_pretrained(model_folder(model), local_files_only=True)

@@ -74,7 +74,7 @@ def _load_model(common: _Common):
     import torch
     from transformers.utils import logging as hf_logging
 
-    from knowflow.models.hf import load_model
+    from knowflow.lens.load import load_model
 
     torch.set_num_threads(common.threads)
     hf_logging.disable_progress_bar()  # the CLI draws its own progress
@@ -98,7 +98,7 @@ def _validate_data(common: _Common, kind: str | None = None) -> None:
     """Check the options and read a prompts file before the model loads, so bad input fails
     fast and leaves nothing behind (`kind`: the probe, whose earlier runs --out may hold)."""
     from knowflow.io import check_output_dir
-    from knowflow.models.hf import check_device, check_model
+    from knowflow.lens.load import check_device, check_model
     from knowflow.outputs import check_out_dir
 
     check_threads(common.threads)
@@ -108,8 +108,8 @@ def _validate_data(common: _Common, kind: str | None = None) -> None:
         raise KnowflowError(f"--limit: must be at least 1, got {common.limit}")
     check_device(common.device)
     if common.data is not None:
+        from knowflow.data.quality import warn_duplicate_keys
         from knowflow.probes.examples import load_examples
-        from knowflow.worlds.quality import warn_duplicate_keys
 
         load_examples(common.data)
         warn_duplicate_keys(common.data)

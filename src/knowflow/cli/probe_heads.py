@@ -77,9 +77,9 @@ def heads_cmd(
     when the head's output is zeroed, replaced by its mean, or its attention to the context is
     blocked; 95% bootstrap intervals over items.
     """
-    from knowflow.evaluate.items import load_suites
+    from knowflow.evaluation.items import load_suites
     from knowflow.io import check_output_dir
-    from knowflow.models.hf import check_device, check_model
+    from knowflow.lens.load import check_device, check_model
     from knowflow.probes import HeadsConfig
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)

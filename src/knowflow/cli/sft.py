@@ -26,10 +26,10 @@ MAX_RATIO = 100  # counterfactual copies per example: beyond, the same substitut
 
 
 def _rows(data: str, seed: int):
+    from knowflow.data.instruction_rows import read_instruction_file
+    from knowflow.data.instructions import MixtureConfig
+    from knowflow.data.quality import warn_duplicate_keys
     from knowflow.train.sft_job import BUILTIN, load_rows
-    from knowflow.worlds.instruction_rows import read_instruction_file
-    from knowflow.worlds.instructions import MixtureConfig
-    from knowflow.worlds.quality import warn_duplicate_keys
 
     if data != BUILTIN:  # one reading: load_rows gets the same file's rows
         warn_duplicate_keys(Path(data), read_instruction_file(data).duplicate_key_lines)
@@ -164,8 +164,8 @@ def curate_cmd(
     """Score each example's context-criticality with the model; drop the least critical."""
     from knowflow.api import curate
     from knowflow.config import validate_config
-    from knowflow.curate.criticality import CurateConfig
-    from knowflow.models.hf import check_device, check_model
+    from knowflow.lens.load import check_device, check_model
+    from knowflow.train.criticality import CurateConfig
 
     check_threads(threads)
     cfg = CurateConfig(**given)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from knowflow.config import require
-from knowflow.curate.criticality import ARM_FRACTION, MEMORY_LOSS
+from knowflow.train.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.train.curation import DynamicCurationConfig
 
 

@@ -3,13 +3,14 @@
 Every experiment follows one signature, `run(cfg, out_dir) -> Summary`, where `Summary` is a
 JSON-able dict; `plot(run_dir)` draws the figures from the records on disk (never from models).
 
-The built-in experiments are registered by `knowflow/experiments/__init__.py`, which imports
-each of their modules. Python runs a package's `__init__` before any of its submodules, so they
-are registered before this module is first used; this module imports no experiment.
+Each reproduction lives in its own folder (`experiments/<name>/`: world, model, training,
+config, findings and figures); its `experiment.py` registers it. The built-in modules are
+imported on the first lookup, so importing one experiment's world does not import the others.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,21 @@ class Experiment:
 
 
 _REGISTRY: dict[str, Experiment] = {}
+BUILTIN = (
+    "knowflow.experiments.cpi_toy.experiment",
+    "knowflow.experiments.ocr_toy.experiment",
+    "knowflow.experiments.inversion_tiny.experiment",
+    "knowflow.experiments.inversion_tiny.heads",
+    "knowflow.experiments.inversion_injected.experiment",
+    "knowflow.experiments.inversion_smollm2.experiment",
+    "knowflow.experiments.ocr_smollm2.experiment",
+    "knowflow.experiments.sft",
+)
+
+
+def _load_builtin() -> None:
+    for module in BUILTIN:
+        importlib.import_module(module)
 
 
 def register(name: str, config_cls: type, plot: Callable[[Path], list[Path]],
@@ -52,6 +68,7 @@ def register(name: str, config_cls: type, plot: Callable[[Path], list[Path]],
 
 
 def get_experiment(name: str) -> Experiment:
+    _load_builtin()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise ConfigError(f"unknown experiment {name!r} (known: {known})")
@@ -59,4 +76,5 @@ def get_experiment(name: str) -> Experiment:
 
 
 def list_experiments() -> list[Experiment]:
+    _load_builtin()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]

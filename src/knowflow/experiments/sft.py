@@ -7,17 +7,17 @@ import dataclasses
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.data.instruction_rows import read_instruction_file
+from knowflow.data.quality import warn_duplicate_keys
+from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
-from knowflow.models.hf import check_device, check_model
+from knowflow.lens.load import check_device, check_model
 from knowflow.report.reliance import plot_sft
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
-from knowflow.worlds.instruction_rows import read_instruction_file
-from knowflow.worlds.quality import warn_duplicate_keys
-from knowflow.worlds.suites import list_suites
 
 
 def check(cfg: SFTJobConfig) -> None:

@@ -10,7 +10,7 @@ Every probe takes `(model, tokenizer, examples, cfg)` and returns records (dicts
 * `head-project` — vocabulary projection of each attention head (head-level extraction rate).
 
 Activations are addressed by named hook points (`blocks.{l}.attn.out`, `blocks.{l}.mlp.out`,
-`blocks.{l}.resid_post`; probes.hooks); knockout and sublayer share one sweep (probes.sweep).
+`blocks.{l}.resid_post`; lens.hooks); knockout and sublayer share one sweep (probes.sweep).
 `probe(name, model, tokenizer, examples, **cfg)` runs one of them by name, with its config
 fields as keyword arguments.
 """
@@ -42,7 +42,7 @@ PROBES = {
     "heads": (heads, HeadsConfig, summarize_heads),
     "head-project": (head_projection, HeadProjectionConfig, summarize_head_projection),
 }
-# probes whose examples are knowledge-conflict items (worlds.facts.ConflictItem), not prompts
+# probes whose examples are knowledge-conflict items (data.facts.ConflictItem), not prompts
 ON_CONFLICT_ITEMS = frozenset({"heads"})
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.models.batching import cache_keyword, output_cache, pad_id, right_pad  # noqa: F401
-from knowflow.models.batching import model_device as device_of  # noqa: F401  (probes' name)
+from knowflow.lens.batching import cache_keyword, output_cache, pad_id, right_pad  # noqa: F401
+from knowflow.lens.batching import model_device as device_of  # noqa: F401  (probes' name)
 from knowflow.probes.examples import ProbeExample, require_subject
 from knowflow.probes.spans import Located, locate
 

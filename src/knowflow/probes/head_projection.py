@@ -3,7 +3,7 @@
 Geva et al. (2023) find that upper-layer attention *heads* extract the attribute from the
 subject: a head's output, read through the unembedding, names it. `probe project` measures
 it for whole attention sublayers; here each head's output at the last position, its slice of
-o_proj's input through its columns of o_proj (`models.heads.head_contributions`; the heads'
+o_proj's input through its columns of o_proj (`lens.heads.head_contributions`; the heads'
 contributions sum to the sublayer's output, less o_proj's bias), goes through the final norm
 and the unembedding. Per head: the share of known facts whose top projected token is the
 model's prediction, next to the whole sublayer's share from the same forward pass.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.models.heads import captured_heads, head_contributions, head_shape
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
+from knowflow.lens.heads import captured_heads, head_contributions, head_shape
+from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes.common import device_of, pad_id, pad_right, recall_examples
 from knowflow.probes.examples import ProbeExample
-from knowflow.probes.hooks import captured, hook_name
 from knowflow.probes.projection import project
 from knowflow.runs import Progress
 

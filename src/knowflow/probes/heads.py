@@ -18,7 +18,7 @@ The effect is the change in log-odds. Heads whose removal lowers it carry the co
 memorized one (*memory heads*). Means carry 95% percentile-bootstrap intervals over items.
 
 All (layer, head, edit) variants of an item run as the rows of a few batches that share the
-prompt prefix's KV cache and recompute only the answer position (`models.heads`), so the full
+prompt prefix's KV cache and recompute only the answer position (`lens.heads`), so the full
 sweep costs about one single-token forward per variant, not one prompt forward per head.
 The same pass reads every head's output through its slice of o_proj, the final norm and the
 unembedding (its top token: the prediction? the context's answer? the memorized one?).
@@ -32,8 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from knowflow.data.facts import ConflictItem
+from knowflow.data.prompts import FORMATS, PromptConfig, render
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.models.heads import (
+from knowflow.lens.heads import (
     Variant,
     ablation_rows,
     answer_split,
@@ -46,8 +48,6 @@ from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
 from knowflow.runs import Progress
-from knowflow.worlds.facts import ConflictItem
-from knowflow.worlds.prompts import FORMATS, PromptConfig, render
 
 ABLATIONS = ("zero", "mean", "block")
 

@@ -28,7 +28,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from knowflow.errors import KnowflowError
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
 
 _PREFIX = "knowflow_"
 _BASES = ("sdpa", "eager")

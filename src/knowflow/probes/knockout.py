@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
 from knowflow.probes.common import (
     cache_kwargs,
     check_heads,

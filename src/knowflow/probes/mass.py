@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from knowflow.errors import KnowflowError
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
 from knowflow.probes.common import device_of, pad_id, pad_right
 from knowflow.probes.examples import ProbeExample, as_example
 from knowflow.probes.intercept import AttentionPlan, intercepted

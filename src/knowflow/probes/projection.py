@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
+from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes.common import device_of, pad_id, pad_right, recall_examples
 from knowflow.probes.examples import ProbeExample
-from knowflow.probes.hooks import captured, hook_name
 from knowflow.runs import Progress
 
 _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or",

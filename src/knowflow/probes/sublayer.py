@@ -4,7 +4,7 @@ positions, and measure the relative change in the probability of the model's pre
 Geva et al. (2023) cancel MLP and attention updates to find which sublayers carry the fact:
 early MLPs at the subject positions enrich the subject representation; attention at the
 last position extracts the attribute. Hooks at the named points `blocks.{l}.mlp.out` and
-`blocks.{l}.attn.out` (probes.hooks) replace a sublayer's output by zero at the chosen
+`blocks.{l}.attn.out` (lens.hooks) replace a sublayer's output by zero at the chosen
 positions of the chosen batch rows, so all (sublayer, positions, window) variants of a prompt
 run in one batch; the sweep over examples and windows is the one knockout uses (probes.sweep).
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.probes.arch import arch_of
+from knowflow.lens.arch import arch_of
+from knowflow.lens.hooks import hook_name, hooked
 from knowflow.probes.common import check_layers, device_of, window
 from knowflow.probes.examples import ProbeExample
-from knowflow.probes.hooks import hook_name, hooked
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
 from knowflow.runs import Progress

@@ -1,4 +1,4 @@
-"""Probe examples from knowflow's built-in knowledge-conflict suites (knowflow.worlds.suites).
+"""Probe examples from knowflow's built-in knowledge-conflict suites (knowflow.data.suites).
 
 For the attention probe an item becomes its full prompt (context + question, rendered as
 `knowflow eval` renders it) with the context's character span. For the recall probes
@@ -8,10 +8,10 @@ the item names (`item.subject`, or `meta["subject"]`); items without one are an 
 
 from __future__ import annotations
 
+from knowflow.data.prompts import PromptConfig, render
+from knowflow.data.suites import get_suite
 from knowflow.errors import KnowflowError
 from knowflow.probes.examples import ProbeExample, find_text
-from knowflow.worlds.prompts import PromptConfig, render
-from knowflow.worlds.suites import get_suite
 
 
 def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str = "plain",

@@ -3,7 +3,7 @@ answers that follow the context and the share that keep the memorized value, per
 (closest to the truth first), with 95% bootstrap intervals, one panel per scoring mode; under
 log-likelihood also the per-token (length-normalised) choice, since a value moved x10 has one
 more digit, hence often one more token, than the true one.
-Drawn from summary.json's `by_strength` blocks (`evaluate.strength`)."""
+Drawn from summary.json's `by_strength` blocks (`evaluation.strength`)."""
 
 from __future__ import annotations
 

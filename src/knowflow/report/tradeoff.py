@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.evaluate.conditions import ALL, condition_summary
+from knowflow.evaluation.conditions import ALL, condition_summary
 from knowflow.io import atomic_write_json, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 

@@ -22,7 +22,7 @@ re-scoring drops `fraction` of the rows still in). Three pieces do it:
     finetune(model, tokenizer, encoded, sft_cfg, out_dir, [curation])
 
 The scorer is any `model -> per-row losses` callable, so the callback serves instruction rows,
-tiny-world examples (`curate.criticality.no_context_loss`) or anything else with a
+tiny-world examples (`train.criticality.no_context_loss`) or anything else with a
 no-context version.
 """
 
@@ -38,10 +38,10 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from knowflow.config import require
-from knowflow.curate.criticality import instruction_rows_no_context, lowest_share, no_context_loss
+from knowflow.data.instruction_rows import IGNORE
 from knowflow.errors import KnowflowError
 from knowflow.io import atomic_write_jsonl, read_jsonl
-from knowflow.worlds.instruction_rows import IGNORE
+from knowflow.train.criticality import instruction_rows_no_context, lowest_share, no_context_loss
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,10 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from knowflow.data.instruction_rows import IGNORE
+from knowflow.data.prompts import FORMATS
 from knowflow.errors import ConfigError
-from knowflow.models.adapt import (
+from knowflow.lens.adapt import (
     DEFAULT_LORA_TARGETS,
     TrainableConfig,
     TrainMode,
@@ -33,8 +35,6 @@ from knowflow.models.adapt import (
 )
 from knowflow.train.callback import EvalCallback
 from knowflow.train.curation import DynamicCuration
-from knowflow.worlds.instruction_rows import IGNORE
-from knowflow.worlds.prompts import FORMATS
 
 log = logging.getLogger(__name__)
 

@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
-from knowflow.errors import DataError
-from knowflow.io import atomic_write_folder
-from knowflow.models.adapt import check_targets
-from knowflow.models.hf import load_model
-from knowflow.runs import Progress
-from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
-from knowflow.train.sft import SFTConfig, StepProgress, finetune
-from knowflow.train.tracker import RelianceTracker, TrackerConfig
-from knowflow.worlds.instruction_rows import (
+from knowflow.data.instruction_rows import (
     Instruction,
     encode_all,
     load_instructions,
     read_instruction_file,
     save_instructions,
 )
-from knowflow.worlds.instructions import MixtureConfig, builtin_mixture, heldout_items
+from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
+from knowflow.errors import DataError
+from knowflow.io import atomic_write_folder
+from knowflow.lens.adapt import check_targets
+from knowflow.lens.load import load_model
+from knowflow.runs import Progress
+from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
+from knowflow.train.sft import SFTConfig, StepProgress, finetune
+from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 log = logging.getLogger(__name__)
 

@@ -33,15 +33,15 @@ from pathlib import Path
 
 import torch
 
+from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError
-from knowflow.evaluate.config import EvalConfig
-from knowflow.evaluate.items import evaluate_items, load_suites
+from knowflow.evaluation.items import evaluate_items, load_suites
+from knowflow.evaluation.options import EvalConfig
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
 from knowflow.schema import named_curve
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
-from knowflow.worlds.facts import ConflictItem
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Data curation: context-criticality scores, filtering, counterfactual augmentation."""

@@ -1,0 +1,168 @@
+"""Instruction rows (what `knowflow sft` trains on and curation scores): load and save a file,
+render prompts, tokenize with the loss on the response only.
+
+A file is JSONL (or a JSON list) in one of two forms, which may not be mixed:
+- Alpaca: `instruction`, `input` (the context; may be empty or absent), `output`;
+- chat: `messages`, a list of {"role", "content"} ending with an assistant turn.
+Extra fields (`kind`, `meta`, ...) are kept for curation and augmentation. Prompts are
+rendered by `prompts.instruction_prompt`, the same function evaluation uses, so a
+model is tracked in the layout it is trained in. Chat rows use the tokenizer's own template.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from knowflow.data.facts import Instruction
+from knowflow.data.loaders import json_records
+from knowflow.data.prompts import FORMATS, instruction_prompt
+from knowflow.data.quality import duplicate_key_lines
+from knowflow.errors import ConfigError, DataError
+from knowflow.io import atomic_write_jsonl, read_text
+
+IGNORE = -100  # label of tokens that carry no loss
+_ROLES = ("system", "user", "assistant")
+
+
+def _text(rec: dict, name: str, path, line: int, required: bool) -> str:
+    value = rec.get(name, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise DataError(path, "must be a non-empty string" if required else "must be a string",
+                        line=line, field=name)
+    return value
+
+
+def _messages(rec: dict, path, line: int) -> tuple[tuple[str, str], ...]:
+    msgs = rec["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        raise DataError(path, "must be a non-empty list", line=line, field="messages")
+    out = []
+    for i, m in enumerate(msgs):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in _ROLES or \
+                not isinstance(m.get("content"), str):
+            raise DataError(path, "each message needs a role (system, user, assistant) and a "
+                            "string content", line=line, field=where)
+        out.append((m["role"], m["content"]))
+    if out[-1][0] != "assistant" or not out[-1][1].strip():
+        raise DataError(path, "the last message must be a non-empty assistant turn",
+                        line=line, field="messages")
+    return tuple(out)
+
+
+def parse_instruction(rec: object, path, line: int) -> Instruction:
+    if not isinstance(rec, dict):
+        raise DataError(path, "expected a JSON object", line=line)
+    if "messages" in rec:
+        extra = {k: v for k, v in rec.items() if k != "messages"}
+        return Instruction(messages=_messages(rec, path, line), extra=extra)
+    if "instruction" not in rec and "output" not in rec:
+        raise DataError(path, "expected Alpaca fields (instruction, input, output) or chat "
+                        "'messages'", line=line, field="instruction")
+    extra = {k: v for k, v in rec.items() if k not in ("instruction", "input", "output")}
+    return Instruction(_text(rec, "instruction", path, line, True),
+                       _text(rec, "input", path, line, False),
+                       _text(rec, "output", path, line, True), extra=extra)
+
+
+@dataclass(frozen=True)
+class InstructionFile:
+    """An instruction file read once: its rows and the lines that give a key twice
+    (`data.quality.duplicate_key_lines`)."""
+
+    rows: tuple[Instruction, ...]
+    duplicate_key_lines: tuple[int, ...]
+
+
+_LAST: list = [None, None]  # (the file's identity, its InstructionFile): the last file read
+
+
+def read_instruction_file(path: str | Path) -> InstructionFile:
+    """Read and check an instruction file; a malformed one raises DataError (file, line,
+    field). The last file read is kept while it is unchanged (same path, inode, size and
+    modification time), so `knowflow sft --data F` reads F once: its checks, the job that
+    trains on its rows and the summary's duplicate-key count share one reading."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "no such file")
+    st = os.stat(path)
+    identity = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if _LAST[0] == identity:
+        return _LAST[1]
+    text = read_text(path)
+    rows = [(line, parse_instruction(rec, path, line))
+            for line, rec in json_records(path, text=text)]
+    if not rows:
+        raise DataError(path, "no records")
+    chat = {bool(ex.messages) for _, ex in rows}
+    if len(chat) > 1:
+        line = next(n for n, ex in rows if bool(ex.messages) != bool(rows[0][1].messages))
+        raise DataError(path, "mixes chat 'messages' rows with Alpaca rows", line=line,
+                        field="messages")
+    read = InstructionFile(tuple(ex for _, ex in rows),
+                           tuple(duplicate_key_lines(path, text=text)))
+    _LAST[:] = [identity, read]
+    return read
+
+
+def load_instructions(path: str | Path) -> list[Instruction]:
+    """Examples of an instruction file; a malformed one raises DataError (file, line, field)."""
+    return list(read_instruction_file(path).rows)
+
+
+def save_instructions(path: str | Path, examples: Sequence[Instruction]) -> Path:
+    return atomic_write_jsonl(path, [ex.to_dict() for ex in examples])
+
+
+def prompt_and_response(tokenizer, ex: Instruction, fmt: str, context: bool = True
+                        ) -> tuple[str, bool, str]:
+    """(prompt text, whether the tokenizer adds special tokens to it, response text).
+
+    `context=False` drops Alpaca's `input` (what curation scores against)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"{fmt!r} is not one of {', '.join(FORMATS)}", "prompt_format")
+    if ex.messages:
+        if fmt != "chat":
+            raise ConfigError("chat 'messages' data needs --prompt-format chat",
+                              "prompt_format")
+        msgs = [{"role": r, "content": c} for r, c in ex.messages]
+        prompt = tokenizer.apply_chat_template(msgs[:-1], tokenize=False,
+                                               add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(msgs, tokenize=False)
+        if not full.startswith(prompt):
+            raise ConfigError("the chat template does not render the conversation as "
+                              "prompt + response; use Alpaca-form data", "prompt_format")
+        return prompt, False, full[len(prompt):]
+    p = instruction_prompt(tokenizer, ex.instruction, ex.input if context else "", fmt)
+    if fmt == "chat":
+        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": ex.output}]
+        head = tokenizer.apply_chat_template(msgs[:1], tokenize=False,
+                                             add_generation_prompt=True)
+        tail = tokenizer.apply_chat_template(msgs, tokenize=False)[len(head):]
+        return p.text, p.add_special_tokens, tail
+    return p.text, p.add_special_tokens, p.answer_prefix + ex.output + (tokenizer.eos_token or "")
+
+
+def encode(tokenizer, ex: Instruction, fmt: str, context: bool = True) -> dict[str, list[int]]:
+    """input_ids and labels (IGNORE on the prompt) for one example."""
+    prompt, special, response = prompt_and_response(tokenizer, ex, fmt, context)
+    p_ids = tokenizer(prompt, add_special_tokens=special)["input_ids"]
+    r_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    return {"input_ids": p_ids + r_ids, "labels": [IGNORE] * len(p_ids) + r_ids}
+
+
+def encode_all(tokenizer, examples: Sequence[Instruction], fmt: str, max_length: int,
+               context: bool = True) -> tuple[list[dict], list[int]]:
+    """Encoded examples that fit in `max_length` tokens, and the indices of those dropped
+    (never truncated: cutting the prompt would cut the context the answer depends on)."""
+    kept, dropped = [], []
+    for i, ex in enumerate(examples):
+        enc = encode(tokenizer, ex, fmt, context)
+        if len(enc["input_ids"]) <= max_length:
+            kept.append(enc)
+        else:
+            dropped.append(i)
+    return kept, dropped

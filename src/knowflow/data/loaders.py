@@ -1,0 +1,261 @@
+"""Loaders for external knowledge-conflict files.
+
+Records come from a JSON list, JSONL, CSV, parquet or a `datasets` save_to_disk folder
+(`tables.py` reads the last two and maps other layouts' columns); they are read as:
+- records with `context`, `question`, `answer` and `memory_answer` or `parametric_answer`
+  (optional `id`, `answer_aliases`, `memory_aliases`), or columns mapped to those names
+  (`fields`, or NQ-Swap's and ConflictQA's published layouts);
+- knowflow's own JSONL schema (`ConflictItem.to_dict()`: `counterfactual_answer`, ...);
+- MemoTrap's columns (`prompt`, `classes`, `answer_index`): the instruction before the first
+  ':' is the context, the rest is the text to complete; `classes[answer_index]` is the answer
+  the instruction asks for, the other class the memorized one.
+Anything malformed raises one `DataError` naming the file, line and field. An item whose context
+answer is its memory answer, character for character (surrounding spaces aside), cannot tell the
+two apart under any scoring: it is skipped, with one warning. Answers that differ only in case
+or punctuation (MemoTrap's " End." / " end.") are kept: log-likelihood scoring scores the two
+continuations as given, and generation scoring, whose normalisation makes them one answer,
+skips them itself (`evaluation.items`, `n_skipped_equal_answers` in the summary).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from knowflow.data.conditions import AGREEING, with_condition_contexts
+from knowflow.data.facts import ConflictItem
+from knowflow.data.quality import warn_duplicate_keys
+from knowflow.data.tables import (
+    QA_FIELDS,
+    is_table,
+    known_layout,
+    no_mapping,
+    renamed,
+    resolve_columns,
+    table_rows,
+)
+from knowflow.errors import DataError
+from knowflow.io import atomic_write_jsonl, csv_rows, json_records
+
+log = logging.getLogger(__name__)
+
+
+def load_items(path: str | Path, fields: Mapping[str, str] | None = None
+               ) -> list[ConflictItem]:
+    """Items of an external file; their suite is the file's stem. `fields` maps knowflow's
+    field names to the file's columns (`tables.parse_fields`)."""
+    return load_items_checked(path, fields)[0]
+
+
+def _same_answers(item: ConflictItem) -> bool:
+    return item.counterfactual_answer.strip() == item.parametric_answer.strip()
+
+
+def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
+                       ) -> tuple[list[ConflictItem], dict[str, int]]:
+    """`load_items`, and the data-quality counts: items skipped because their two answers
+    coincide, and records that give a key twice (each warned about in one line)."""
+    items = _read_items(Path(path), dict(fields or {}))
+    same = [it for it in items if _same_answers(it)]
+    if len(same) == len(items):
+        raise DataError(path, "every item's answer equals its memory answer",
+                        hint="give items whose context contradicts what the model knows")
+    if same:
+        ids = ", ".join(it.id for it in same[:5]) + (", ..." if len(same) > 5 else "")
+        log.warning("%s: skipped %d item(s) whose answer equals the memory answer (%s)",
+                    path, len(same), ids)
+    json_text = Path(path).suffix.lower() in (".json", ".jsonl")
+    counts = {"n_skipped_same_answers": len(same),
+              "n_duplicate_keys": warn_duplicate_keys(Path(path)) if json_text else 0}
+    return with_condition_contexts([it for it in items if not _same_answers(it)]), counts
+
+
+def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
+    if not path.exists() or not (path.is_file() or is_table(path)):
+        raise DataError(path, "no such file")
+    suite = path.stem if path.is_file() else path.name
+    if is_table(path):
+        columns, rows = table_rows(path)
+        kind, mapping = resolve_columns(path, columns, fields)
+    elif path.suffix.lower() == ".csv":
+        columns, rows = csv_rows(path)
+        kind, mapping = resolve_columns(path, columns, fields, header_line=1)
+    else:
+        rows = json_records(path)
+        first = next(rows, None)
+        if first is None:
+            raise DataError(path, "no records")
+        rows = _chain(first, rows)
+        columns = list(first[1]) if isinstance(first[1], dict) else []
+        found = known_layout(columns) if not {"answer", "counterfactual_answer"} & set(columns) \
+            else None
+        kind, mapping = resolve_columns(path, columns, fields) if fields else \
+            found or ("json", {})
+    tabular = is_table(path)
+    items = []
+    for i, (line, rec) in enumerate(rows):
+        where, at = (f"{path}, row {line}", None) if tabular else (path, line)
+        if kind == "memotrap":
+            items.append(_memotrap_item(where, at, _cells(where, at, rec, mapping), suite, i))
+        else:
+            rec = renamed(where, at, rec, mapping) if kind == "qa" else rec
+            if kind == "json":
+                _check_native(path, line, rec)
+            items.append(_record_item(where, at, rec, suite, i))
+    if not items:
+        raise DataError(path, "no records")
+    return items
+
+
+_NATIVE = {"context", "question", "answer", "memory_answer", "parametric_answer",
+           "counterfactual_answer"}
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def _check_native(path: Path, line: int, rec: object) -> None:
+    """A record in knowflow's names lacking one: name the field and the columns it has."""
+    if not isinstance(rec, dict):
+        return
+    if "counterfactual_answer" in rec:
+        need = ("context", "question", "counterfactual_answer", "parametric_answer")
+    else:
+        need = QA_FIELDS if "parametric_answer" not in rec else QA_FIELDS[:3]
+    missing = next((f for f in need if f not in rec), None)
+    if missing == "context" and not set(rec) & _NATIVE:
+        raise no_mapping(path, list(rec), line=line, field=missing)
+    if missing == "memory_answer":
+        raise DataError(path, "missing (or 'parametric_answer')", line=line, field=missing)
+    if missing is not None:
+        raise DataError(path, f"missing; the record has {', '.join(rec) or 'no fields'}",
+                        line=line, field=missing,
+                        hint="rename it, or map it with --fields")
+
+
+def _cells(where, line, rec: object, mapping: Mapping[str, str]) -> dict:
+    if not isinstance(rec, dict):
+        raise DataError(where, f"expected an object, got {type(rec).__name__}", line=line)
+    return {key: rec.get(column) for key, column in mapping.items()}
+
+
+def save_items(path: str | Path, items: list[ConflictItem]) -> Path:
+    """Write items in knowflow's JSONL schema (readable by `load_items`)."""
+    return atomic_write_jsonl(path, [it.to_dict() for it in items])
+
+
+def _text(path: Path, line: int, rec: dict, name: str, required: bool = True,
+          allow_empty: bool = False) -> str:
+    if name not in rec:
+        if required:
+            raise DataError(path, "missing", line=line, field=name)
+        return ""
+    value = rec[name]
+    if not isinstance(value, str):
+        raise DataError(path, f"expected a string, got {type(value).__name__}", line=line,
+                        field=name)
+    if not allow_empty and not value.strip():
+        raise DataError(path, "empty", line=line, field=name)
+    return value.strip()
+
+
+def _aliases(path: Path, line: int, rec: dict, name: str) -> tuple[str, ...]:
+    value = rec.get(name, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataError(path, "expected a list of strings", line=line, field=name)
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> ConflictItem:
+    if not isinstance(rec, dict):
+        raise DataError(path, f"expected an object, got {type(rec).__name__}", line=line)
+    ident = rec.get("id", f"{suite}-{index:04d}")
+    if not isinstance(ident, (str, int)):
+        raise DataError(path, "expected a string or number", line=line, field="id")
+    context = _text(path, line, rec, "context", allow_empty=True)
+    question = _text(path, line, rec, "question")
+    if "counterfactual_answer" in rec:  # knowflow's own schema
+        task = rec.get("task", "qa")
+        if task not in ("qa", "complete"):
+            raise DataError(path, "must be 'qa' or 'complete'", line=line, field="task")
+        return ConflictItem(
+            id=str(ident), suite=suite, context=context, question=question,
+            counterfactual_answer=_text(path, line, rec, "counterfactual_answer"),
+            parametric_answer=_text(path, line, rec, "parametric_answer"),
+            counterfactual_aliases=_aliases(path, line, rec, "counterfactual_aliases"),
+            parametric_aliases=_aliases(path, line, rec, "parametric_aliases"),
+            task=task, relation=_text(path, line, rec, "relation", required=False,
+                                      allow_empty=True),
+            subject=_text(path, line, rec, "subject", required=False, allow_empty=True),
+            meta={**(rec["meta"] if isinstance(rec.get("meta"), dict) else {}),
+                  **_agreeing(path, line, rec)})
+    memory = "memory_answer" if "memory_answer" in rec else "parametric_answer"
+    if memory not in rec:
+        raise DataError(path, "missing (or 'parametric_answer')", line=line,
+                        field="memory_answer")
+    return ConflictItem(
+        id=str(ident), suite=suite, context=context, question=question,
+        counterfactual_answer=_text(path, line, rec, "answer"),
+        parametric_answer=_text(path, line, rec, memory),
+        counterfactual_aliases=_aliases(path, line, rec, "answer_aliases"),
+        parametric_aliases=_aliases(path, line, rec, "memory_aliases"),
+        meta=_agreeing(path, line, rec))
+
+
+def _agreeing(path: Path, line: int, rec: dict) -> dict:
+    """The record's own agreeing context (`agreeing_context`, NQ-Swap's `org_context`, or
+    the `meta` of knowflow's JSONL)."""
+    meta = rec.get("meta")
+    if rec.get(AGREEING) is None and isinstance(meta, dict) and \
+            isinstance(meta.get(AGREEING), str):
+        rec = meta
+    if rec.get(AGREEING) is None:
+        return {}
+    text = _text(path, line, rec, AGREEING, required=False, allow_empty=True)
+    return {AGREEING: text} if text else {}
+
+
+def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
+                   ) -> ConflictItem:
+    """A MemoTrap row; CSV cells are text, parquet/JSON cells may be a list and an int."""
+    prompt = row.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(path, "empty" if not prompt else
+                        f"expected a string, got {type(prompt).__name__}", line=line,
+                        field="prompt")
+    prompt = prompt.strip()
+    classes = row.get("classes")
+    try:
+        if isinstance(classes, str):
+            classes = ast.literal_eval(classes.strip())
+    except (ValueError, SyntaxError):
+        raise DataError(path, "expected a list such as [' early', ' never']", line=line,
+                        field="classes") from None
+    if (not isinstance(classes, (list, tuple)) or len(classes) < 2
+            or not all(isinstance(c, str) and c.strip() for c in classes)):
+        raise DataError(path, "expected a list of at least two non-empty strings", line=line,
+                        field="classes")
+    try:
+        answer = row.get("answer_index")
+        if isinstance(answer, bool) or not isinstance(answer, (int, str)):
+            raise ValueError
+        answer = int(answer.strip() if isinstance(answer, str) else answer)
+    except ValueError:
+        raise DataError(path, "expected an integer", line=line, field="answer_index") from None
+    if not 0 <= answer < len(classes):
+        raise DataError(path, f"{answer} is not an index into classes", line=line,
+                        field="answer_index")
+    memory = next(c for i, c in enumerate(classes) if i != answer)
+    context, sep, rest = prompt.partition(":")
+    if not sep or not rest.strip():
+        context, rest = "", prompt
+    return ConflictItem(
+        id=f"{suite}-{index:04d}", suite=suite, context=(context + sep).strip(),
+        question=rest.strip(), counterfactual_answer=classes[answer].strip(),
+        parametric_answer=memory.strip(), task="complete")

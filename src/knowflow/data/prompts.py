@@ -1,0 +1,135 @@
+"""Prompt formats for knowledge-conflict items.
+
+A prompt is rendered from an item in one of four formats: the model's own chat template
+(`tokenizer.apply_chat_template`; knowflow never writes chat templates by hand), Alpaca,
+TULU, or plain text. `render` returns the prompt and the text placed between the prompt and an
+answer when the answer is scored as a continuation (" " after "Answer:", "" after a chat
+turn). For completion items (MemoTrap style) the prompt ends with the text to complete, also
+inside a chat turn, so generation and log-likelihood both score the word that follows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from knowflow.data.facts import ConflictItem
+from knowflow.errors import KnowflowError
+
+PromptFormat = Literal["chat", "alpaca", "tulu", "plain"]
+FORMATS: tuple[str, ...] = ("chat", "alpaca", "tulu", "plain")
+
+CONTEXT_ONLY = "Answer based on the context only."
+SHORT_ANSWER = "Answer in a few words."
+NARRATOR = "Bob"
+OPINION_READ = "Read the given information and answer the corresponding question."
+_ALPACA_INPUT = ("Below is an instruction that describes a task, paired with an input that "
+                 "provides further context. Write a response that appropriately completes the "
+                 "request.\n\n### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n"
+                 "### Response:\n")
+_ALPACA = ("Below is an instruction that describes a task. Write a response that appropriately "
+           "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
+_TULU = "<|user|>\n{body}\n<|assistant|>\n"
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    format: PromptFormat = "chat"
+    use_context: bool = True           # False: the question alone (what the model knows)
+    context_only: bool = False         # add "Answer based on the context only."
+    opinion: bool = False              # recast the context as a person's statement (Zhou 2023)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    answer_prefix: str                 # text between the prompt and a scored answer
+    add_special_tokens: bool           # False when a chat template already added them
+
+
+def _complete_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
+    parts = []
+    if cfg.use_context and item.context:
+        if cfg.context_only:
+            parts.append(CONTEXT_ONLY)
+        parts.append(item.context)
+    else:
+        parts.append("Complete the saying:")
+    return " ".join(parts)
+
+
+def _chat(tokenizer, body: str) -> str:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise KnowflowError("this model's tokenizer has no chat template; use --prompt-format "
+                            "plain, alpaca or tulu")
+    return tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def qa_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
+    """The instruction of a QA item: the question and the short-answer request."""
+    shown = cfg.use_context and item.context
+    hint = f"{CONTEXT_ONLY}\n" if shown and cfg.context_only else ""
+    if shown and cfg.opinion:
+        hint += f"{OPINION_READ}\n"
+    return f"{hint}Question: {item.question}\n{SHORT_ANSWER}"
+
+
+def instruction_prompt(tokenizer, instruction: str, context: str, fmt: str) -> Prompt:
+    """An instruction (with an optional context passage, Alpaca's `input`) in format `fmt`.
+
+    Finetuning (`knowflow sft`) and evaluation render through this one function, so a model
+    is evaluated in exactly the layout it was finetuned in.
+    """
+    if fmt not in FORMATS:
+        raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    if fmt == "alpaca":
+        if context:
+            return Prompt(_ALPACA_INPUT.format(instruction=instruction, input=context), "", True)
+        return Prompt(_ALPACA.format(instruction=instruction), "", True)
+    if fmt == "plain":
+        text = f"{context}\n\n{instruction}\nAnswer:" if context else \
+            f"{instruction}\nAnswer:"
+        return Prompt(text, " ", True)
+    body = f"Context: {context}\n\n{instruction}" if context else instruction
+    if fmt == "tulu":
+        return Prompt(_TULU.format(body=body), "", True)
+    return Prompt(_chat(tokenizer, body), "", False)
+
+
+def opinion_item(item: ConflictItem) -> ConflictItem:
+    """Opinion-based prompting (Zhou et al. 2023, "Context-faithful prompting"): the context
+    becomes what a narrator said, the question asks for the answer in the narrator's opinion,
+    and an instruction asks to answer from the given text. Items without a context are kept."""
+    if not item.context:
+        return item
+    said = f'{NARRATOR} said, "{item.context}"'
+    if item.task == "complete":  # the instruction is the narrator's; the text follows it
+        return dataclasses.replace(item, context=f"{said} Complete the text as {NARRATOR} "
+                                                 "asks:")
+    question = item.question.rstrip().rstrip("?").rstrip()
+    return dataclasses.replace(item, context=said,
+                               question=f"{question} in {NARRATOR}'s opinion?")
+
+
+def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
+    """The prompt for `item` in format `cfg.format` (`cfg.opinion`: see `opinion_item`)."""
+    fmt = cfg.format
+    if fmt not in FORMATS:
+        raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    if cfg.opinion and cfg.use_context:
+        item = opinion_item(item)
+    if item.task == "complete":
+        instruction = _complete_instruction(item, cfg)
+        if fmt == "plain":
+            text = f"{instruction} {item.question}"
+        elif fmt == "chat":
+            text = _chat(tokenizer, instruction) + item.question
+        elif fmt == "tulu":
+            text = _TULU.format(body=instruction) + item.question
+        else:
+            text = _ALPACA.format(instruction=instruction) + item.question
+        return Prompt(text, " ", fmt != "chat")
+    context = item.context if cfg.use_context else ""
+    return instruction_prompt(tokenizer, qa_instruction(item, cfg), context, fmt)

@@ -1,0 +1,155 @@
+"""Batched greedy generation of short answers.
+
+Greedy decoding with a KV cache, written out (rather than `model.generate`) so that batching
+cannot change an answer: prompts are left-padded with an attention mask and position ids that
+count real tokens only, so a batched row sees exactly what it would see alone. A row stops at
+end-of-sequence or at the first newline after some text; finished rows leave the batch (their
+cache rows are dropped), and the batch ends when every row has stopped or after
+`max_new_tokens`. Prompts are sorted by length so batches carry little padding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from knowflow.evaluation.batching import (
+    Prefix,
+    forward,
+    prefill,
+    sorted_batches,
+)
+from knowflow.lens.batching import pad_id as tokenizer_pad_id
+from knowflow.runs import Progress
+
+
+@dataclass(frozen=True)
+class StopTable:
+    eos: torch.Tensor          # (vocab,) bool: ends the answer
+    newline: torch.Tensor      # (vocab,) bool: the token contains a newline
+    text_first: torch.Tensor   # (vocab,) bool: non-blank text before the token's first newline
+    blank: torch.Tensor        # (vocab,) bool: whitespace only (or nothing)
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def stop_table(tokenizer, vocab_size: int, extra_eos: Sequence[int] = ()) -> StopTable:
+    """Per-token stop flags, computed once per tokenizer."""
+    key = (vocab_size, tuple(extra_eos))
+    try:
+        cached = _TABLES.get(tokenizer)
+    except TypeError:
+        cached = None
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    n = min(len(tokenizer), vocab_size)
+    texts = tokenizer.batch_decode([[i] for i in range(n)]) + [""] * (vocab_size - n)
+    eos = torch.zeros(vocab_size, dtype=torch.bool)
+    for i in {tokenizer.eos_token_id, *extra_eos, *tokenizer.all_special_ids} - {None}:
+        if 0 <= i < vocab_size:  # any special token (end of turn, a new turn) ends the answer
+            eos[i] = True
+    table = StopTable(
+        eos=eos,
+        newline=torch.tensor(["\n" in t for t in texts]),
+        text_first=torch.tensor([t.split("\n", 1)[0].strip() != "" for t in texts]),
+        blank=torch.tensor([t.strip() == "" for t in texts]))
+    with contextlib.suppress(TypeError):  # tokenizers that cannot be weakly referenced
+        _TABLES[tokenizer] = (key, table)
+    return table
+
+
+def _eos_ids(model) -> list[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+class Stream:
+    """One left-padded batch of prompts continuing from its own KV cache: `logits` (live,
+    vocab) predict each live row's next token."""
+
+    def __init__(self, model, seqs: list[list[int]], prefix: Prefix, pad_id: int):
+        self.model = model
+        self.logits, self.past, self.mask, self.pos = prefill(model, seqs, prefix, pad_id)
+
+    def keep(self, rows: torch.Tensor) -> None:                       # rows: (still live,)
+        self.past.batch_select_indices(rows)
+        self.mask, self.pos = self.mask[rows], self.pos[rows]
+
+    def advance(self, token: torch.Tensor) -> None:                   # token: (live,)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(token), 1)], dim=1)
+        logits, self.past = forward(self.model, past=self.past, last_only=True,
+                                    input_ids=token[:, None], attention_mask=self.mask,
+                                    position_ids=self.pos)
+        self.logits = logits[:, -1]                                   # (live, vocab)
+        self.pos = self.pos + 1                                       # (live, 1)
+
+
+@torch.no_grad()
+def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new_tokens: int,
+           table: StopTable) -> list[list[int]]:
+    """The one step loop: each step `pick(*logits)` chooses every live row's token from the
+    streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
+    combination of the with- and without-context streams); a row stops at end-of-sequence or
+    at a newline after some text, and leaves every stream's batch."""
+    device = streams[0].logits.device
+    eos, newline = table.eos.to(device), table.newline.to(device)
+    text_first, blank = table.text_first.to(device), table.blank.to(device)
+    n = len(streams[0].logits)
+    rows = torch.arange(n, device=device)                      # original row of each live row
+    has_text = torch.zeros(n, dtype=torch.bool, device=device)
+    out: list[list[int]] = [[] for _ in range(n)]
+    for step in range(max_new_tokens):
+        token = pick(*(s.logits for s in streams))              # (live,)
+        ends = eos[token]
+        stop = ends | (newline[token] & (has_text | text_first[token]))
+        for r, t, e in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
+            if not e:
+                out[r].append(t)
+        has_text = has_text | ~blank[token]
+        keep = (~stop).nonzero().squeeze(-1)                    # (still live,)
+        if keep.numel() == 0 or step == max_new_tokens - 1:
+            break
+        if keep.numel() < len(rows):                            # early stop: drop finished rows
+            for stream in streams:
+                stream.keep(keep)
+            rows, has_text, token = rows[keep], has_text[keep], token[keep]
+        for stream in streams:
+            stream.advance(token)
+    return out
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)                                    # (live, vocab) -> (live,)
+
+
+def clean_output(text: str) -> str:
+    """The answer line: leading blank lines dropped, cut at the first newline."""
+    return text.strip().split("\n", 1)[0].strip()
+
+
+def generate(model, tokenizer, seqs: Sequence[list[int]], batch_size: int = 16,
+             max_new_tokens: int = 24, progress: Progress | None = None,
+             stage: str = "generate", share_prefix: bool = True) -> list[str]:
+    """Greedy answers for pre-tokenized prompts `seqs`, in input order. With `share_prefix`,
+    the tokens every prompt starts with are run once (see `batching.Prefix`)."""
+    prefix = Prefix.build(model, seqs, share=share_prefix)
+    table = stop_table(tokenizer, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
+    pad_id = tokenizer_pad_id(tokenizer)
+    texts: list[str] = [""] * len(seqs)
+    done = 0
+    for batch in sorted_batches([len(s) for s in seqs], batch_size):
+        outs = decode([Stream(model, [list(seqs[i]) for i in batch], prefix, pad_id)], greedy,
+                      max_new_tokens, table)
+        for i, toks in zip(batch, outs, strict=True):
+            texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(seqs), stage)
+    return texts

@@ -1,0 +1,107 @@
+"""`EvalConfig`: the options of a knowledge-conflict evaluation, and their checks.
+
+The decoding methods (`evaluation.decoding`) and context conditions (`evaluation.conditions`) an
+evaluation sweeps are named here as strings and parsed once, when the config is validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from knowflow.data.prompts import FORMATS, PromptFormat
+from knowflow.errors import ConfigError
+from knowflow.evaluation.decoding import BETA, methods_of
+
+Scoring = Literal["generate", "loglik", "both"]
+MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", "loglik")}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    scoring: Scoring = "both"
+    prompt_format: PromptFormat = "chat"
+    use_context: bool = True            # False: --no-context, the question alone
+    context_only: bool = False          # add "Answer based on the context only."
+    limit: int | None = None            # items per suite (a seeded sample)
+    seed: int = 0
+    batch_size: int = 16                # 0: by free GPU memory (16 on CPU)
+    max_new_tokens: int = 24
+    known_filter: bool | None = None    # metrics on known facts too; None: not under loglik
+    known_by: str = "auto"              # auto (loglik under --scoring loglik), loglik, generate
+    n_bootstrap: int = 1000
+    share_prefix: bool = True           # run the prompts' common prefix once
+    method: str = "greedy"              # decoding method(s), comma-separated (decoding.py)
+    alpha: float | str | tuple[float, ...] = 1.0  # CAD's alpha; several: a sweep
+    beta: float | str | tuple[float, ...] = BETA  # plausibility constraint (cad, adacad; 0: off)
+    conditions: str | tuple[str, ...] = "conflicting"  # context conditions (conditions.py)
+
+    def validate(self) -> None:
+        if self.scoring not in MODES:
+            raise ConfigError(f"{self.scoring!r} is not one of generate, loglik, both",
+                              "scoring")
+        if self.prompt_format not in FORMATS:
+            raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
+                              "prompt_format")
+        for name in ("max_new_tokens", "n_bootstrap"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be at least 1", name)
+        if self.batch_size < 0:
+            raise ConfigError("must be at least 1 (or 0: by free GPU memory)", "batch_size")
+        if self.known_by not in ("auto", "loglik", "generate"):
+            raise ConfigError(f"{self.known_by!r} is not one of auto, loglik, generate",
+                              "known_by")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("must be at least 1", "limit")
+        if self.seed < 0:
+            raise ConfigError(f"must not be negative, got {self.seed}", "seed")
+        if self.context_only and not self.use_context:
+            raise ConfigError("asks to answer from the context, but no context is shown",
+                              "context_only", "give --no-context or --context-only, not both")
+        validate_sweep(self)
+
+
+def known_filter(cfg: EvalConfig) -> bool:
+    """Whether the no-context pass that marks known facts runs: as `cfg.known_filter` says,
+    else under generation scoring ("generate", "both") and not under "loglik" alone. There
+    the split would rest on log-likelihood "known" flags, which agree with generation's on
+    about half of the items (docs/commands/eval.md), and the pass adds up to half the main
+    pass's tokens to an lm-eval-style accuracy run; `--known-filter` asks for it."""
+    if cfg.known_filter is not None:
+        return cfg.known_filter
+    return cfg.scoring != "loglik"
+
+
+def known_by(cfg: EvalConfig) -> str:
+    """How the known-facts pass decides: "loglik" (no decoding) under log-likelihood scoring
+    alone, else "generate"; `cfg.known_by` overrides."""
+    if cfg.known_by != "auto":
+        return cfg.known_by
+    return "loglik" if cfg.scoring == "loglik" else "generate"
+
+
+CONDITIONS = ("conflicting", "agreeing", "irrelevant")
+
+
+def parse_conditions(conditions) -> tuple[str, ...]:
+    """--conditions: names from CONDITIONS, comma-separated, each once."""
+    names = [n.strip() for n in conditions.split(",")] if isinstance(conditions, str) \
+        else [str(n).strip() for n in conditions]
+    bad = next((n for n in names if n not in CONDITIONS), None) if names else ""
+    if bad is not None:
+        raise ConfigError(f"unknown condition {bad!r}", "conditions",
+                          f"give one or more of {', '.join(CONDITIONS)}, comma-separated")
+    return tuple(dict.fromkeys(names))
+
+
+def validate_sweep(cfg) -> None:
+    """The method, alpha and conditions fields of an `EvalConfig`."""
+    methods = methods_of(cfg)
+    conditions = parse_conditions(cfg.conditions)
+    if not cfg.use_context:
+        if any(m.contrastive or m.opinion for m in methods):
+            raise ConfigError("contrasts or recasts the context, but no context is shown",
+                              "method", "drop --no-context or use --method greedy")
+        if conditions != ("conflicting",):
+            raise ConfigError("shows contexts, but --no-context shows none", "conditions",
+                              "drop --no-context or --conditions")

@@ -1,0 +1,199 @@
+"""`knowflow.evaluate`: knowledge-conflict evaluation of a causal LM (the `knowflow eval` command).
+
+For each suite (built-in, or an external file) every item is rendered in one prompt format and
+scored by greedy generation (is each answer mentioned?) and/or by log-likelihood (which answer
+is the likelier continuation?). A no-context pass marks the items whose memorized answer the
+model gives on its own ("known" facts): by default only under generation scoring, where
+greedy generation without the context must mention the memorized answer; under log-likelihood
+scoring alone only when asked (`known_filter=True`), and then it scores the two answers after
+the question alone (one prefill per item, no decoding) unless `known_by="generate"`. Metrics
+are reported on all items and on the known ones; each summary block's `known_by` says which
+flags the known block rests on ("generate", "loglik", or "off": no known block). Results
+hold per-item records and a summary {suite: {mode: metrics}}; with an output folder they are
+written as a run folder (`knowflow.runs.start_run`): `config.json` first, then `items.jsonl`
+and `summary.json`. The `knowflow eval` command finishes the folder with figures and
+report.html (`experiments.runner.finish_run`), as every run is finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from knowflow.config import validate_config
+from knowflow.data.facts import ConflictItem
+from knowflow.errors import ConfigError, DataError
+from knowflow.evaluation.batching import fit_batch_size
+from knowflow.evaluation.conditions import Sweep, Swept
+from knowflow.evaluation.heads_calibration import calibrate as calibrate_heads
+from knowflow.evaluation.items import evaluate_items, flat, load_data, render_prompts
+from knowflow.evaluation.lm_eval_task import read_lm_eval_samples
+from knowflow.evaluation.metrics import summarize
+from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
+from knowflow.evaluation.strength import by_strength
+from knowflow.lens.load import load_model
+from knowflow.runs import ITEMS, Progress, RunFolder, start_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Results:
+    summary: dict                       # {suite: {"generate"|"loglik": metrics}}
+    records: dict[str, list[dict]]      # {suite: per-item records}
+    config: dict
+    out_dir: Path | None = None
+    seconds: float = 0.0
+    modes: tuple[str, ...] = field(default=("generate", "loglik"))
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # load, score, known facts
+    conditions: dict | None = None      # {method: {suite: {mode: per condition}}}, a sweep's
+    swept: Swept | None = None          # the sweep's summary and records (conditions.json/l)
+
+
+def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
+             config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
+             out_dir: str | Path | None = None, runs_root: str | Path | None = None,
+             progress: Progress | None = None, fields: dict[str, str] | None = None,
+             **overrides) -> Results:
+    """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
+    knowledge-conflict suites and/or data files (`fields`: their column mapping). `overrides`
+    set `EvalConfig` fields.
+
+    Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
+    to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
+    found while scoring, or Ctrl-C, removes what was written.
+    """
+    cfg = dataclasses.replace(config or EvalConfig(), **overrides)
+    validate_config(cfg)
+    start = time.time()
+    quality: dict[str, dict] = {}
+    by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields)  # before loading
+    model_name = model if isinstance(model, str) else type(model).__name__
+    timings: dict[str, float] = {}
+    if isinstance(model, (str, Path)):
+        loaded = time.perf_counter()
+        model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+        timings["load"] = time.perf_counter() - loaded
+    elif tokenizer is None:
+        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    _check_window(model, tokenizer, by_suite, cfg)  # before any run folder exists
+    if cfg.batch_size == 0:
+        cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))
+    # a bare `heads` method: heads, k and gamma from a calibration split; all score held-out
+    cfg, by_suite, heads_calibration = calibrate_heads(model, tokenizer, cfg, by_suite,
+                                                       progress=progress)
+    sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
+    param = next(model.parameters())
+    config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
+              "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
+              "fields": dict(fields or {}),
+              **({"heads_calibration": heads_calibration} if heads_calibration else {})}
+    run = _start(config, out_dir, runs_root)
+    records: dict[str, list[dict]] = {}
+    summary: dict[str, dict] = {}
+    known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
+    with run.refusals(interrupt=True) if run is not None else contextlib.nullcontext():
+        for name, items in by_suite.items():
+            log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
+            records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
+                                           timings)
+            summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
+                                    **quality.get(name, {}),
+                                    **by_strength(records[name], mode, cfg.n_bootstrap,
+                                                  cfg.seed), "known_by": known}
+                             for mode in MODES[cfg.scoring]}
+        swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
+            else None
+    if run is not None:
+        try:
+            _write_items(run, records, summary, swept)
+        finally:
+            run.close()
+    return Results(summary, records, config, run.path if run is not None else None,
+                   time.time() - start, MODES[cfg.scoring],
+                   {k: round(v, 2) for k, v in timings.items()},
+                   swept.summary if swept is not None else None, swept)
+
+
+def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+                  ) -> None:
+    """A prompt longer than the model's window is bad input, named by its item (the model
+    would fail later, or be refused as 'too little memory')."""
+    window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(window, int):
+        return
+    room = window - (cfg.max_new_tokens if cfg.scoring != "loglik" else 8)
+    # prompts are rendered per method; the opinion prompt is the longest (one method renders)
+    opinion = any(m.opinion for m in Sweep.of(cfg).methods)
+    cfg = dataclasses.replace(cfg, method="opinion" if opinion else "greedy")
+    for name, items in by_suite.items():
+        seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)[1]
+        for item, seq in zip(items, seqs, strict=True):
+            if len(seq) > room:
+                raise DataError(name, f"item {item.id}: the prompt is {len(seq)} tokens, more "
+                                f"than the model's window of {window} leaves room for",
+                                hint="shorten the context, or use a model with a longer window")
+
+
+def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+               ) -> int:
+    """--batch-size 0: the batch that the longest prompt lets fit in free GPU memory."""
+    longest = max(len(p) for items in by_suite.values()
+                  for p in render_prompts(items, tokenizer, cfg, cfg.use_context)[1])
+    new = cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few tokens
+    return fit_batch_size(model, longest, new)
+
+
+def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
+                  out_dir: str | Path | None, runs_root: str | Path | None,
+                  conditions: Swept | None = None) -> Path | None:
+    """An eval run folder (`config.json`, `items.jsonl` of flat records, `summary.json`, and
+    a sweep's `conditions.json`/`.jsonl`) in `out_dir` (or a fresh
+    `runs_root/eval/<timestamp>/`); nothing without either."""
+    run = _start(config, out_dir, runs_root)
+    if run is None:
+        return None
+    try:
+        _write_items(run, records, summary, conditions)
+    finally:
+        run.close()
+    return run.path
+
+
+def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | None
+           ) -> RunFolder | None:
+    if out_dir is None and runs_root is None:
+        return None
+    return start_run(config, "eval", runs_root=runs_root, out_dir=out_dir)
+
+
+def _write_items(run: RunFolder, records: dict[str, list[dict]], summary: dict,
+                 swept: Swept | None = None) -> None:
+    """items.jsonl (flat records) and summary.json, after a sweep's conditions.json/l."""
+    if swept is not None:
+        Sweep.write(run.path, swept)
+    run.write_records(ITEMS, [flat(r) for rs in records.values() for r in rs])
+    run.write_summary(summary)
+
+
+def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
+                 runs_root: str | Path | None = None, n_bootstrap: int = 1000,
+                 seed: int = 0) -> Results:
+    """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
+    by `knowflow export lm-eval` (one file per suite)."""
+    start = time.time()
+    records: dict[str, list[dict]] = {}
+    for path in samples:
+        suite, recs = read_lm_eval_samples(path)
+        records.setdefault(suite, []).extend(recs)
+    summary = {suite: {"loglik": summarize(recs, "loglik", n_bootstrap, seed)}
+               for suite, recs in records.items()}
+    config = {"from_lm_eval": [str(p) for p in samples], "suites": list(records),
+              "scoring": "loglik", "n_bootstrap": n_bootstrap, "seed": seed}
+    target = write_results(config, records, summary, out_dir, runs_root)
+    return Results(summary, records, config, target, time.time() - start, ("loglik",))

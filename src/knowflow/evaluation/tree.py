@@ -1,0 +1,158 @@
+"""Every candidate of a batch scored in its prompt's own forward pass, prompts that share
+tokens packed into one row: a token trie ("radix") per row.
+
+A row holds one or more prompts (after the run's shared prefix, `batching.Prefix`) and their
+candidates, each candidate without its last token, as a trie: one node per token, and tokens
+that several sequences share at the same place (a question several rows ask, the word two
+candidates begin with) are one node. A 4D attention mask lets each node see the shared prefix,
+its ancestors and itself, and its position id is its depth, so every candidate is scored
+exactly as if it were appended to its prompt alone. Nodes whose logits score a token (each
+prompt's last node, each candidate's fed tokens) sit at the end of the row and the row is
+right-aligned (padding on the left), so the vocabulary projection runs for the last
+`readouts` positions only (`logits_to_keep`). `trie_rows` picks the items that share a row;
+`loglik._score_batch` checks this pass against the two-pass scorer once per model and falls
+back to that if a model ignores custom 4D masks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from knowflow.evaluation.batching import Prefix, forward
+from knowflow.lens.batching import model_device
+
+MIN_SHARE = 2     # tokens an item must share with the one before it to join its row
+ROW_NODES = 128   # most nodes in a shared row (its attention is dense: rows stay short)
+
+
+@dataclass
+class Trie:
+    """The nodes of one row. `reads`: (node, token, item, candidate): the logits at `node`
+    score `token` of candidate `candidate` of the row's `item`-th item."""
+
+    tokens: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)      # -1: continues the shared prefix
+    depth: list[int] = field(default_factory=list)       # tokens after the shared prefix
+    reads: list[tuple[int, int, int, int]] = field(default_factory=list)
+    _child: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def path(self, node: int, tokens: Sequence[int]) -> list[int]:
+        """The nodes of `tokens` below `node`, added where missing."""
+        out = []
+        for t in tokens:
+            key = (node, t)
+            if key not in self._child:
+                self._child[key] = len(self.tokens)
+                self.tokens.append(t)
+                self.parent.append(node)
+                self.depth.append(self.depth[node] + 1 if node >= 0 else 0)
+            node = self._child[key]
+            out.append(node)
+        return out
+
+    @classmethod
+    def of(cls, prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]]) -> Trie:
+        """The trie of prompts (each at least one token) and their candidates."""
+        trie = cls()
+        for i, (p, cs) in enumerate(zip(prompts, conts, strict=True)):
+            end = trie.path(-1, p)[-1]
+            for k, c in enumerate(cs):
+                chain = [end, *trie.path(end, c[:-1])]
+                trie.reads += [(chain[j], t, i, k) for j, t in enumerate(c)]
+        return trie
+
+    def order(self) -> tuple[list[int], int]:
+        """Nodes in row order (the nodes read last) and how many are read."""
+        read = set(node for node, *_ in self.reads)
+        rest = [n for n in range(len(self.tokens)) if n not in read]
+        return rest + sorted(read), len(read)
+
+
+def trie_rows(prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]], n_prefix: int,
+              min_share: int = MIN_SHARE, max_nodes: int = ROW_NODES) -> list[list[int]]:
+    """Item indices grouped into rows. Taken in the sorted order of their prompts (after the
+    shared prefix), an item joins the row of the one before it when their prompts begin with
+    the same `min_share` tokens or more and the row stays within `max_nodes` nodes; every
+    other item starts a row of its own."""
+    order = sorted(range(len(prompts)), key=lambda i: tuple(prompts[i][n_prefix:]))
+    rows: list[list[int]] = []
+    nodes = 0
+    for i in order:
+        own = tree_length(prompts[i], conts[i]) - n_prefix
+        if rows:
+            a, b = prompts[rows[-1][-1]], prompts[i]
+            lcp = n_prefix
+            while lcp < min(len(a), len(b)) and a[lcp] == b[lcp]:
+                lcp += 1
+            if lcp - n_prefix >= min_share and nodes + own - (lcp - n_prefix) <= max_nodes:
+                rows[-1].append(i)
+                nodes += own - (lcp - n_prefix)
+                continue
+        rows.append([i])
+        nodes = own
+    return rows
+
+
+def row_length(prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]],
+               n_prefix: int) -> int:
+    """Nodes of the row of these items (for sorting rows into batches)."""
+    return len(Trie.of([p[n_prefix:] for p in prompts], conts).tokens)
+
+
+def tree_length(prompt: list[int], conts: list[list[int]]) -> int:
+    """Tokens of one item's own row without shared nodes: the prompt and every candidate but
+    its last token (an upper bound of its trie's nodes)."""
+    return len(prompt) + sum(len(c) - 1 for c in conts)
+
+
+@torch.no_grad()
+def score_batch_tree(model, prompts: list[list[int]], conts: list[list[list[int]]],
+                     prefix: Prefix, pad_id: int, rows: list[list[int]] | None = None
+                     ) -> list[list[tuple[float, int]]]:
+    """(summed log-probability, token count) of every candidate of every prompt, one pass;
+    `rows` (indices into `prompts`) packs items into shared rows (default: a row each)."""
+    device = model_device(model)
+    n = prefix.length
+    rows = rows if rows is not None else [[b] for b in range(len(prompts))]
+    tries = [Trie.of([prompts[i][n:] for i in r], [conts[i] for i in r]) for r in rows]
+    orders = [t.order() for t in tries]
+    width = max(len(t.tokens) for t in tries)
+    keep = max(k for _, k in orders)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)           # (rows, width)
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    allow = torch.zeros((len(rows), width, n + width), dtype=torch.bool)
+    allow[:, :, :n] = True
+    diag = torch.arange(width)
+    allow[:, diag, n + diag] = True       # every query sees itself (a padding one: unread)
+    reads = []                            # (row, position in the kept logits, token, item, cand)
+    for b, (trie, (order, _)) in enumerate(zip(tries, orders, strict=True)):
+        slot = {node: width - len(order) + s for s, node in enumerate(order)}
+        at = torch.tensor([slot[v] for v in order], dtype=torch.long)
+        ids[b, at] = torch.tensor([trie.tokens[v] for v in order], dtype=torch.long)
+        pos[b, at] = torch.tensor([n + trie.depth[v] for v in order], dtype=torch.long)
+        q, k = [], []
+        for v in order:
+            a = v
+            while a >= 0:                 # the node and its ancestors
+                q.append(slot[v])
+                k.append(n + slot[a])
+                a = trie.parent[a]
+        allow[b, q, k] = True
+        reads += [(b, slot[v] - (width - keep), t, rows[b][i], c) for v, t, i, c in trie.reads]
+    dtype = next(model.parameters()).dtype
+    dtype = dtype if dtype.is_floating_point else torch.float32
+    mask = torch.zeros(allow.shape, dtype=dtype).masked_fill(~allow, torch.finfo(dtype).min)
+    logits, _ = forward(model, past=prefix.expand(len(rows)), keep=keep,
+                        input_ids=ids.to(device), attention_mask=mask[:, None].to(device),
+                        position_ids=pos.to(device))
+    logp = torch.log_softmax(logits.float(), dim=-1)                    # (rows, keep, vocab)
+    r, at, tok, _, _ = (torch.tensor(col, device=logp.device) for col in zip(*reads, strict=True))
+    got = logp[r, at, tok].tolist()                                      # (reads,)
+    sums = [[0.0] * len(cs) for cs in conts]
+    for value, (_, _, _, i, c) in zip(got, reads, strict=True):
+        sums[i][c] += value
+    return [[(s, len(c)) for s, c in zip(ss, cs, strict=True)] for ss, cs in zip(sums, conts,
+                                                                                strict=True)]

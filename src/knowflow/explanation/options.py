@@ -1,0 +1,85 @@
+"""`ExplainConfig`: the options of `knowflow explain`, and their checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from knowflow.data.prompts import FORMATS, PromptFormat
+from knowflow.errors import ConfigError
+
+Target = Literal["generated", "counterfactual", "parametric"]
+TARGETS = ("generated", "counterfactual", "parametric")
+LEVELS = ("source", "sentences", "mechanism")
+Design = Literal["random", "balanced"]
+DESIGNS = ("random", "balanced")
+
+
+@dataclass(frozen=True)
+class ExplainConfig:
+    target: Target = "generated"        # the answer explained: the model's own, or an item's
+    levels: tuple[str, ...] = LEVELS     # what to compute (source always)
+    prompt_format: PromptFormat = "chat"
+    max_new_tokens: int = 16             # longest generated answer
+    # source verdict
+    context_ratio: float = 2.0           # the context supports the answer: it multiplies its
+    #                                      odds (against all others, or the rival) this much
+    # sentence attribution by ablation
+    n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
+    keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
+    design: Design = "random"            # fit masks: "random" (independent draws) or
+    #                                      "balanced" (each sentence kept in exactly keep_prob
+    #                                      of them, orthogonal columns where possible: see
+    #                                      surrogate.balanced_masks)
+    n_holdout: int = 16                  # further subsets for the LDS (0: no LDS)
+    top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
+    cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
+    # mechanism
+    window: int = 1                      # layers blocked together, centred on each layer
+    n_heads: int = 5                     # heads with the most attention to the top sentence
+    batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
+    seed: int = 0
+    limit: int | None = None             # items per suite or file (a seeded sample)
+    offset: int = 0                      # first skip this many of the same seeded order
+
+    def validate(self) -> None:
+        if self.target not in TARGETS:
+            raise ConfigError(f"{self.target!r} is not one of {', '.join(TARGETS)}", "target")
+        bad = [lv for lv in self.levels if lv not in LEVELS]
+        if bad or "source" not in self.levels:
+            raise ConfigError(f"{','.join(self.levels)!r}: give source and any of sentences, "
+                              "mechanism", "levels")
+        if "mechanism" in self.levels and "sentences" not in self.levels:
+            raise ConfigError("mechanism blocks the top sentence, so it needs sentences",
+                              "levels")
+        if self.prompt_format not in FORMATS:
+            raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
+                              "prompt_format")
+        for name in ("max_new_tokens", "n_ablations", "window", "batch_size", "cv_folds"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be at least 1", name)
+        if self.n_ablations < 8:
+            raise ConfigError("a surrogate needs at least 8 ablations", "n_ablations")
+        for name in ("n_holdout", "n_heads"):
+            if getattr(self, name) < 0:
+                raise ConfigError("must not be negative", name)
+        if self.design not in DESIGNS:
+            raise ConfigError(f"{self.design!r} is not one of {', '.join(DESIGNS)}", "design")
+        if not 0.0 < self.keep_prob < 1.0:
+            raise ConfigError("must lie strictly between 0 and 1", "keep_prob")
+        if self.context_ratio < 1.0:
+            raise ConfigError("must be at least 1", "context_ratio")
+        if any(k < 1 for k in self.top_k):
+            raise ConfigError("every k must be at least 1", "top_k")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("must be at least 1", "limit")
+        if self.offset < 0:
+            raise ConfigError("must not be negative", "offset")
+
+    @property
+    def sentences(self) -> bool:
+        return "sentences" in self.levels
+
+    @property
+    def mechanism(self) -> bool:
+        return "mechanism" in self.levels

@@ -1,0 +1,121 @@
+"""`ExplainResult`: explain's records, their summary, and the run folder they are saved as.
+
+The run folder follows the one run contract (`knowflow.runs.start_run`): config.json first,
+then records.jsonl (one record per item) and summary.json; `knowflow explain` finishes it with
+figures/ and report.html (`report.explain`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+from knowflow.config import flatten
+from knowflow.explanation.source import KNOWN, ONE, VERDICTS, confusion
+from knowflow.runs import RECORDS, start_run
+
+
+@dataclass
+class ExplainResult:
+    records: list[dict]      # one per item (see explanation.run)
+    summary: dict            # aggregate figures (`summarize`)
+    config: dict
+    seconds: float = 0.0
+    out_dir: Path | None = None
+
+    def save(self, out_dir: str | Path | None = None, runs_root: str | Path = "runs") -> Path:
+        """Write config.json, records.jsonl and summary.json to `out_dir` (default: a fresh
+        `runs_root/explain/<timestamp>/`)."""
+        run = start_run(self.config, "explain", runs_root=runs_root, out_dir=out_dir)
+        with run.refusals(interrupt=True):
+            run.write_records(RECORDS, self.records)
+            run.write_summary(self.summary)
+        self.out_dir = run.path
+        return run.path
+
+    def to_pandas(self):
+        """One row per item: nested numbers spread into `outer_inner` columns; `sentences`
+        stays a list of {text, attribution, one_pass}."""
+        import pandas as pd
+
+        return pd.DataFrame([flatten(r, sep="_") for r in self.records])
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return mean(values) if values else None
+
+
+def _agreement(records: list[dict]) -> dict:
+    """How many records carry an expected verdict, the share whose verdict matches it, and
+    the confusion table."""
+    checked = [r for r in records if r["expected_verdict"] is not None]
+    return {"n_checked": len(checked),
+            "agreement": _mean([float(r["verdict_agrees"]) for r in checked]),
+            "confusion": confusion([r["expected_verdict"] for r in records],
+                                   [r["verdict"] for r in records])}
+
+
+def summarize(records: list[dict]) -> dict:
+    """Verdict counts, agreement with the expected verdicts and its confusion table, on every
+    labelled item, (`one_answer`) on those whose answer names exactly one of the item's
+    answers (`produced`: how many name which) and (`known_answer`) on those of them where the
+    model's no-context answer names the parametric answer, so that the labels' premise (the
+    model's memory holds the parametric answer) holds; where
+    sentences were attributed, the needle hit rates, LDS, top-k drops and the one-pass
+    estimate's agreement; where mechanisms ran, the mean effect per layer."""
+    counts = Counter(r["verdict"] for r in records)
+    out: dict = {"n_items": len(records),
+                 "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
+                 **_agreement(records),
+                 "produced": dict(Counter(r["produced"] for r in records
+                                          if r.get("produced") is not None)),
+                 "one_answer": _agreement([r for r in records if r.get("produced") in ONE]),
+                 "known_answer": _agreement([r for r in records if r.get("produced") in ONE
+                                             and r.get("produced_no_context") in KNOWN])}
+    attributed = [r for r in records if "sentences" in r]
+    if attributed:
+        hits = [r for r in attributed if "top_hit" in r]
+        ks = sorted({k for r in attributed for k in r["topk_drop"]}, key=int)
+        out["sentences"] = {
+            "n_items": len(attributed), "n_needle_items": len(hits),
+            "hit_rate": _mean([float(r["top_hit"]) for r in hits]),
+            "one_pass_hit_rate": _mean([float(r["one_pass_hit"]) for r in hits]),
+            "lds": _mean([r["lds"] for r in attributed]),
+            "topk_drop": {k: _mean([r["topk_drop"].get(k) for r in attributed]) for k in ks},
+            "one_pass_same_top": _mean([float(r["one_pass"]["same_top"]) for r in attributed]),
+            "one_pass_spearman": _mean([r["one_pass"]["spearman"] for r in attributed]),
+            "seconds_per_item": {stage: _mean([r["seconds"].get(stage) for r in attributed])
+                                 for stage in ("source", "ablation", "one_pass", "mechanism")}}
+    mech = [r["mechanism"] for r in attributed if "mechanism" in r]
+    if mech:
+        n = len(mech[0]["layers"])
+        out["mechanism"] = {
+            "n_items": len(mech),
+            "context": [mean(m["layers"][i]["context"] for m in mech) for i in range(n)],
+            "top_sentence": [mean(m["layers"][i]["top_sentence"] for m in mech)
+                             for i in range(n)]}
+    out["findings"] = {"verdict": _sentence(out)}
+    return out
+
+
+def _sentence(summary: dict) -> str:
+    """One sentence saying what the run found (the report's opening line)."""
+    counts = summary["verdicts"]
+    top = max(counts, key=counts.get)
+    text = (f"{counts[top]} of {summary['n_items']} answers came from {top}"
+            if top != "both" else f"{counts[top]} of {summary['n_items']} answers are backed "
+                                  "by both context and memory")
+    if summary["agreement"] is not None:
+        text += (f"; the verdict matches the produced answer on "
+                 f"{100 * summary['agreement']:.0f}% of {summary['n_checked']} labelled items")
+        one = summary["one_answer"]
+        if one["agreement"] is not None and one["n_checked"] < summary["n_checked"]:
+            text += (f" ({100 * one['agreement']:.0f}% of the {one['n_checked']} that name "
+                     "exactly one of the item's answers)")
+    sent = summary.get("sentences")
+    if sent and sent["hit_rate"] is not None:
+        text += f"; the top sentence is the answer sentence in {100 * sent['hit_rate']:.0f}%"
+    return text + "."

@@ -1,0 +1,258 @@
+"""Continuations of many prompts that share prefixes, scored over their token trie.
+
+The ablated prompts of one item differ only in which sentences they keep, so sorted
+lexicographically, consecutive prompts share every token up to the first sentence in which
+they differ. The prompts (each followed by its continuation but its last token) are merged
+into one token trie: a node per distinct prefix, computed once, its position id its depth.
+Inserted in sorted order, the nodes are numbered
+depth-first, so the trie is a set of chains (each prompt's nodes after the point where it
+leaves the prompts before it, numbered consecutively) and a node's ancestors are the
+ancestors of its chain's first node followed by its chain up to itself.
+
+The nodes run through the model in one forward pass (chunks of `chunk` nodes for a larger
+trie, each layer's keys and values kept for the chunks after), packed in one row, with
+knowflow's attention function (registered through transformers' attention interface): each
+chain ("piece") attends to exactly its ancestors and itself, a small attention per piece
+instead of a dense tree mask over the packed row. A token thus sees exactly the tokens of its
+own prompt at their own positions, so each score equals the prompt run alone up to float
+rounding. Work no score reads is skipped: only the positions whose next token is scored are
+projected to the vocabulary, and in the last layer only they get attention and the MLP (the
+other positions' keys and values of that layer are all a later token needs); the
+continuation's last token is never fed.
+
+`score_trie` checks itself once per model against `evaluation.loglik.score_continuations` and
+uses that scorer instead for a model whose attention does not go through transformers'
+attention interface (`lens.arch.arch_of`) or whose scores differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from knowflow.errors import KnowflowError
+from knowflow.evaluation.loglik import check_tolerance, encode_continuations, score_continuations
+from knowflow.evaluation.tree import Trie
+from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device
+
+CHUNK = 2048         # trie nodes per forward pass (at most; the keys of earlier chunks are kept)
+_NAME = "knowflow_trie"
+CHECK_PROMPTS = 3    # prompts of a model's first call also scored one at a time
+
+
+def build_trie(seqs: Sequence[Sequence[int]]) -> tuple[Trie, list[list[int]]]:
+    """(the token trie of `seqs`, per sequence the node of each of its tokens). The sequences
+    go in sorted, so the nodes are numbered in depth-first (lexicographic) order."""
+    trie = Trie()
+    paths: list[list[int]] = [[] for _ in seqs]
+    for i in sorted(range(len(seqs)), key=lambda j: list(seqs[j])):
+        paths[i] = trie.path(-1, seqs[i])
+    return trie, paths
+
+
+def ancestors(trie: Trie, node: int) -> list[int]:
+    """The nodes above `node`, root first."""
+    out = []
+    while trie.parent[node] >= 0:
+        node = trie.parent[node]
+        out.append(node)
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Consecutive nodes `first`..`last - 1` of one chain of the trie (a run of nodes each the
+    child of the one before) and the keys they attend to: `keys`, the ancestors of the chain's
+    first node then the chain's nodes up to `last - 1`, (K,); `keep` (last - first, K) bool:
+    each query sees the ancestors and its chain up to itself."""
+
+    first: int
+    last: int
+    keys: torch.Tensor
+    keep: torch.Tensor
+
+
+def pieces(trie: Trie, start: int, end: int, rows: Sequence[int] | None = None,
+           device: torch.device | str = "cpu") -> list[Piece]:
+    """The pieces covering nodes `start`..`end - 1` (chains cut at the chunk's ends), or only
+    the nodes in `rows` (each run of consecutive ones a piece of its own); tensors on
+    `device`."""
+    wanted = range(start, end) if rows is None else sorted(rows)
+    out: list[Piece] = []
+    runs: list[list[int]] = []
+    for x in wanted:
+        if runs and x == runs[-1][-1] + 1 and trie.parent[x] == x - 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    for run in runs:
+        top = run[0]
+        while trie.parent[top] == top - 1 and top > 0:      # the chain's first node
+            top -= 1
+        chain = ancestors(trie, top)
+        keys = torch.tensor(chain + list(range(top, run[-1] + 1)), dtype=torch.long)
+        own = torch.arange(run[-1] + 1 - top)                           # (own keys,)
+        seen = own[None, :] <= torch.arange(run[0] - top, run[-1] + 1 - top)[:, None]
+        keep = torch.cat([torch.ones((len(run), len(chain)), dtype=torch.bool), seen], dim=1)
+        out.append(Piece(run[0], run[-1] + 1, keys.to(device), keep.to(device)))
+    return out
+
+
+@dataclass
+class _Plan:
+    """What the trie attention of one forward pass (the chunk `start`..`end - 1`) does."""
+
+    start: int
+    end: int
+    every: list[Piece]              # every layer but the last: all of the chunk's nodes
+    scored: list[Piece]             # the last layer: the nodes whose logits are read
+    last: int                       # the last layer's index
+    store: list[tuple[torch.Tensor, torch.Tensor] | None]   # per layer (1, kvh, nodes, dim)
+    nodes: int
+    calls: int = 0
+
+
+def _trie_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                    **kwargs):
+    """Attention over the trie (the plan passed as `knowflow_trie`): each piece's queries
+    attend to its keys only; in the last layer only the scored nodes are computed (the others'
+    output is never read). Without a plan, plain SDPA."""
+    # query: (1, heads, C, dim); key, value: (1, kv heads, C, dim) for the chunk's nodes
+    plan: _Plan | None = kwargs.pop("knowflow_trie", None)
+    if plan is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      scaling=scaling, dropout=dropout, **kwargs)
+    layer = module.layer_idx
+    plan.calls += 1
+    if plan.store[layer] is None:
+        shape = (*key.shape[:2], plan.nodes, key.shape[-1])
+        plan.store[layer] = (key.new_empty(shape), value.new_empty(shape))
+    ks, vs = plan.store[layer]
+    ks[:, :, plan.start:plan.end] = key
+    vs[:, :, plan.start:plan.end] = value
+    out = query.new_zeros(query.shape)                                   # (1, heads, C, dim)
+    gqa = query.shape[1] != key.shape[1]
+    for p in (plan.scored if layer == plan.last else plan.every):
+        a, b = p.first - plan.start, p.last - plan.start
+        out[:, :, a:b] = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, a:b], ks.index_select(2, p.keys), vs.index_select(2, p.keys),
+            attn_mask=p.keep, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2), None                                     # (1, C, heads, dim)
+
+
+def _register() -> str:
+    if _NAME not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(_NAME, _trie_attention)
+        AttentionMaskInterface.register(_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return _NAME
+
+
+@contextmanager
+def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
+    """The model switched to the trie attention, and its last MLP run on `rows[0]` (the
+    chunk's scored positions) only: the other positions' last-layer output is never read."""
+    original = model.config._attn_implementation
+    full: list[torch.Size] = []
+
+    def only_rows(_module, args):
+        full[:] = [args[0].shape]
+        return (args[0][:, rows[0]],)                                   # (1, R, d)
+
+    def scatter(_module, _args, result):
+        out = result.new_zeros(full[0])                                  # (1, C, d)
+        out[:, rows[0]] = result
+        return out
+
+    hooks = [last_mlp.register_forward_pre_hook(only_rows),
+             last_mlp.register_forward_hook(scatter)]
+    model.set_attn_implementation(_register())
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(original)
+        for h in hooks:
+            h.remove()
+
+
+@torch.no_grad()
+def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
+              ) -> dict[tuple[int, int], float] | None:
+    """Log-probabilities {(node, token): logp} of each token in `wanted[node]` after the
+    prefix ending at `node`; None when the model's attention does not go through
+    transformers' attention interface."""
+    try:
+        arch = arch_of(model)
+    except KnowflowError:
+        return None
+    device = model_device(model)
+    n = len(trie.tokens)
+    ids = torch.tensor(trie.tokens, dtype=torch.long)                   # (nodes,)
+    depth = torch.tensor(trie.depth, dtype=torch.long)                  # (nodes,)
+    store: list = [None] * arch.n_layers
+    out: dict[tuple[int, int], float] = {}
+    rows_now: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
+    with _trie_mode(model, arch.mlp[-1], rows_now):
+        for start in range(0, n, chunk):
+            end = min(n, start + chunk)
+            rows = [x for x in range(start, end) if x in wanted]
+            plan = _Plan(start, end, pieces(trie, start, end, None, device),
+                         pieces(trie, start, end, rows, device), arch.n_layers - 1, store, n)
+            at = torch.tensor([x - start for x in rows], dtype=torch.long, device=device)
+            rows_now[0] = at
+            res = model(input_ids=ids[None, start:end].to(device),           # (1, C)
+                        position_ids=depth[None, start:end].to(device),      # (1, C)
+                        attention_mask=torch.ones((1, 1, 1, 1), dtype=torch.bool,
+                                                  device=device),        # unused
+                        use_cache=False, knowflow_trie=plan,
+                        logits_to_keep=at if rows else torch.tensor([end - start - 1],
+                                                                    device=device))
+            if plan.calls != arch.n_layers:
+                return None
+            if rows:
+                logp = torch.log_softmax(res.logits[0].float(), dim=-1)      # (rows, vocab)
+                pairs = [(r, x, tok) for r, x in enumerate(rows) for tok in wanted[x]]
+                got = logp[torch.tensor([r for r, _, _ in pairs], device=device),
+                           torch.tensor([t for _, _, t in pairs], device=device)].tolist()
+                out.update({(x, tok): v for (_, x, tok), v in zip(pairs, got, strict=True)})
+    return out
+
+
+def score_trie(model, tokenizer, prompts: Sequence[list[int]], continuations: Sequence[str],
+               chunk: int | None = None) -> list[tuple[float, int]]:
+    """(summed log-probability, token count) of each prompt's continuation, as
+    `score_continuations(model, tokenizer, prompts, [[c] for c in continuations])` gives it,
+    computed over the prompts' token trie (see the module docstring)."""
+    conts = [c[0] for c in encode_continuations(tokenizer, [[c] for c in continuations])]
+    fed = [list(p) + c[:-1] for p, c in zip(prompts, conts, strict=True)]
+    trie, paths = build_trie(fed)
+    wanted: dict[int, list[int]] = {}
+    for p, c, path in zip(prompts, conts, paths, strict=True):
+        for j, tok in enumerate(c):        # c[j] is predicted at the prompt's position len - 1 + j
+            wanted.setdefault(path[len(p) - 1 + j], []).append(tok)
+    ok = getattr(model, "_knowflow_trie_ok", None)
+    got = _run_trie(model, trie, wanted, chunk or CHUNK) if ok is not False else None
+    if got is None:
+        model._knowflow_trie_ok = False
+        return [s[0] for s in score_continuations(model, tokenizer, prompts,
+                                                  [[c] for c in continuations])]
+    out = [(sum(got[(path[len(p) - 1 + j], tok)] for j, tok in enumerate(c)), len(c))
+           for p, c, path in zip(prompts, conts, paths, strict=True)]
+    if ok is None:   # the prompts last in depth-first order: most tokens they do not see
+        few = sorted(range(len(prompts)), key=lambda i: -paths[i][-1])[:CHECK_PROMPTS]
+        ref = score_continuations(model, tokenizer, [prompts[i] for i in few],
+                                  [[continuations[i]] for i in few], share_prefix=False)
+        tol = check_tolerance(model)
+        model._knowflow_trie_ok = all(abs(out[i][0] - r[0][0]) <= tol
+                                      for i, r in zip(few, ref, strict=True))
+        if not model._knowflow_trie_ok:
+            return [s[0] for s in score_continuations(model, tokenizer, prompts,
+                                                      [[c] for c in continuations])]
+    return out

@@ -1,1 +1,0 @@
-"""Models: one-layer theory models and loaders for HF causal LMs."""

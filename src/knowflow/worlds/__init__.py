@@ -1,1 +1,0 @@
-"""Knowledge worlds: entities, facts and the contexts that agree or conflict with them."""

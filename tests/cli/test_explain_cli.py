@@ -1,0 +1,101 @@
+"""`knowflow explain`: a run folder with its report; bad input is one line, exit 2, nothing
+written."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import byte_tokenizer, tiny_llama
+from knowflow.cli import app
+from knowflow.data.facts import ConflictItem
+from knowflow.errors import DataError
+from knowflow.explanation.run import _check_answer
+
+runner = CliRunner()
+CONTEXT = "Paris is in France. The sky is blue today. Rome is in Italy."
+
+
+def _run(tiny_model_dir, tmp_path, *args):
+    return runner.invoke(app, ["explain", "--model", str(tiny_model_dir), "--runs-dir",
+                               str(tmp_path / "runs"), "--ablations", "8", "--holdout", "4",
+                               *args])
+
+
+def test_one_item_writes_records_summary_and_report(tiny_model_dir, tmp_path):
+    ctx = tmp_path / "context.txt"
+    ctx.write_text(CONTEXT + "\n")
+    out = tmp_path / "out"
+    result = _run(tiny_model_dir, tmp_path, "--context", str(ctx), "--question",
+                  "Where is Rome?", "--answer", "Italy", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["context"] == CONTEXT and rec["answer"] == "Italy"
+    assert len(rec["sentences"]) == 3
+    page = (out / "report.html").read_text()
+    assert "Where is Rome?" in page and "Rome is in Italy." in page and "<svg" in page
+    assert (out / "figures" / "layers.png").exists()
+
+
+def test_the_api_saves_the_folder_the_command_writes(tiny_model_dir, tmp_path):
+    """`knowflow.explain(...).save(dir)` finishes the folder as the command does: the same
+    files, records and summary byte for byte (timings aside), and a report."""
+    import knowflow
+
+    out = tmp_path / "cli"
+    result = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question",
+                  "Where is Rome?", "--answer", "Italy", "--out", str(out), "--threads", "1")
+    assert result.exit_code == 0, result.output
+    torch.set_num_threads(1)
+    res = knowflow.explain(str(tiny_model_dir), CONTEXT, "Where is Rome?", "Italy",
+                           n_ablations=8, n_holdout=4, device="cpu")
+    api = res.save(tmp_path / "api")
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(api).as_posix() for p in api.rglob("*")
+                           if p.is_file())
+    assert "report.html" in files and "figures/layers.png" in files
+
+    def timeless(value):  # the JSON without its clock readings
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if "seconds" not in k}
+        return [timeless(v) for v in value] if isinstance(value, list) else value
+
+    def read(path):
+        text = path.read_text()
+        return timeless([json.loads(line) for line in text.splitlines()]
+                        if path.suffix == ".jsonl" else json.loads(text))
+    for name in ("records.jsonl", "summary.json"):
+        assert read(out / name) == read(api / name), name
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--context", "", "--question", "Q?"], "context is empty"),
+    (["--context", "Only one sentence here.", "--question", "Q?"], "one sentence"),
+    (["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "  "],
+     "answer to explain is empty"),
+    (["--context", "A long one. " * 200, "--question", "Q?"], "longer than the model's window"),
+    (["--context", CONTEXT], "--question"),
+    (["--context", CONTEXT, "--question", "Q?", "--suite", "needle-cf"], "exactly one"),
+    (["--suite", "needle-cf", "--ablations", "2"], "n_ablations"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tiny_model_dir, tmp_path, args,
+                                                          needle):
+    result = _run(tiny_model_dir, tmp_path, *args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_answer_outside_the_models_vocabulary_is_refused():
+    tok = byte_tokenizer()
+    model = tiny_llama(tok)
+    # a model whose output layer is smaller than its tokenizer: it cannot emit the last ids
+    small = torch.nn.Linear(model.config.hidden_size, len(tok) - 3, bias=False)
+    model.set_output_embeddings(small)
+    item = ConflictItem(id="i", suite="explain", context=CONTEXT, question="Q?",
+                        counterfactual_answer="", parametric_answer="")
+    with pytest.raises(DataError, match="cannot produce"):
+        _check_answer(model, tok, item, "<|user|>", 10)
+    _check_answer(model, tok, item, "Italy", 10)                 # bytes it can emit: fine

@@ -1,0 +1,57 @@
+"""`knowflow probe heads` and `probe head-project` end to end on a tiny local model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from knowflow.cli import app
+from knowflow.io import read_json, read_jsonl
+from tiny_fixtures import byte_bpe, tiny_llama
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tok = byte_bpe()
+    tiny_llama(len(tok), layers=2).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_probe_heads_writes_a_run(model_dir, tmp_path):
+    out = tmp_path / "heads"
+    result = runner.invoke(app, ["probe", "heads", "--model", str(model_dir), "--suite",
+                                 "cf-capitals,cf-world", "--limit", "2", "--prompt-format",
+                                 "plain", "--set", "n_bootstrap=50", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = read_json(out / "summary.json")
+    assert summary["n_examples"] == 4 and summary["rank_by"] == "mean"
+    for entry in summary["context_heads"] + summary["memory_heads"]:
+        assert set(entry) == {"layer", "head", "effect", "ci"}
+    assert len(read_jsonl(out / "records.jsonl")) == 4 * 2 * 4
+    assert (out / "figures" / "heads.png").exists()
+    assert "context heads" in result.output
+
+
+def test_probe_head_project_and_bad_input(model_dir, tmp_path):
+    data = tmp_path / "facts.jsonl"
+    data.write_text(json.dumps({"prompt": "The capital of France is", "subject": "France"})
+                    + "\n")
+    out = tmp_path / "hp"
+    result = runner.invoke(app, ["probe", "head-project", "--model", str(model_dir), "--data",
+                                 str(data), "--all", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = read_json(out / "summary.json")
+    assert len(summary["head_rate"]) == 2 and len(summary["attn_rate"]) == 2
+    assert (out / "figures" / "head-project.png").exists()
+    bad = runner.invoke(app, ["probe", "heads", "--model", str(model_dir), "--suite", "nope",
+                              "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and not (tmp_path / "x").exists()
+    bad = runner.invoke(app, ["probe", "heads", "--model", str(model_dir), "--ablation",
+                              "zero", "--out", str(tmp_path / "y")])
+    assert bad.exit_code == 2 and "rank_by" in bad.output

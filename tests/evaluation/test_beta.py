@@ -1,0 +1,120 @@
+"""The adaptive plausibility constraint (--beta) against references: beta 0 is the CAD/AdaCAD of
+before the constraint existed, beta 1 is greedy on the with-context stream, beta 0.2 matches a
+naive full-forward loop with the eligible set computed by hand in probability space, and
+teacher-forced scoring ignores beta."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import contrastive_setup
+from knowflow.errors import ConfigError
+from knowflow.evaluation.decoding import (
+    Method,
+    cad_logits,
+    generate_contrastive,
+    jsd,
+    parse_methods,
+    plausible,
+    score_contrastive,
+)
+from knowflow.evaluation.generate import _eos_ids, clean_output, generate, stop_table
+
+NEW = 6
+
+
+class Unconstrained(Method):
+    """CAD / AdaCAD as they decoded before --beta: the argmax of the combined logits."""
+
+    def next_logits(self, z_ctx, z_base):
+        return self.logits(z_ctx, z_base)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return contrastive_setup(seed=3, capitals=4, quotes=2)
+
+
+@pytest.mark.parametrize("base, alpha", [("cad", 1.0), ("cad", 3.0), ("adacad", 1.0)])
+def test_beta_zero_is_unconstrained_exactly(setup, base, alpha):
+    tok, model, _, seqs, bases = setup
+    got = generate_contrastive(model, tok, seqs, bases, Method(base, alpha, beta=0.0),
+                               batch_size=3, max_new_tokens=NEW)
+    want = generate_contrastive(model, tok, seqs, bases, Unconstrained(base, alpha),
+                                batch_size=3, max_new_tokens=NEW)
+    assert got == want
+
+
+@pytest.mark.parametrize("base", ["cad", "adacad"])
+def test_beta_one_is_greedy_with_context(setup, base):
+    tok, model, _, seqs, bases = setup
+    got = generate_contrastive(model, tok, seqs, bases, Method(base, 2.0, beta=1.0),
+                               batch_size=3, max_new_tokens=NEW)
+    assert got == generate(model, tok, seqs, batch_size=3, max_new_tokens=NEW)
+
+
+def _naive(model, tok, seq, base, alpha, beta, adaptive):
+    """One prompt, full forward passes, the eligible set by hand: p >= beta * max p."""
+    table = stop_table(tok, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
+    out: list[int] = []
+    has_text = False
+    for _ in range(NEW):
+        with torch.no_grad():
+            z_c = model(input_ids=torch.tensor([seq + out])).logits[0, -1].double()
+            z_b = model(input_ids=torch.tensor([base + out])).logits[0, -1].double()
+        a = float(jsd(z_c, z_b)) if adaptive else alpha
+        scores = (1 + a) * z_c - a * z_b
+        p = z_c.softmax(-1)
+        scores[p < beta * p.max()] = -np.inf
+        t = int(scores.argmax())
+        if table.eos[t]:
+            break
+        out.append(t)
+        if table.newline[t] and (has_text or table.text_first[t]):
+            break
+        has_text = has_text or not bool(table.blank[t])
+    return clean_output(tok.decode(out, skip_special_tokens=True))
+
+
+@pytest.mark.parametrize("base", ["cad", "adacad"])
+def test_constrained_matches_naive_loop(setup, base):
+    tok, model, _, seqs, bases = setup
+    got = generate_contrastive(model, tok, seqs[:3], bases[:3], Method(base, 2.0, beta=0.2),
+                               batch_size=2, max_new_tokens=NEW)
+    want = [_naive(model, tok, s, b, 2.0, 0.2, base == "adacad")
+            for s, b in zip(seqs[:3], bases[:3], strict=True)]
+    assert got == want
+
+
+def test_plausible_by_hand():
+    z = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    scores = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    assert torch.equal(plausible(z, scores, 0.0), scores)
+    # 0.5 * 0.5 = 0.25: tokens 0 and 1 stay
+    assert plausible(z, scores, 0.5).tolist() == [[0.0, 1.0, -np.inf, -np.inf]]
+    assert plausible(z, scores, 0.25).argmax().item() == 2   # 0.15 >= 0.125
+    assert plausible(z, scores, 1.0).tolist() == [[0.0, -np.inf, -np.inf, -np.inf]]
+    # the constrained argmax never leaves the with-context model's plausible set
+    z_c, z_b = torch.randn(50, 30), torch.randn(50, 30) * 3
+    pick = plausible(z_c, cad_logits(z_c, z_b, 5.0), 0.1).argmax(-1)
+    p = z_c.softmax(-1)
+    assert bool((p.gather(-1, pick[:, None]).squeeze(-1) >= 0.1 * p.max(-1).values).all())
+
+
+def test_scoring_ignores_beta(setup):
+    tok, model, prompts, seqs, bases = setup
+    conts = [[p.answer_prefix + "Paris", p.answer_prefix + "Rome"] for p in prompts]
+    plain = score_contrastive(model, tok, seqs, bases, conts, Method("cad", 1.0), batch_size=3)
+    beta = score_contrastive(model, tok, seqs, bases, conts, Method("cad", 1.0, beta=0.5),
+                             batch_size=3)
+    assert plain == beta
+
+
+def test_beta_registry():
+    ms = parse_methods("greedy,cad,adacad,coiecd", "1", "0,0.1")
+    assert [m.label for m in ms] == ["greedy", "cad(a=1)", "cad(a=1,b=0.1)", "adacad",
+                                     "adacad(b=0.1)", "coiecd"]
+    assert [m.beta for m in ms] == [0.0, 0.0, 0.1, 0.0, 0.1, 0.0]
+    for bad in ("x", "-0.1", "1.5", "nan", ""):
+        with pytest.raises(ConfigError):
+            parse_methods("cad", 1.0, bad)
