@@ -5,7 +5,7 @@ everywhere."""
 
 from knowflow.experiments.cpi_toy.experiment import trajectory_summary
 from knowflow.experiments.inversion_smollm2.experiment import curves
-from knowflow.experiments.inversion_tiny.curves import curve_summary as tiny_summary
+from knowflow.experiments.inversion_tiny.curves import run_curve_summary as tiny_summary
 from knowflow.schema import curve_summary
 
 STEPS = [0, 10, 20, 30]

@@ -67,7 +67,9 @@ class ToyWorldConfig:
 
 
 @dataclass(frozen=True)
-class MixtureConfig:
+class MixtureCounts:
+    """The finetuning mixture as counts of each kind (the theory model's points)."""
+
     # context-critical: unmemorized subject, answer only in the context
     n_c: int = bounded(60, ge=0)
     n_cs: int = bounded(140, ge=0)  # memorized subject, the context agrees with its fact
@@ -93,7 +95,7 @@ class CpiToyConfig:
     dtype: Literal["float32", "float64"] = "float32"  # float64: same numbers, 1.6x slower
     workers: int = 2  # processes; each uses one torch thread
     world: ToyWorldConfig = field(default_factory=ToyWorldConfig)
-    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    mixture: MixtureCounts = field(default_factory=MixtureCounts)
     finetune: ToyFinetuneConfig = field(default_factory=ToyFinetuneConfig)
     part: PartsConfig = field(default_factory=PartsConfig)
     # part 5's `dynamic` arm: re-score every `every` steps, leave out at most `fraction` of the
@@ -124,7 +126,7 @@ class Arm:
 
     part: str
     name: str
-    mixture: MixtureConfig
+    mixture: MixtureCounts
     train_v: bool
     filter_fraction: float = 0.0
     dynamic: tuple | None = None  # dynamic curation: (every, fraction, threshold, readmit)

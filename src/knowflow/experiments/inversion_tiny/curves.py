@@ -7,7 +7,7 @@ from __future__ import annotations
 from knowflow import schema
 
 
-def curve_summary(records: list[dict]) -> dict:
+def run_curve_summary(records: list[dict]) -> dict:
     """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
     accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
     out = schema.named_curve("cf_acc", [r["step"] for r in records],
@@ -51,9 +51,9 @@ def _mean_of(values: list):
 def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
     """Seed-mean curve summary plus each seed's own start/peak/peak step/final, as lists in
     seed order (`seeds`), so an arm stays one flat row of the report's table."""
-    out = curve_summary(mean_curve(list(per_seed.values())))
+    out = run_curve_summary(mean_curve(list(per_seed.values())))
     out["seeds"] = list(per_seed)
-    own = [curve_summary(recs) for recs in per_seed.values()]
+    own = [run_curve_summary(recs) for recs in per_seed.values()]
     for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                 "fall"):
         out[f"{key}_seeds"] = [row[key] for row in own]
