@@ -7,15 +7,24 @@ Prints, from the source text alone:
   top-level `if`/`try` blocks, but not under `if TYPE_CHECKING:`): its cycles (strongly
   connected groups of modules) and its longest chain of imports (after collapsing cycles);
 - how many imports of knowflow modules sit inside functions;
-- lines per package (every .py file under it, blank lines included);
-- the five longest functions and the five with the most parameters.
+- lines per package (every .py file under it, blank lines included; experiments/ also per
+  reproduction folder);
+- module file names that repeat (outside experiments/<name>/, whose world.py, model.py, ...
+  repeat by design, and inside them);
+- the public entry points' return types (from knowflow/__init__.py's table and each function's
+  return annotation) and the legacy / shim code lines (`*legacy` call forms, module-class swaps);
+- the five longest functions and the five with the most parameters;
+- `duplicates` (the tool library's command, when on PATH) on the source and the tests.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 
@@ -158,8 +167,61 @@ def package_lines(src: Path) -> dict[str, int]:
     for path in src.rglob("*.py"):
         parts = path.relative_to(src).parts
         key = parts[0] if len(parts) > 1 else "(top-level modules)"
-        out[key] += len(path.read_text().splitlines())
+        n = len(path.read_text().splitlines())
+        out[key] += n
+        if key == "experiments" and len(parts) > 2:
+            out[f"experiments/{parts[1]}"] += n
     return dict(sorted(out.items()))
+
+
+def repeated_names(src: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """File names that occur more than once: (outside experiments/<name>/, inside them)."""
+    outside, inside = Counter(), Counter()
+    for path in src.rglob("*.py"):
+        parts = path.relative_to(src).parts
+        if path.name != "__init__.py":
+            (inside if parts[0] == "experiments" and len(parts) > 2 else outside)[path.name] += 1
+    return ({k: v for k, v in outside.items() if v > 1},
+            {k: v for k, v in inside.items() if v > 1})
+
+
+SHIM = re.compile(r"\*legacy\b|\blegacy\)|if legacy|__class__\s*=\s*_")
+
+
+def shim_lines(src: Path) -> list[str]:
+    return [f"{path.relative_to(src.parent)}:{i}: {line.strip()[:70]}"
+            for path in sorted(src.rglob("*.py"))
+            for i, line in enumerate(path.read_text().splitlines(), 1) if SHIM.search(line)]
+
+
+ENTRY_POINTS = ("evaluate", "explain", "probe", "curate", "augment", "finetune",
+                "run_experiment")
+
+
+def entry_point_types(src: Path) -> dict[str, str]:
+    """Entry point -> the name of its return annotation, read from the defining module."""
+    init = ast.parse((src / "__init__.py").read_text())
+    table = next((ast.literal_eval(n.value) for n in ast.walk(init) if isinstance(n, ast.Assign)
+                  and getattr(n.targets[0], "id", "") == "_API"), {})
+    out = {}
+    for name in ENTRY_POINTS:
+        module, attr = table.get(name, ":").split(":")
+        path = src.parent / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            out[name] = "(not exported)"
+            continue
+        fn = next((n for n in ast.parse(path.read_text()).body
+                   if isinstance(n, ast.FunctionDef) and n.name == attr), None)
+        out[name] = ast.unparse(fn.returns) if fn is not None and fn.returns else "(none)"
+    return out
+
+
+def duplicates(tree: Path) -> str:
+    if not shutil.which("duplicates") or not tree.is_dir():
+        return "not run (no `duplicates` command)"
+    res = subprocess.run(["duplicates", "--repo", str(tree), "--seconds", "60"],
+                         capture_output=True, text=True, cwd=tree, timeout=180)
+    return (res.stdout.splitlines() or ["(no output)"])[0]
 
 
 def functions(src: Path) -> list[tuple[int, int, str]]:
@@ -201,6 +263,19 @@ def main(src: Path) -> None:
     for k, v in lines.items():
         print(f"  {k:22s} {v:6d}")
     print(f"  {'total':22s} {sum(lines.values()):6d}")
+    outside, inside = repeated_names(src)
+    print(f"file names that repeat outside experiments/<name>/: {len(outside)} "
+          f"({sum(outside.values())} modules): "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(outside.items())))
+    print("file names shared by experiments/<name>/ folders: "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(inside.items())))
+    types = entry_point_types(src)
+    print(f"entry-point return types: {len(set(types.values()))}: "
+          + ", ".join(f"{k} -> {v}" for k, v in types.items()))
+    shims = shim_lines(src)
+    print(f"legacy / shim code lines: {len(shims)}")
+    for line in shims:
+        print(f"  {line}")
     fns = functions(src)
     print("five longest functions (lines, params):")
     for ln, n, place in sorted(fns, key=lambda f: (-f[0], f[2]))[:5]:
@@ -208,6 +283,8 @@ def main(src: Path) -> None:
     print("five functions with the most parameters (params, lines):")
     for ln, n, place in sorted(fns, key=lambda f: (-f[1], f[2]))[:5]:
         print(f"  {n:4d} params {ln:3d} lines  {place}")
+    print(f"duplicates src: {duplicates(src)}")
+    print(f"duplicates tests: {duplicates(src.parent.parent / 'tests')}")
 
 
 if __name__ == "__main__":
