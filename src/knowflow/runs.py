@@ -4,7 +4,7 @@ Every run, an experiment's, an eval's or a probe's, is one folder written in one
 `start_run`: `config.json` first (atomically), then its records (`metrics.jsonl` of an
 experiment, one record per evaluation step; `items.jsonl` of an eval; `records.jsonl` of a
 probe), `figures/*.png`, `summary.json` and `report.html` (the figures and the page are drawn
-by `experiments.runner.finish_run`, above the report layer). A run that has no `summary.json`
+by `report.finish.finish_run`). A run that has no `summary.json`
 is unfinished; `--resume` continues an experiment from its checkpoints. Bad input found after
 the folder was made removes what the run wrote (`RunFolder.refusals`). `PartStore` is the
 checkpoint for experiments made of independent parts: each finished part is saved atomically,

@@ -40,7 +40,7 @@ class ConfigFlag:
     """An option that sets config fields one to one, declared once: `--name` (dashes for
     underscores) sets each of `keys` (dotted config paths) to its value. `default` None: unset
     unless given (the config's own default applies; `--help` shows none); else the default
-    `--help` shows, which must be the config's (tests/test_cli_flags.py checks the keys, types
+    `--help` shows, which must be the config's (tests/cli/test_cli_flags.py checks the keys, types
     and defaults against the configs). `switch`: a bool flag that, when given, sets the keys to
     this value (`--no-track` sets `tracking` to False)."""
 

@@ -3,8 +3,8 @@
 A `ConflictItem` pairs a context that asserts a counterfactual answer with a question whose
 memorized (parametric) answer differs. The tables under `data/files/` hold public facts only
 (capitals, world relations, biographies, sayings); every sentence shown to a model comes from
-knowflow's own templates in `data/templates.json`. An `Instruction` is one finetuning row
-(Alpaca fields or chat messages); worlds build them, train/ tokenizes them, curate/ scores them.
+knowflow's own templates in `data/files/templates.json`. An `Instruction` is one finetuning row
+(Alpaca fields or chat messages); data/ and the worlds build them, train/ tokenizes and scores them.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def read_table(name: str) -> tuple[dict[str, str], ...]:
 
 @cache
 def templates() -> dict:
-    """knowflow's sentence templates (`data/templates.json`)."""
+    """knowflow's sentence templates (`data/files/templates.json`)."""
     with _data_file("templates.json").open(encoding="utf-8") as fh:
         return json.load(fh)
 

@@ -12,7 +12,7 @@ left out (a sentence ending in "K." or "Co." reads as an initial or an abbreviat
 Everything is drawn from `random.Random(f"{seed}:{suite}:{relation}:{subject}")`: the number of
 sentences, the needle's position, the other subjects and the counterfactual answer, so the
 same seed gives the same items everywhere. The statements are knowflow's own one-sentence
-templates (below); the questions are the relation's templates in `data/templates.json`.
+templates (below); the questions are the relation's templates in `data/files/templates.json`.
 """
 
 from __future__ import annotations

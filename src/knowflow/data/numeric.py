@@ -1,7 +1,7 @@
 """The `cf-numeric` suite: numeric facts with counterfactual contexts at graded distances from
 the true value (conflict strength, after ClashEval, Wu et al. 2024).
 
-`data/numeric.tsv` holds well-known numeric facts (years of events, counts, distances,
+`data/files/numeric.tsv` holds well-known numeric facts (years of events, counts, distances,
 populations), each with a question and a one-sentence statement template. Every fact gives one
 item per strength, so each strength holds the same facts: the context states the fact with the
 value moved by that strength's step, and the share of answers that follow it can be compared

@@ -7,7 +7,7 @@ Each person belongs to one family and has one fact (lives in Paris) and its impl
 at least one implication; the held-out people's implications are the test. Inferring them
 needs out-of-context reasoning: linking a person's fact to an implication seen only for others.
 
-The families (`data/ocr_families.json`) are city -> language and country -> international
+The families (`data/files/ocr_families.json`) are city -> language and country -> international
 calling code (causal), a counterfactual city -> language (a fixed wrong mapping: each city
 takes the language of the next selected city), profession -> color and sport -> music
 (arbitrary pairings). Each has several paraphrased templates for the fact and the
@@ -130,7 +130,7 @@ class OcrPeopleConfig:
     implication_paraphrases: int = 2  # ... and each train person's implication
     eval_templates: int = 1  # implication templates evaluated (the first n); 0 = all
     eval_facts: bool = True  # also rank each person's fact (was it learned?)
-    families_file: str = ""  # "" = the shipped data/ocr_families.json
+    families_file: str = ""  # "" = the shipped data/files/ocr_families.json
     seed: int = 0
 
     def validate(self, prefix: str = "") -> None:

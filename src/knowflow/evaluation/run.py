@@ -12,7 +12,7 @@ flags the known block rests on ("generate", "loglik", or "off": no known block).
 hold per-item records and a summary {suite: {mode: metrics}}; with an output folder they are
 written as a run folder (`knowflow.runs.start_run`): `config.json` first, then `items.jsonl`
 and `summary.json`. The `knowflow eval` command finishes the folder with figures and
-report.html (`experiments.runner.finish_run`), as every run is finished.
+report.html (`report.finish.finish_run`), as every run is finished.
 """
 
 from __future__ import annotations

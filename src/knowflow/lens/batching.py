@@ -1,4 +1,4 @@
-"""Batching helpers every model-running package shares (evaluate/, probes/, curate/, models/):
+"""Batching helpers every model-running package shares (evaluation/, probes/, explanation/, train/):
 the pad id, right padding, and the KV-cache keyword of the installed transformers version."""
 
 from __future__ import annotations

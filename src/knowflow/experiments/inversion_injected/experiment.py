@@ -7,7 +7,7 @@ scratch on this world alone) on plain-text statements of the memorized subjects'
 `stage1.recall_target`, then
 `stage1.extra_epochs` more (the memory strength; `strengths` adds more strengths, run on the
 `mixed` arm). The result is cached by a hash of everything that determines it (see
-`inversion_injected_jobs.stage1_key`). Stage 2 is the paper's instruction finetuning on the
+`inversion_injected.jobs.stage1_key`). Stage 2 is the paper's instruction finetuning on the
 injected model, one arm per job, through the `knowflow sft` path:
 
 - `mixed`: C points (unmemorized subjects, the answer only in the context), C+S points
@@ -24,7 +24,7 @@ subjects stage 2 never shows (the context contradicts the injected fact) by log-
 by generation, with the attention to the context; a second evaluation (the same tracker's
 measure) scores held-out C and C+S items and recall of the held-out subjects' injected facts
 without a context. Each counterfactual item's label is audited against generated text at the
-start and the end of every job (`inversion_injected_jobs.audit`).
+start and the end of every job (`inversion_injected.jobs.audit`).
 """
 
 from __future__ import annotations

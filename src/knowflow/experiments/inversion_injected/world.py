@@ -1,7 +1,7 @@
 """A world of made-up subjects whose facts are injected into a model by finetuning on plain text
 (`inversion-injected`), then probed for context-parametric inversion.
 
-Every subject (a two-syllable-word name from `ocr_people.make_names`, checked against every
+Every subject (a two-syllable-word name from `data.people.make_names`, checked against every
 word of the facts tables and of this world's own templates and values) has one fact over one of
 a few relations (home city, job, sport, favourite colour; one-word values). Four groups:
 

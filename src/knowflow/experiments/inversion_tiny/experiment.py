@@ -132,7 +132,7 @@ class InversionTinyConfig:
                    "attn_ctx_final"))
 def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel. With
-    `study=phase`, the phase diagram instead (`inversion_tiny_phase`)."""
+    `study=phase`, the phase diagram instead (`experiments.inversion_tiny.phase`)."""
     if cfg.study == "phase":
         return run_phase(cfg, out_dir)
     store = PartStore(out_dir)
