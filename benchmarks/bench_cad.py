@@ -22,7 +22,7 @@ from knowflow.data.prompts import PromptConfig, render
 from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.decoding import Method, generate_contrastive, score_contrastive
 from knowflow.evaluation.generate import _eos_ids, clean_output, generate, stop_table
-from knowflow.evaluation.loglik import score_continuations
+from knowflow.lens.scorer import score_continuations
 
 
 @torch.no_grad()

@@ -118,12 +118,12 @@ def main() -> int:
     torch.set_num_threads(args.threads)
 
     from knowflow.data.prompts import PromptConfig, qa_instruction
-    from knowflow.evaluation.loglik import score_continuations
     from knowflow.explanation.attribution import gradient_x_input, score_masks
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.prompts import sentence_tokens
     from knowflow.explanation.splitter import split_sentences
     from knowflow.explanation.surrogate import random_masks, spearman
+    from knowflow.lens.scorer import score_continuations
 
     model, tok, items, prompts, seqs, answers = needle_setup(args.model, args.items, args.seed)
     if not args.no_contextcite:

@@ -50,8 +50,9 @@ def main() -> None:
 
     from knowflow.cli import app
     from knowflow.cli import eval as cli_eval
-    from knowflow.evaluation import batching, items, loglik, tree
+    from knowflow.evaluation import batching, items
     from knowflow.evaluation import run as api
+    from knowflow.lens import _tree, scorer
     public = importlib.import_module("knowflow.api") \
         if importlib.util.find_spec("knowflow.api") else None  # finish_eval moved there
     SPENT["imports (knowflow, torch, cli)"] = time.process_time() - t0
@@ -59,7 +60,7 @@ def main() -> None:
     timed(api, "load_model", "load model")
     timed(items, "score_with", "log-likelihood pass")
     timed(items, "_mark_known", "known-facts pass")
-    for module in (batching, loglik, tree):  # each imported `forward` by name
+    for module in (batching, scorer, _tree):  # each imported `forward` by name
         if hasattr(module, "forward"):
             timed(module, "forward", "  of which model forward calls")
     for module, name in ((cli_eval, "_finish_eval"), (public, "finish_eval")):

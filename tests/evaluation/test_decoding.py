@@ -19,8 +19,8 @@ from knowflow.evaluation.decoding import (
 )
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.items import render_prompts
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.evaluation.options import EvalConfig
+from knowflow.lens.scorer import score_continuations
 
 
 def scored_answers(items, prompts) -> list[list[str]]:

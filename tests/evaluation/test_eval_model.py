@@ -17,9 +17,9 @@ from knowflow.data.suites import get_suite
 from knowflow.errors import KnowflowError
 from knowflow.evaluation.batching import common_prefix_len, encode_prompts, sorted_batches
 from knowflow.evaluation.generate import generate
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.evaluation.metrics import bootstrap_ci, memorization_ratio
 from knowflow.evaluation.run import EvalConfig, evaluate
+from knowflow.lens.scorer import score_continuations
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +85,15 @@ def test_batched_loglik_equals_full_forward(model, tokenizer, items):
 
 
 def test_identical_requests_are_scored_once(model, tokenizer, items, monkeypatch):
-    from knowflow.evaluation import loglik
+    from knowflow.lens import scorer
 
     prompts, seqs = _seqs(items, tokenizer)
     conts = [[p.answer_prefix + i.counterfactual_answer, p.answer_prefix + i.parametric_answer]
              for p, i in zip(prompts, items, strict=True)]
     once = score_continuations(model, tokenizer, seqs, conts, batch_size=4)
     rows = []
-    real = loglik._score_batch
-    monkeypatch.setattr(loglik, "_score_batch",
+    real = scorer._score_batch
+    monkeypatch.setattr(scorer, "_score_batch",
                         lambda model, ps, *a: rows.extend(ps) or real(model, ps, *a))
     twice = score_continuations(model, tokenizer, seqs + seqs[::-1], conts + conts[::-1],
                                 batch_size=4)
@@ -105,15 +105,15 @@ def test_requests_sharing_a_prompt_run_it_once_with_every_candidate(model, token
                                                                     monkeypatch):
     """One prompt asked with different candidate pairs (a saying asked for several endings):
     the prompt reaches the model once, and every candidate scores as it does on its own."""
-    from knowflow.evaluation import loglik
+    from knowflow.lens import scorer
 
     prompts, seqs = _seqs(items[:3], tokenizer)
     words = [" Paris", " Rome", " Oslo", " Lima"]
     reqs = [(seq, [words[k], words[(k + 1 + j) % 4]]) for seq in seqs for j, k in
             ((0, 0), (1, 2), (2, 1))]
     rows = []
-    real = loglik._score_batch
-    monkeypatch.setattr(loglik, "_score_batch",
+    real = scorer._score_batch
+    monkeypatch.setattr(scorer, "_score_batch",
                         lambda model, ps, *a: rows.extend(ps) or real(model, ps, *a))
     got = score_continuations(model, tokenizer, [s for s, _ in reqs], [c for _, c in reqs],
                               batch_size=4)

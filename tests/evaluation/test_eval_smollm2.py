@@ -15,8 +15,8 @@ from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.generate import generate
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.lens import load as hf
+from knowflow.lens.scorer import score_continuations
 
 CACHED = (hf.cache_dir() / "models" / hf.SMOLLM2 / "config.json").exists()
 

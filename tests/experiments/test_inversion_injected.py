@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from knowflow.data.prompts import PromptConfig, instruction_prompt, render
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.experiments.inversion_injected import experiment as exp
 from knowflow.experiments.inversion_injected.jobs import (
     STAGE1,
@@ -28,6 +27,7 @@ from knowflow.experiments.inversion_injected.world import (
 )
 from knowflow.experiments.inversion_tiny.model import TinyModelConfig, make_model
 from knowflow.lens import load as hf
+from knowflow.lens.scorer import score_continuations
 
 WORLD = InjectedWorldConfig(mem_train=4, mem_eval=4, unk_train=4, unk_eval=4)
 

@@ -45,15 +45,10 @@ from knowflow.evaluation.generate import (
     generate,
     stop_table,
 )
-from knowflow.evaluation.loglik import (
-    Score,
-    encode_continuations,
-    right_pad,
-    score_continuations,
-)
 from knowflow.evaluation.steer_heads import NAME as HEADS
 from knowflow.evaluation.steer_heads import HeadSteering, parse_spec, steered
-from knowflow.lens.batching import pad_id
+from knowflow.lens.batching import pad_id, right_pad
+from knowflow.lens.scorer import Score, encode_continuations, score_continuations
 from knowflow.runs import Progress
 
 BASES = {"greedy": "the model's own next-token logits (default)",

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.evaluation.batching import Prefix, prefill, sorted_batches
-from knowflow.evaluation.loglik import encode_continuations, score_continuations
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
+from knowflow.lens.scorer import encode_continuations, score_continuations
 from knowflow.runs import Progress
 
 

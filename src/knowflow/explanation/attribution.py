@@ -3,13 +3,13 @@ sentence subsets, ContextCite's method) and by one forward pass (attention).
 
 Ablation. Random masks keep each sentence with probability `keep_prob`; the answer's
 teacher-forced log-probability after each ablated prompt is scored over the token trie of the
-ablated prompts (`trie.score_trie`): every distinct prefix (the chat template, then each run
-of kept sentences two prompts share up to the first sentence in which they differ) is computed
-once, an identical prompt (a mask drawn twice) costs nothing, and only the answer's positions
-are projected to the vocabulary; the scores equal one-at-a-time forwards up to float
-rounding. A lasso surrogate (`surrogate.py`) fitted on the masks gives each sentence's
-attribution; held-out masks give its LDS; removing the k top sentences gives the top-k drop
-(the fall of the answer's log-probability).
+ablated prompts (`lens.scorer`'s "trie" strategy): every distinct prefix (the chat template,
+then each run of kept sentences two prompts share up to the first sentence in which they
+differ) is computed once, an identical prompt (a mask drawn twice) costs nothing, and only
+the answer's positions are projected to the vocabulary; the scores equal one-at-a-time
+forwards up to float rounding. A lasso surrogate (`surrogate.py`) fitted on the masks gives
+each sentence's attribution; held-out masks give its LDS; removing the k top sentences gives
+the top-k drop (the fall of the answer's log-probability).
 
 One pass. Gradient x input: the answer's log-probability differentiated with respect to the
 input embeddings, |gradient . embedding| summed over each sentence's tokens (one forward and
@@ -33,8 +33,8 @@ from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import ablated_prompts
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import balanced_masks, fit_surrogate, random_masks, spearman
-from knowflow.explanation.trie import score_trie
 from knowflow.lens.arch import arch_of
+from knowflow.lens.scorer import score_continuations
 from knowflow.probes.common import device_of
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
@@ -63,8 +63,9 @@ def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Senten
     """The continuation's log-probability after the prompt (and `lead`) under each mask:
     (ablations,)."""
     seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format, lead)
-    scores = score_trie(model, tokenizer, seqs, [continuation] * len(seqs))
-    return torch.tensor([s[0] for s in scores], dtype=torch.float64)
+    scores = score_continuations(model, tokenizer, seqs, [[continuation]] * len(seqs),
+                                 strategy="trie")
+    return torch.tensor([s[0][0] for s in scores], dtype=torch.float64)
 
 
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,

@@ -26,7 +26,6 @@ from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.items import load_suites
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.explanation.attribution import (
     agreement,
     attention_to_sentences,
@@ -48,6 +47,7 @@ from knowflow.explanation.source import (
 )
 from knowflow.explanation.splitter import split_sentences
 from knowflow.lens.load import load_model
+from knowflow.lens.scorer import score_continuations
 from knowflow.runs import Progress
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 The tracker needs, per item, which of the two answers is likelier after the prompt and how
 much attention the answer position (the prompt's last token) pays to the context. Both come
-from the prompt's forward pass: the log-likelihood scorer (`evaluation.loglik`) runs each batch
+from the prompt's forward pass: the log-likelihood scorer (`lens.scorer`) runs each batch
 of prompts once on the shared-prefix KV cache, and here that same pass carries an
 `AttentionPlan` (`probes.intercept`) that captures the last query row's attention
 probabilities in every layer (through the model's eager attention, since SDPA does not return
@@ -19,9 +19,9 @@ import torch
 
 from knowflow.data.facts import ConflictItem
 from knowflow.evaluation.items import choice, render_prompts, scored_answers
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.arch import arch_of
+from knowflow.lens.scorer import score_continuations
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass

@@ -26,7 +26,6 @@ import torch
 from knowflow.data.instruction_rows import encode_all
 from knowflow.data.prompts import SHORT_ANSWER, instruction_prompt
 from knowflow.evaluation.items import evaluate_items
-from knowflow.evaluation.loglik import score_continuations
 from knowflow.evaluation.options import EvalConfig
 from knowflow.evaluation.rank import ranks_from_scores
 from knowflow.experiments.inversion_injected.world import (
@@ -44,6 +43,7 @@ from knowflow.experiments.inversion_tiny.world import SPECIALS
 from knowflow.experiments.ocr_smollm2.experiment import encode_texts
 from knowflow.io import atomic_write_folder, atomic_write_json
 from knowflow.lens.load import cache_dir, load_model
+from knowflow.lens.scorer import score_continuations
 from knowflow.train.callback import EvalCallback
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.curation import dynamic_curation

@@ -1,11 +1,22 @@
-"""The token-trie scorer against the unmodified model run one prompt at a time."""
+"""`lens.scorer`'s trie strategy against the unmodified model run one prompt at a time."""
 
 import pytest
 import torch
 
 from conftest import byte_tokenizer, tiny_llama
 from knowflow.evaluation.loglik import score_naive
-from knowflow.explanation.trie import ancestors, build_trie, pieces, score_trie
+from knowflow.lens import _trie
+from knowflow.lens._trie import ancestors, build_trie, pieces
+from knowflow.lens.scorer import score_continuations
+
+
+def score_trie(model, tok, prompts, conts, chunk, monkeypatch):
+    """Each prompt's one continuation by the trie strategy, `chunk` trie nodes per pass."""
+    if chunk:
+        monkeypatch.setattr(_trie, "CHUNK", chunk)
+    got = score_continuations(model, tok, prompts, [[c] for c in conts], strategy="trie")
+    return [s[0] for s in got]
+
 
 SEQS = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4], [7, 8], [1, 2, 3], [1, 6]]
 
@@ -57,10 +68,10 @@ def _prompts(tok):
 
 
 @pytest.mark.parametrize("chunk", [5, 37, 10_000])
-def test_trie_scores_equal_one_prompt_at_a_time(lm, chunk):
+def test_trie_scores_equal_one_prompt_at_a_time(lm, chunk, monkeypatch):
     model, tok = lm
     prompts, conts = _prompts(tok)
-    got = score_trie(model, tok, prompts, conts, chunk=chunk)
+    got = score_trie(model, tok, prompts, conts, chunk, monkeypatch)
     assert model._knowflow_trie_ok is True                   # the trie ran, no fallback
     ref = [score_naive(model, tok, p, c) for p, c in zip(prompts, conts, strict=True)]
     assert [n for _, n in got] == [n for _, n in ref]
@@ -69,7 +80,7 @@ def test_trie_scores_equal_one_prompt_at_a_time(lm, chunk):
 
 
 @pytest.mark.parametrize("chunk", [7, 64, None])
-def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk):
+def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk, monkeypatch):
     """Sentence subsets as the attribution draws them: many chains, cut by chunks, a mask
     drawn twice, the same continuation after each."""
     model, tok = lm
@@ -81,7 +92,7 @@ def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk):
     texts = ["Context: " + "".join(s for s, k in zip(sentences, m, strict=True) if k) +
              "\nWhere is Rome? A:" for m in masks]
     prompts = [tok(t)["input_ids"] for t in texts]
-    got = score_trie(model, tok, prompts, [" Italy."] * len(prompts), chunk=chunk)
+    got = score_trie(model, tok, prompts, [" Italy."] * len(prompts), chunk, monkeypatch)
     assert model._knowflow_trie_ok is True
     ref = [score_naive(model, tok, p, " Italy.") for p in prompts]
     assert [s for s, _ in got] == pytest.approx([s for s, _ in ref], abs=1e-4)
@@ -89,11 +100,11 @@ def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_trie_scores_on_a_gpu_equal_one_prompt_at_a_time():
+def test_trie_scores_on_a_gpu_equal_one_prompt_at_a_time(monkeypatch):
     tok = byte_tokenizer()
     model = tiny_llama(tok, layers=3).cuda()
     prompts, conts = _prompts(tok)
-    got = score_trie(model, tok, prompts, conts, chunk=16)
+    got = score_trie(model, tok, prompts, conts, 16, monkeypatch)
     assert model._knowflow_trie_ok is True
     ref = [score_naive(model, tok, p, c)[0] for p, c in zip(prompts, conts, strict=True)]
     assert [s for s, _ in got] == pytest.approx(ref, abs=1e-3)
@@ -114,11 +125,11 @@ class _IgnoresMasks(torch.nn.Module):
                           **kwargs)
 
 
-def test_a_model_ignoring_tree_masks_falls_back_to_plain_scoring():
+def test_a_model_ignoring_tree_masks_falls_back_to_plain_scoring(monkeypatch):
     tok = byte_tokenizer()
     model = _IgnoresMasks(tiny_llama(tok, seed=1))
     prompts, conts = _prompts(tok)
-    got = score_trie(model, tok, prompts, conts, chunk=16)
+    got = score_trie(model, tok, prompts, conts, 16, monkeypatch)
     assert model._knowflow_trie_ok is False
     ref = [score_naive(model.inner, tok, p, c)[0] for p, c in zip(prompts, conts, strict=True)]
     assert [s for s, _ in got] == pytest.approx(ref, abs=1e-4)

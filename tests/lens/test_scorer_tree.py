@@ -1,13 +1,15 @@
-"""`evaluation.tree`: candidates scored in the prompt's own pass (a 4D mask keeps each candidate
-to itself) give the scores of the two-pass scorer and of one full forward per candidate."""
+"""`lens.scorer`'s tree strategy: candidates scored in the prompt's own pass (a 4D mask keeps
+each candidate to itself) give the scores of the two-pass strategy and of one full forward
+per candidate."""
 
 import pytest
 import torch
 
 from conftest import assert_scores_match_naive, byte_tokenizer, tiny_llama
-from knowflow.evaluation import loglik
 from knowflow.evaluation.batching import Prefix, encode_prompts, forward
-from knowflow.evaluation.tree import Trie, score_batch_tree, tree_length, trie_rows
+from knowflow.lens import scorer
+from knowflow.lens._tree import score_batch_tree, tree_length, trie_rows
+from knowflow.lens._trie import Trie
 
 PROMPTS = ["Context: the capital is Lyon. Q: capital? A:", "Q: who wrote it? A:",
            "Context: x. Q: y? A:"]
@@ -52,7 +54,7 @@ def test_tree_scores_match_the_two_pass_scorer_and_a_full_forward(setup, share):
     tok, model, seqs, conts = setup
     prefix = Prefix.build(model, seqs, share=share)
     tree = score_batch_tree(model, seqs, conts, prefix, tok.pad_token_id)
-    two = loglik._score_batch_cached(model, seqs, conts, prefix, tok.pad_token_id)
+    two = scorer._score_two_pass(model, seqs, conts, prefix, tok.pad_token_id)
     assert_scores_match_naive(model, tok, seqs, CANDS, tree, two)
     assert [lp for row in tree for lp, _ in row] == pytest.approx(
         [lp for row in two for lp, _ in row], abs=1e-4)
@@ -61,18 +63,18 @@ def test_tree_scores_match_the_two_pass_scorer_and_a_full_forward(setup, share):
 def test_a_model_failing_the_check_falls_back_to_two_passes(setup, monkeypatch):
     tok, _, seqs, conts = setup
     model = tiny_llama(tok)  # a fresh model: not checked yet
-    monkeypatch.setattr(loglik, "score_batch_tree",
+    monkeypatch.setattr(scorer, "score_batch_tree",
                         lambda *a: [[(s + 1.0, n) for s, n in row] for row in
-                                    loglik._score_batch_cached(*a)])  # as if the mask were ignored
-    got = loglik._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
+                                    scorer._score_two_pass(*a)])  # as if the mask were ignored
+    got = scorer._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
     assert model._knowflow_tree_ok is False
-    assert got == loglik._score_batch_cached(model, seqs, conts, Prefix(0), tok.pad_token_id)
+    assert got == scorer._score_two_pass(model, seqs, conts, Prefix(0), tok.pad_token_id)
 
 
 def test_a_model_passing_the_check_keeps_the_one_pass_scorer(setup):
     tok, _, seqs, conts = setup
     model = tiny_llama(tok)
-    loglik._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
+    scorer._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
     assert model._knowflow_tree_ok is True
 
 
@@ -137,9 +139,20 @@ def test_rows_sharing_their_question_score_as_the_flat_scorer_and_a_full_forward
     rows = trie_rows(seqs, conts, prefix.length)
     assert any(len(r) >= 3 for r in rows)                 # the three "stone" prompts
     packed = score_batch_tree(model, seqs, conts, prefix, tok.pad_token_id, rows)
-    two = loglik._score_batch_cached(model, seqs, conts, prefix, tok.pad_token_id)
-    via = loglik.score_continuations(model, tok, seqs, SHARED_CANDS, batch_size=3,
+    two = scorer._score_two_pass(model, seqs, conts, prefix, tok.pad_token_id)
+    via = scorer.score_continuations(model, tok, seqs, SHARED_CANDS, batch_size=3,
                                      share_prefix=share)
     assert_scores_match_naive(model, tok, seqs, SHARED_CANDS, packed, two, via)
     assert [lp for row in packed for lp, _ in row] == pytest.approx(
         [lp for row in two for lp, _ in row], abs=1e-4)
+
+
+def test_every_strategy_gives_the_scores_of_a_full_forward(setup):
+    """One entry point: "auto", "two_pass" and "trie" score several candidates per prompt as
+    one full forward pass per candidate does; an unknown strategy is refused."""
+    tok, model, seqs, _ = setup
+    got = [scorer.score_continuations(model, tok, seqs, CANDS, strategy=s)
+           for s in scorer.STRATEGIES]
+    assert_scores_match_naive(model, tok, seqs, CANDS, *got)
+    with pytest.raises(ValueError, match="unknown scoring strategy"):
+        scorer.score_continuations(model, tok, seqs, CANDS, strategy="fast")

@@ -1,4 +1,5 @@
-"""Continuations of many prompts that share prefixes, scored over their token trie.
+"""The token trie of many sequences, and the one-pass trie strategy of `lens.scorer`:
+continuations of many prompts that share prefixes, scored over their token trie.
 
 The ablated prompts of one item differ only in which sentences they keep, so sorted
 lexicographically, consecutive prompts share every token up to the first sentence in which
@@ -20,16 +21,15 @@ projected to the vocabulary, and in the last layer only they get attention and t
 other positions' keys and values of that layer are all a later token needs); the
 continuation's last token is never fed.
 
-`score_trie` checks itself once per model against `evaluation.loglik.score_continuations` and
-uses that scorer instead for a model whose attention does not go through transformers'
-attention interface (`lens.arch.arch_of`) or whose scores differ.
+`run_trie` returns None for a model whose attention does not go through transformers'
+attention interface (`lens.arch.arch_of`); `lens.scorer` then checks and falls back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
@@ -38,14 +38,55 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from knowflow.errors import KnowflowError
-from knowflow.evaluation.loglik import check_tolerance, encode_continuations, score_continuations
-from knowflow.evaluation.tree import Trie
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
 
 CHUNK = 2048         # trie nodes per forward pass (at most; the keys of earlier chunks are kept)
 _NAME = "knowflow_trie"
-CHECK_PROMPTS = 3    # prompts of a model's first call also scored one at a time
+
+
+@dataclass
+class Trie:
+    """A token trie: one node per distinct prefix. `reads` (the tree strategy's rows):
+    (node, token, item, candidate): the logits at `node` score `token` of candidate
+    `candidate` of the row's `item`-th item."""
+
+    tokens: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)      # -1: continues the shared prefix
+    depth: list[int] = field(default_factory=list)       # tokens after the shared prefix
+    reads: list[tuple[int, int, int, int]] = field(default_factory=list)
+    _child: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def path(self, node: int, tokens: Sequence[int]) -> list[int]:
+        """The nodes of `tokens` below `node`, added where missing."""
+        out = []
+        for t in tokens:
+            key = (node, t)
+            if key not in self._child:
+                self._child[key] = len(self.tokens)
+                self.tokens.append(t)
+                self.parent.append(node)
+                self.depth.append(self.depth[node] + 1 if node >= 0 else 0)
+            node = self._child[key]
+            out.append(node)
+        return out
+
+    @classmethod
+    def of(cls, prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]]) -> Trie:
+        """The trie of prompts (each at least one token) and their candidates."""
+        trie = cls()
+        for i, (p, cs) in enumerate(zip(prompts, conts, strict=True)):
+            end = trie.path(-1, p)[-1]
+            for k, c in enumerate(cs):
+                chain = [end, *trie.path(end, c[:-1])]
+                trie.reads += [(chain[j], t, i, k) for j, t in enumerate(c)]
+        return trie
+
+    def order(self) -> tuple[list[int], int]:
+        """Nodes in row order (the nodes read last) and how many are read."""
+        read = set(node for node, *_ in self.reads)
+        rest = [n for n in range(len(self.tokens)) if n not in read]
+        return rest + sorted(read), len(read)
 
 
 def build_trie(seqs: Sequence[Sequence[int]]) -> tuple[Trie, list[list[int]]]:
@@ -183,11 +224,12 @@ def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
 
 
 @torch.no_grad()
-def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
-              ) -> dict[tuple[int, int], float] | None:
+def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None = None
+             ) -> dict[tuple[int, int], float] | None:
     """Log-probabilities {(node, token): logp} of each token in `wanted[node]` after the
-    prefix ending at `node`; None when the model's attention does not go through
-    transformers' attention interface."""
+    prefix ending at `node`, `chunk` nodes (default `CHUNK`) per forward pass; None when the
+    model's attention does not go through transformers' attention interface."""
+    chunk = chunk or CHUNK
     try:
         arch = arch_of(model)
     except KnowflowError:
@@ -222,37 +264,4 @@ def _run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int
                 got = logp[torch.tensor([r for r, _, _ in pairs], device=device),
                            torch.tensor([t for _, _, t in pairs], device=device)].tolist()
                 out.update({(x, tok): v for (_, x, tok), v in zip(pairs, got, strict=True)})
-    return out
-
-
-def score_trie(model, tokenizer, prompts: Sequence[list[int]], continuations: Sequence[str],
-               chunk: int | None = None) -> list[tuple[float, int]]:
-    """(summed log-probability, token count) of each prompt's continuation, as
-    `score_continuations(model, tokenizer, prompts, [[c] for c in continuations])` gives it,
-    computed over the prompts' token trie (see the module docstring)."""
-    conts = [c[0] for c in encode_continuations(tokenizer, [[c] for c in continuations])]
-    fed = [list(p) + c[:-1] for p, c in zip(prompts, conts, strict=True)]
-    trie, paths = build_trie(fed)
-    wanted: dict[int, list[int]] = {}
-    for p, c, path in zip(prompts, conts, paths, strict=True):
-        for j, tok in enumerate(c):        # c[j] is predicted at the prompt's position len - 1 + j
-            wanted.setdefault(path[len(p) - 1 + j], []).append(tok)
-    ok = getattr(model, "_knowflow_trie_ok", None)
-    got = _run_trie(model, trie, wanted, chunk or CHUNK) if ok is not False else None
-    if got is None:
-        model._knowflow_trie_ok = False
-        return [s[0] for s in score_continuations(model, tokenizer, prompts,
-                                                  [[c] for c in continuations])]
-    out = [(sum(got[(path[len(p) - 1 + j], tok)] for j, tok in enumerate(c)), len(c))
-           for p, c, path in zip(prompts, conts, paths, strict=True)]
-    if ok is None:   # the prompts last in depth-first order: most tokens they do not see
-        few = sorted(range(len(prompts)), key=lambda i: -paths[i][-1])[:CHECK_PROMPTS]
-        ref = score_continuations(model, tokenizer, [prompts[i] for i in few],
-                                  [[continuations[i]] for i in few], share_prefix=False)
-        tol = check_tolerance(model)
-        model._knowflow_trie_ok = all(abs(out[i][0] - r[0][0]) <= tol
-                                      for i, r in zip(few, ref, strict=True))
-        if not model._knowflow_trie_ok:
-            return [s[0] for s in score_continuations(model, tokenizer, prompts,
-                                                      [[c] for c in continuations])]
     return out

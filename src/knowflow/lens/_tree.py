@@ -1,5 +1,5 @@
-"""Every candidate of a batch scored in its prompt's own forward pass, prompts that share
-tokens packed into one row: a token trie ("radix") per row.
+"""The tree strategy of `lens.scorer`: every candidate of a batch scored in its prompt's own
+forward pass, prompts that share tokens packed into one row: a token trie ("radix") per row.
 
 A row holds one or more prompts (after the run's shared prefix, `batching.Prefix`) and their
 candidates, each candidate without its last token, as a trie: one node per token, and tokens
@@ -10,65 +10,22 @@ exactly as if it were appended to its prompt alone. Nodes whose logits score a t
 prompt's last node, each candidate's fed tokens) sit at the end of the row and the row is
 right-aligned (padding on the left), so the vocabulary projection runs for the last
 `readouts` positions only (`logits_to_keep`). `trie_rows` picks the items that share a row;
-`loglik._score_batch` checks this pass against the two-pass scorer once per model and falls
-back to that if a model ignores custom 4D masks.
+`lens.scorer` checks this pass against its two-pass strategy once per model and falls back to
+that if a model ignores custom 4D masks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 from knowflow.evaluation.batching import Prefix, forward
+from knowflow.lens._trie import Trie
 from knowflow.lens.batching import model_device
 
 MIN_SHARE = 2     # tokens an item must share with the one before it to join its row
 ROW_NODES = 128   # most nodes in a shared row (its attention is dense: rows stay short)
-
-
-@dataclass
-class Trie:
-    """The nodes of one row. `reads`: (node, token, item, candidate): the logits at `node`
-    score `token` of candidate `candidate` of the row's `item`-th item."""
-
-    tokens: list[int] = field(default_factory=list)
-    parent: list[int] = field(default_factory=list)      # -1: continues the shared prefix
-    depth: list[int] = field(default_factory=list)       # tokens after the shared prefix
-    reads: list[tuple[int, int, int, int]] = field(default_factory=list)
-    _child: dict[tuple[int, int], int] = field(default_factory=dict)
-
-    def path(self, node: int, tokens: Sequence[int]) -> list[int]:
-        """The nodes of `tokens` below `node`, added where missing."""
-        out = []
-        for t in tokens:
-            key = (node, t)
-            if key not in self._child:
-                self._child[key] = len(self.tokens)
-                self.tokens.append(t)
-                self.parent.append(node)
-                self.depth.append(self.depth[node] + 1 if node >= 0 else 0)
-            node = self._child[key]
-            out.append(node)
-        return out
-
-    @classmethod
-    def of(cls, prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]]) -> Trie:
-        """The trie of prompts (each at least one token) and their candidates."""
-        trie = cls()
-        for i, (p, cs) in enumerate(zip(prompts, conts, strict=True)):
-            end = trie.path(-1, p)[-1]
-            for k, c in enumerate(cs):
-                chain = [end, *trie.path(end, c[:-1])]
-                trie.reads += [(chain[j], t, i, k) for j, t in enumerate(c)]
-        return trie
-
-    def order(self) -> tuple[list[int], int]:
-        """Nodes in row order (the nodes read last) and how many are read."""
-        read = set(node for node, *_ in self.reads)
-        rest = [n for n in range(len(self.tokens)) if n not in read]
-        return rest + sorted(read), len(read)
 
 
 def trie_rows(prompts: Sequence[Sequence[int]], conts: Sequence[list[list[int]]], n_prefix: int,
