@@ -3,19 +3,22 @@
 Prompts are sorted by token length (longest first, so memory trouble shows in the first batch)
 and left-padded; position ids count only real tokens, so a padded row computes the same
 positions as the same prompt run alone. Prompts of one run usually begin with the same tokens
-(a chat template's system turn, "Context:"): that common prefix is run once, and every batch
-continues from a copy of its cache, so the prefix costs one forward pass per run.
+(a chat template's system turn, "Context:"): that common prefix is run once (`lens.prefix`),
+and every batch continues from a copy of its cache, so the prefix costs one forward pass per run.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
-from knowflow.lens.batching import cache_keyword, model_device, output_cache
+from knowflow.lens.batching import model_device
+from knowflow.lens.prefix import (
+    Prefix,
+    common_prefix_len,  # noqa: F401  (its tests import it here)
+    forward,
+)
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -44,65 +47,6 @@ def encode_prompts(tokenizer, texts: Sequence[str], add_special_tokens: Sequence
                    ) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=a)["input_ids"]
             for t, a in zip(texts, add_special_tokens, strict=True)]
-
-
-def forward(model, past=None, last_only: bool = False, keep: int | None = None, **inputs):
-    """`model(**inputs)` with a KV cache; returns (logits, cache). With `keep`, logits for the
-    last `keep` positions only (`logits_to_keep` skips the vocabulary projection elsewhere);
-    `last_only` is `keep=1`."""
-    kwargs = {**inputs, "use_cache": True}
-    if past is not None:
-        kwargs[cache_keyword(model)] = past
-    keep = 1 if last_only else keep
-    if keep is not None and getattr(model, "_knowflow_keep_ok", True):
-        try:
-            out = model(**kwargs, logits_to_keep=keep)
-        except TypeError:
-            model._knowflow_keep_ok = False
-        else:
-            return out.logits, output_cache(out)
-    out = model(**kwargs)
-    return (out.logits[:, -keep:] if keep is not None else out.logits), output_cache(out)
-
-
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the token prefix all `seqs` share, leaving each at least one token."""
-    if not seqs:
-        return 0
-    limit = min(len(s) for s in seqs) - 1
-    first = seqs[0]
-    n = 0
-    while n < limit and all(s[n] == first[n] for s in seqs):
-        n += 1
-    return n
-
-
-@dataclass
-class Prefix:
-    """The KV cache of a token prefix shared by every prompt (batch of one)."""
-
-    length: int
-    cache: object = None
-
-    @classmethod
-    @torch.no_grad()
-    def build(cls, model, seqs: Sequence[Sequence[int]], share: bool = True) -> Prefix:
-        n = common_prefix_len(seqs) if share else 0
-        if n == 0:
-            return cls(0)
-        ids = torch.tensor([list(seqs[0][:n])], device=model_device(model))
-        _, cache = forward(model, input_ids=ids, attention_mask=torch.ones_like(ids),
-                           position_ids=torch.arange(n, device=ids.device)[None],
-                           last_only=True)
-        return cls(n, cache)
-
-    def expand(self, batch: int):
-        """A fresh cache holding the prefix `batch` times (the model appends to it)."""
-        if self.cache is None:
-            return None
-        cache = copy.deepcopy(self.cache)
-        cache.batch_repeat_interleave(batch)
-        return cache
 
 
 PrefillExtra = Callable[[torch.Tensor], dict]  # attention_mask (batch, seq) -> forward kwargs
