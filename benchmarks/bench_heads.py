@@ -17,7 +17,8 @@ import time
 import torch
 
 from knowflow.data.suites import get_suite
-from knowflow.lens.heads import head_shape, out_projections
+from knowflow.lens.arch import arch_of
+from knowflow.lens.heads import head_shape
 from knowflow.lens.load import load_model
 from knowflow.probes.heads import conflict_prompt, head_effects
 
@@ -39,7 +40,7 @@ def loop_effects(model, prompt) -> torch.Tensor:
                 x = args[0].clone()
                 x[:, -1, head * d:(head + 1) * d] = 0.0
                 return (x,)
-            handle = out_projections(model)[layer].register_forward_pre_hook(zero)
+            handle = arch_of(model).o[layer].register_forward_pre_hook(zero)
             out[layer, head] = odds() - base
             handle.remove()
     return out

@@ -1,144 +1,62 @@
 """Attention heads one at a time: edit, read and sweep each head's output.
 
-An attention layer's output is `o_proj(concat_h z_h) = sum_h W_O[:, h] z_h (+ bias)`, where
-`z_h` (head_dim) is head h's attention-weighted values and `W_O[:, h]` its columns of the
-output projection. Editing the input of `o_proj` per head therefore edits one head's output
-and nothing else in that layer: scaling `z_h` by gamma scales the head's contribution (gamma
-0 prunes it), replacing it by a mean is mean ablation. A forward pre-hook on `o_proj` does it
-(`head_edits`), so it works with any attention implementation and with a KV cache.
+A head's output is its attention-weighted values z_h, the hook point `blocks.{l}.attn.z`
+(lens.hooks): scaling z_h by gamma scales the head's contribution to the layer's output (gamma
+0 prunes it), replacing it by a mean is mean ablation (`scaled_heads`).
 
 `last_position_sweep` is the batched causal sweep behind `knowflow probe heads` and the
 `heads` decoding method's calibration: the prompt's prefix runs once, its KV cache is
-repeated over the rows of a batch, and each row recomputes only the last position under its
-own per-(layer, head) scale and fill. An edit at the last position cannot change an earlier
-position (attention is causal), so every row equals a full forward pass of the edited model
-(the tests check it against one forward per head).
+repeated over the rows of a batch (lens.prefix), and each row recomputes only the last
+position under its own per-(layer, head) scale and fill. An edit at the last position cannot
+change an earlier position (attention is causal), so every row equals a full forward pass of
+the edited model (the tests check it against one forward per head).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import torch
-from torch import nn
 
 from knowflow.errors import KnowflowError
-from knowflow.lens.batching import cache_keyword, output_cache
-
-_BLOCKS = ("layers", "h", "blocks", "block")
-_ATTN = ("self_attn", "attn", "attention", "self_attention")
-_OUT = ("o_proj", "c_proj", "out_proj", "dense")
-
-# (batch, seq, heads, head_dim) -> replacement of the same shape, or None to keep it
-HeadFn = Callable[[torch.Tensor], "torch.Tensor | None"]
-
-
-def first_child(module: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
-    """The first submodule of `module` found under one of `names` (the usual names of a
-    part differ between architectures)."""
-    for name in names:
-        child = getattr(module, name, None)
-        if isinstance(child, nn.Module):
-            return child
-    return None
-
-
-def out_projections(model) -> tuple[nn.Module, ...]:
-    """Each layer's attention output projection (`o_proj`), in layer order."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    blocks = first_child(decoder, _BLOCKS) if decoder is not None else None
-    if not isinstance(blocks, nn.ModuleList):
-        raise KnowflowError(f"{type(model).__name__}: no list of decoder blocks to find "
-                            "attention heads in")
-    out = []
-    for i, block in enumerate(blocks):
-        attn = first_child(block, _ATTN)
-        proj = first_child(attn, _OUT) if attn is not None else None
-        if proj is None or not hasattr(proj, "weight"):
-            raise KnowflowError(f"{type(model).__name__}: block {i} has no attention output "
-                                f"projection under the usual names ({', '.join(_OUT)})")
-        out.append(proj)
-    return tuple(out)
+from knowflow.lens.arch import arch_of, out_weight
+from knowflow.lens.hooks import HookFn, hook_name, hooked
+from knowflow.lens.prefix import Prefix
 
 
 def head_shape(model) -> tuple[int, int, int]:
     """(layers, heads, head_dim) of `model`."""
-    n_heads = getattr(model.config, "num_attention_heads", None)
-    d_in = out_weight(out_projections(model)[0]).shape[1]
-    if not isinstance(n_heads, int) or d_in % n_heads:
-        raise KnowflowError(f"{type(model).__name__}: cannot split the attention output "
-                            "into heads (num_attention_heads missing or not a divisor)")
-    return len(out_projections(model)), n_heads, d_in // n_heads
-
-
-def out_weight(proj: nn.Module) -> torch.Tensor:
-    """The projection as (d_model, heads * head_dim) (GPT-2's Conv1D stores it transposed)."""
-    return proj.weight if isinstance(proj, nn.Linear) else proj.weight.T
+    arch = arch_of(model)
+    return arch.n_layers, arch.n_heads, arch.head_dim
 
 
 def head_contributions(model, layer: int, z: torch.Tensor) -> torch.Tensor:
     """Each head's share of layer `layer`'s attention output: z (..., heads * head_dim), the
     input of o_proj, -> (..., heads, d_model); summed over heads (plus o_proj's bias) it is
     the layer's attention output."""
-    _, n_heads, head_dim = head_shape(model)
-    w = out_weight(out_projections(model)[layer])              # (d_model, heads * head_dim)
+    arch = arch_of(model)
+    n_heads, head_dim = arch.n_heads, arch.head_dim
+    w = out_weight(arch.o[layer])                              # (d_model, heads * head_dim)
     w = w.view(w.shape[0], n_heads, head_dim)                  # (d_model, heads, head_dim)
     z = z.view(*z.shape[:-1], n_heads, head_dim).to(w.dtype)   # (..., heads, head_dim)
     return torch.einsum("...hd,mhd->...hm", z, w)
 
 
 @contextmanager
-def head_edits(model, fns: Mapping[int, HeadFn]) -> Iterator[None]:
-    """Inside the block, the input of layer l's o_proj, viewed as (batch, seq, heads,
-    head_dim), goes through `fns[l]` (a returned tensor replaces it; None keeps it)."""
-    projs = out_projections(model)
-    _, n_heads, head_dim = head_shape(model)
-    bad = [layer for layer in fns if not 0 <= layer < len(projs)]
-    if bad:
-        raise KnowflowError(f"layer {bad[0]} is outside the model (0..{len(projs) - 1})")
-
-    def pre_hook(fn: HeadFn):
-        def hook(module, args):
-            x = args[0]                                         # (batch, seq, heads * head_dim)
-            new = fn(x.view(*x.shape[:-1], n_heads, head_dim))
-            return None if new is None else (new.reshape(x.shape), *args[1:])
-        return hook
-
-    handles = [projs[layer].register_forward_pre_hook(pre_hook(fn))
-               for layer, fn in fns.items()]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@contextmanager
 def scaled_heads(model, scales: Mapping[int, torch.Tensor]) -> Iterator[None]:
     """Inside the block, every position's output of head h in layer l is multiplied by
     `scales[l][h]` (scales[l]: (heads,); 0 prunes a head, 1 leaves it)."""
-    def scale(s: torch.Tensor) -> HeadFn:
+    n_layers = head_shape(model)[0]
+    bad = [layer for layer in scales if not 0 <= layer < n_layers]
+    if bad:
+        raise KnowflowError(f"layer {bad[0]} is outside the model (0..{n_layers - 1})")
+
+    def scale(s: torch.Tensor) -> HookFn:
         return lambda x: x * s.to(x.device, x.dtype)[:, None]  # (batch, seq, heads, head_dim)
 
-    with head_edits(model, {layer: scale(s) for layer, s in scales.items()}):
+    with hooked(model, {hook_name(layer, "attn.z"): scale(s) for layer, s in scales.items()}):
         yield
-
-
-@contextmanager
-def captured_heads(model) -> Iterator[dict[int, torch.Tensor]]:
-    """Inside the block, forward passes store each layer's o_proj input, (batch, seq,
-    heads * head_dim), in the yielded dict by layer."""
-    store: dict[int, torch.Tensor] = {}
-
-    def keep(layer: int) -> HeadFn:
-        def fn(x: torch.Tensor) -> None:                           # (batch, seq, heads, d)
-            store[layer] = x.reshape(*x.shape[:-2], -1)
-        return fn
-
-    with head_edits(model, {layer: keep(layer) for layer in range(head_shape(model)[0])}):
-        yield store
 
 
 @torch.no_grad()
@@ -153,12 +71,10 @@ def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
     (rows, d_model), and every layer's o_proj input there, (rows, layers, heads * head_dim)."""
     n_layers, n_heads, head_dim = head_shape(model)
     dev = next(model.parameters()).device
-    decoder = model.get_decoder()
+    decoder = arch_of(model).decoder
     x = torch.tensor([list(ids)], dtype=torch.long, device=dev)  # (1, seq)
     last = x.shape[1] - 1
-    prefix = None
-    if last > 0:
-        prefix = output_cache(decoder(input_ids=x[:, :last], use_cache=True))
+    prefix = Prefix.run(decoder, x[:, :last], lm_head=False)
     hidden, zs = [], []
     for start in range(0, scale.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, scale.shape[0]))
@@ -166,23 +82,20 @@ def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
         f = fill[rows].to(dev) if fill is not None else None       # (n, layers, heads, d)
         n = s.shape[0]
         z_last = torch.zeros(n, n_layers, n_heads * head_dim, device=dev)
-        fns = {layer: _row_edit(s[:, layer], None if f is None else f[:, layer], z_last, layer)
+        fns = {hook_name(layer, "attn.z"): _row_edit(s[:, layer], None if f is None
+                                                     else f[:, layer], z_last, layer)
                for layer in range(n_layers)}
-        kwargs = dict(input_ids=x[:, last:].expand(n, 1), **(extra(rows) if extra else {}))
-        if prefix is not None:
-            cache = copy.deepcopy(prefix)
-            cache.batch_repeat_interleave(n)
-            kwargs.update({cache_keyword(decoder): cache,
-                           "position_ids": torch.full((n, 1), last, device=dev)})
-        with head_edits(model, fns):
-            out = decoder(**kwargs, use_cache=prefix is not None)
+        kwargs = dict(input_ids=x[:, last:].expand(n, 1), **(extra(rows) if extra else {}),
+                      **prefix.feed(decoder, n))
+        with hooked(model, fns):
+            out = decoder(**kwargs, use_cache=prefix.cache is not None)
         hidden.append(out.last_hidden_state[:, -1].float().cpu())  # (n, d_model)
         zs.append(z_last.cpu())
     return torch.cat(hidden), torch.cat(zs)
 
 
 def _row_edit(s: torch.Tensor, f: torch.Tensor | None, z_last: torch.Tensor, layer: int
-              ) -> HeadFn:
+              ) -> HookFn:
     """The edit of one layer for a batch of rows: s (n, heads), f (n, heads, head_dim); the
     result at the (only) position is recorded in z_last[:, layer]."""
     unchanged = bool((s == 1).all()) and (f is None or not bool(f.any()))
@@ -199,7 +112,7 @@ def _row_edit(s: torch.Tensor, f: torch.Tensor | None, z_last: torch.Tensor, lay
 def target_logits(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Logits of chosen tokens from final hidden states: hidden (rows, d_model), targets
     (rows, k) token ids -> (rows, k). Only those rows of the unembedding are used."""
-    unembed = model.get_output_embeddings()
+    unembed = arch_of(model).unembed
     w = unembed.weight[targets.to(unembed.weight.device)].float().cpu()  # (rows, k, d_model)
     out = torch.einsum("rkd,rd->rk", w, hidden.float())
     bias = getattr(unembed, "bias", None)

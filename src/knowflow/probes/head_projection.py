@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.lens.arch import arch_of
-from knowflow.lens.heads import captured_heads, head_contributions, head_shape
+from knowflow.lens.batching import model_device, pad_id, right_pad
+from knowflow.lens.heads import head_contributions, head_shape
 from knowflow.lens.hooks import captured, hook_name
-from knowflow.probes.common import device_of, pad_id, pad_right, recall_examples
+from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.projection import project
 from knowflow.runs import Progress
@@ -57,16 +58,18 @@ def head_projection(model, tokenizer, examples: Sequence[ProbeExample],
     n_layers = head_shape(model)[0]
     located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
                                              "head-project", cfg.batch_size)
-    dev = device_of(model)
+    dev = model_device(model)
     records: list[dict] = []
     for start in range(0, len(chosen), cfg.batch_size):
         idx = chosen[start: start + cfg.batch_size]
-        ids, mask, last = pad_right([located[i].input_ids for i in idx], pad_id(tokenizer), dev)
+        ids, mask = right_pad([located[i].input_ids for i in idx], pad_id(tokenizer), dev)
+        last = mask.sum(-1) - 1  # (batch,) each prompt's last position
         rows = torch.arange(len(idx), device=dev)
         names = [hook_name(layer, "attn.out") for layer in range(n_layers)]
-        with captured_heads(model) as z_all, captured(model, names) as acts:
+        z_names = [hook_name(layer, "attn.z") for layer in range(n_layers)]
+        with captured(model, z_names + names) as acts:
             model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
-        z = torch.stack([z_all[layer][rows, last] for layer in range(n_layers)], 1)  # (b, L, H*d)
+        z = torch.stack([acts[name][rows, last].flatten(-2) for name in z_names], 1)  # (b, L, H*d)
         top = head_top_tokens(model, z, cfg.final_norm)                        # (b, L, H)
         for layer in range(arch.n_layers):
             whole = project(model, acts[names[layer]][rows, last], cfg.final_norm).argmax(-1)

@@ -25,8 +25,9 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.lens.hooks import captured, hook_name
-from knowflow.probes.common import device_of, pad_id, pad_right, recall_examples
+from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.runs import Progress
 
@@ -78,7 +79,7 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
     arch = arch_of(model)
     located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
                                              "project", cfg.batch_size)
-    dev = device_of(model)
+    dev = model_device(model)
     names: dict[int, str] = {}
 
     def text(tid: int) -> str:
@@ -89,10 +90,13 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
     records: list[dict] = []
     for start in range(0, len(chosen), cfg.batch_size):
         idx = chosen[start: start + cfg.batch_size]
-        ids, mask, last = pad_right([located[i].input_ids for i in idx], pad_id(tokenizer), dev)
+        ids, mask = right_pad([located[i].input_ids for i in idx], pad_id(tokenizer), dev)
+        last = mask.sum(-1) - 1  # (batch,) each prompt's last position
         subj = torch.tensor([located[i].subject[-1] for i in idx], device=dev)
         rows = torch.arange(len(idx), device=dev)
-        with captured(model) as acts:  # every hook point: (batch, seq, d_model)
+        points = [hook_name(layer, point) for layer in range(arch.n_layers)
+                  for point in POINT_OF.values()]
+        with captured(model, points) as acts:  # (batch, seq, d_model) each
             model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
         for layer in range(arch.n_layers):
             top: dict[str, list[int]] = {}
