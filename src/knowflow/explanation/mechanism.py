@@ -7,86 +7,40 @@ the change in the answer's teacher-forced log-probability. Then the heads that a
 the top sentence (from the one-pass attention) are knocked out one at a time, each in its own
 layer only.
 
-This is the attention-edge knockout of `knowflow probe knockout` (`probes.intercept`: a plan
-that blocks different edges in different batch rows, heads and layers) extended from one
-query position to the answer's positions. Only edges from those positions are cut, so the
-prompt up to its last token computes what the unmodified model computes: it runs once, and
-every variant continues from a copy of its KV cache with the answer positions alone.
+This is the attention-edge knockout of `knowflow probe knockout` (`probes.knockout.cut_scores`:
+a plan that blocks different edges in different batch rows, heads and layers), run from the
+answer's positions. Only edges from those positions are cut, so the prompt up to its last
+token computes what the unmodified model computes: it runs once, and every variant continues
+from a copy of its KV cache with the answer positions alone.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from knowflow.lens.arch import arch_of
-from knowflow.probes.common import cache_kwargs, device_of, output_cache, window
-from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.probes.common import window
+from knowflow.probes.intercept import intercepted
+from knowflow.probes.knockout import Cut, cut_scores
 
 
-@dataclass(frozen=True)
-class Cut:
-    """One variant: in each listed layer, the heads (None: all) whose edges from the answer
-    positions to `keys` are cut."""
-
-    layers: tuple[int, ...]
-    keys: tuple[int, ...]
-    heads: tuple[int, ...] | None = None
-
-
-def _blocks(chunk: Sequence[Cut], n_layers: int, n_heads: int, q_len: int, k_len: int
-            ) -> dict[int, torch.Tensor]:
-    """Per layer, (rows, heads, q_len, k_len) bool: True where an edge is cut."""
-    out: dict[int, torch.Tensor] = {}
-    for layer in range(n_layers):
-        rows = [r for r, cut in enumerate(chunk) if layer in cut.layers and cut.keys]
-        if not rows:
-            continue
-        block = torch.zeros(len(chunk), n_heads, q_len, k_len, dtype=torch.bool)
-        for r in rows:
-            heads = list(chunk[r].heads) if chunk[r].heads is not None else list(range(n_heads))
-            keys = torch.tensor(chunk[r].keys, dtype=torch.long)
-            block[r][torch.tensor(heads)[:, None], :, keys[None, :]] = True
-        out[layer] = block
-    return out
-
-
-@torch.no_grad()
 def answer_logprobs(model, prompt_ids: list[int], answer_ids: list[int], cuts: Sequence[Cut],
                     batch_size: int = 32) -> torch.Tensor:
     """The answer's summed log-probability after the prompt under each cut: (cuts,) float64.
     A cut with no keys is the unmodified model."""
-    arch = arch_of(model)
-    dev = device_of(model)
     start = len(prompt_ids) - 1                         # the first answer position
-    ids = torch.tensor([prompt_ids + answer_ids], device=dev)           # (1, seq)
-    q_len = len(answer_ids)
-    queries = ids[:, start:start + q_len]                               # (1, q_len)
-    targets = ids[0, start + 1:start + 1 + q_len]                       # (q_len,)
-    out = []
+    ids = (prompt_ids + answer_ids)[:start + len(answer_ids)]  # the answer positions' inputs
+    targets = torch.tensor(answer_ids)                  # (q_len,)
+
+    def logprob(logits: torch.Tensor) -> torch.Tensor:  # (n, q_len, vocab)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        at = targets.to(logp.device).expand(len(logp), -1)[..., None]      # (n, q_len, 1)
+        return logp.gather(-1, at)[..., 0].sum(-1).double().cpu()          # (n,)
+
     with intercepted(model) as layer_of:
-        first = model(input_ids=ids[:, :start], use_cache=True, logits_to_keep=1,
-                      knowflow_plan=AttentionPlan(layer_of=layer_of))
-        prefix = output_cache(first)
-        for lo in range(0, len(cuts), batch_size):
-            chunk = cuts[lo:lo + batch_size]
-            n = len(chunk)
-            cache = copy.deepcopy(prefix)
-            cache.batch_repeat_interleave(n)
-            block = _blocks(chunk, arch.n_layers, arch.n_heads, q_len, start + q_len)
-            plan = AttentionPlan(block={k: v.to(dev) for k, v in block.items()},
-                                 layer_of=layer_of)
-            logits = model(input_ids=queries.expand(n, -1),
-                           position_ids=torch.arange(start, start + q_len, device=dev
-                                                     ).expand(n, -1),
-                           knowflow_plan=plan, **cache_kwargs(model, cache)).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)             # (n, q_len, vocab)
-            picked = logp.gather(-1, targets.expand(n, -1)[..., None])[..., 0]  # (n, q_len)
-            out.append(picked.sum(-1).double().cpu())
-    return torch.cat(out)
+        return cut_scores(model, ids, start, cuts, logprob, layer_of, batch_size)
 
 
 def mechanism(model, prompt_ids: list[int], answer_ids: list[int], context_keys: list[int],

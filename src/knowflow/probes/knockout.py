@@ -12,26 +12,21 @@ one batch, and the attention function blocks different edges in different rows a
 position computes exactly what it computes in the unmodified model; with `shared_prefix` the
 prompt prefix runs once, its key/value cache is shared by all variants, and each variant
 computes only the last position. `shared_prefix=False` replicates the whole prompt instead
-(the same numbers up to float rounding; kept as a reference).
+(the same numbers up to float rounding; kept as a reference). `cut_scores` is the one
+knockout: explain's mechanism level runs it from an answer's positions (explanation.mechanism).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from knowflow.lens.arch import arch_of
-from knowflow.probes.common import (
-    cache_kwargs,
-    check_heads,
-    check_layers,
-    device_of,
-    output_cache,
-    window,
-)
+from knowflow.lens.batching import model_device
+from knowflow.lens.prefix import Prefix
+from knowflow.probes.common import check_heads, check_layers, window
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import Located, check_source
@@ -51,27 +46,73 @@ class KnockoutConfig:
     spare_first: bool = False                         # never cut edges to position 0 (a sink)
 
 
-# A variant: the positions the last position may no longer attend to, in layers [lo, hi].
-Variant = tuple[tuple[int, ...], tuple[int, int] | None]
+@dataclass(frozen=True)
+class Cut:
+    """One knockout variant: in each listed layer, the heads (None: all) whose edges from the
+    query positions to `keys` are cut. No layers or no keys: the unmodified model."""
+
+    layers: tuple[int, ...]
+    keys: tuple[int, ...]
+    heads: tuple[int, ...] | None = None
 
 
-def _block_tensors(chunk: Sequence[Variant], n_layers: int, n_heads: int, heads: Sequence[int],
-                   q_len: int, k_len: int, q_row: int) -> dict[int, torch.Tensor]:
-    """Per layer, (rows, heads|1, q_len, k_len) bool: True where an edge is cut."""
-    head_idx = torch.tensor(list(heads) or [0], dtype=torch.long)
-    n_head_dim = n_heads if heads else 1
-    blocks: dict[int, torch.Tensor] = {}
+def _blocks(chunk: Sequence[Cut], n_layers: int, n_heads: int, q_rows: slice, q_len: int,
+            k_len: int) -> dict[int, torch.Tensor]:
+    """Per layer, (rows, heads|1, q_len, k_len) bool: True where an edge is cut (one head
+    column, broadcast over heads, when no cut in the chunk names heads)."""
+    width = n_heads if any(c.heads is not None for c in chunk) else 1
+    out: dict[int, torch.Tensor] = {}
     for layer in range(n_layers):
-        rows = [r for r, (pos, win) in enumerate(chunk)
-                if pos and win is not None and win[0] <= layer <= win[1]]
+        rows = [r for r, cut in enumerate(chunk) if layer in cut.layers and cut.keys]
         if not rows:
             continue
-        block = torch.zeros(len(chunk), n_head_dim, q_len, k_len, dtype=torch.bool)
+        block = torch.zeros(len(chunk), width, q_len, k_len, dtype=torch.bool)
         for r in rows:
-            pos = torch.tensor(chunk[r][0], dtype=torch.long)
-            block[r, :, q_row, :][head_idx[:, None], pos[None, :]] = True
-        blocks[layer] = block
-    return blocks
+            heads = torch.tensor(chunk[r].heads if chunk[r].heads is not None
+                                 else range(width), dtype=torch.long)
+            keys = torch.tensor(chunk[r].keys, dtype=torch.long)
+            block[r][heads[:, None], q_rows, keys[None, :]] = True
+        out[layer] = block
+    return out
+
+
+@torch.no_grad()
+def cut_scores(model, ids: Sequence[int], start: int, cuts: Sequence[Cut],
+               score: Callable[[torch.Tensor], torch.Tensor], layer_of: dict[int, int],
+               batch_size: int = 128, shared_prefix: bool = True, keep: int | None = None
+               ) -> torch.Tensor:
+    """The one attention-edge knockout: run `ids` once per cut, with the cut's edges from the
+    query positions `start..` cut, and `score` each batch's next-token logits (n, positions,
+    vocab; the last `keep` positions, all queries when None). Only edges from the queries are
+    cut, so with `shared_prefix` the tokens before `start` run once (lens.prefix) and each
+    cut recomputes the queries alone. Call inside `intercepted(model)` (`layer_of`)."""
+    arch = arch_of(model)
+    x = torch.tensor([list(ids)], dtype=torch.long, device=model_device(model))  # (1, seq)
+    shared = shared_prefix and start > 0
+    if shared:
+        prefix = Prefix.run(model, x[:, :start], knowflow_plan=AttentionPlan(layer_of=layer_of))
+    q_len = x.shape[1] - start
+    out = []
+    for lo in range(0, len(cuts), batch_size):
+        chunk = cuts[lo:lo + batch_size]
+        n = len(chunk)
+        if shared:
+            kwargs = dict(input_ids=x[:, start:].expand(n, -1), **prefix.feed(model, n, q_len))
+            rows, width = slice(0, q_len), q_len
+        else:
+            kwargs = dict(input_ids=x.expand(n, -1))
+            rows, width = slice(start, None), x.shape[1]
+        block = _blocks(chunk, arch.n_layers, arch.n_heads, rows, width, x.shape[1])
+        plan = AttentionPlan(block={k: v.to(x.device) for k, v in block.items()},
+                             layer_of=layer_of)
+        if keep is not None:
+            kwargs["logits_to_keep"] = keep
+        out.append(score(model(**kwargs, knowflow_plan=plan).logits))
+    return torch.cat(out)
+
+
+# A probe variant: the positions the last position may no longer attend to, in layers [lo, hi].
+Variant = tuple[tuple[int, ...], tuple[int, int] | None]
 
 
 def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant],
@@ -82,41 +123,17 @@ def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant]
     return logits.softmax(-1)[:, target]
 
 
-@torch.no_grad()
 def knockout_logits(model, loc: Located, variants: Sequence[Variant], heads: Sequence[int] = (),
                     batch_size: int = 128, shared_prefix: bool = True,
                     layer_of: dict[int, int] | None = None) -> torch.Tensor:
     """Next-token logits at the last position under each variant: (variants, vocab).
     Call inside `intercepted(model)`; `layer_of` is the map it yields."""
-    arch = arch_of(model)
-    dev = device_of(model)
-    layer_of = layer_of or {id(a): i for i, a in enumerate(arch.attn)}
-    ids = torch.tensor([loc.input_ids], dtype=torch.long, device=dev)  # (1, seq)
-    last = loc.last
-    shared = shared_prefix and last > 0
-    if shared:
-        out = model(input_ids=ids[:, :last], use_cache=True,
-                    knowflow_plan=AttentionPlan(layer_of=layer_of), logits_to_keep=1)
-        prefix = output_cache(out)
-    out = []
-    for start in range(0, len(variants), batch_size):
-        chunk = variants[start: start + batch_size]
-        n = len(chunk)
-        if shared:
-            cache = copy.deepcopy(prefix)
-            cache.batch_repeat_interleave(n)
-            kwargs = dict(input_ids=ids[:, last:].expand(n, 1),
-                          position_ids=torch.full((n, 1), last, device=dev),
-                          **cache_kwargs(model, cache))
-            q_len, q_row = 1, 0
-        else:
-            kwargs = dict(input_ids=ids.expand(n, -1))
-            q_len, q_row = last + 1, last
-        block = _block_tensors(chunk, arch.n_layers, arch.n_heads, heads, q_len, last + 1, q_row)
-        plan = AttentionPlan(block={k: v.to(dev) for k, v in block.items()}, layer_of=layer_of)
-        logits = model(**kwargs, knowflow_plan=plan, logits_to_keep=1).logits[:, -1]
-        out.append(logits.float().cpu())  # (n, vocab)
-    return torch.cat(out)
+    layer_of = layer_of or {id(a): i for i, a in enumerate(arch_of(model).attn)}
+    cuts = [Cut(tuple(range(win[0], win[1] + 1)) if win is not None else (), tuple(pos),
+                tuple(heads) or None) for pos, win in variants]
+    return cut_scores(model, loc.input_ids[:loc.last + 1], loc.last, cuts,
+                      lambda logits: logits[:, -1].float().cpu(),  # (n, vocab)
+                      layer_of, batch_size, shared_prefix, keep=1)
 
 
 def knockout(model, tokenizer, examples: Sequence[ProbeExample],
