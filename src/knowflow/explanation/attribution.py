@@ -34,8 +34,8 @@ from knowflow.explanation.prompts import ablated_prompts
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import balanced_masks, fit_surrogate, random_masks, spearman
 from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device
 from knowflow.lens.scorer import score_continuations
-from knowflow.probes.common import device_of
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
 
@@ -113,7 +113,7 @@ def attention_to_sentences(model, prompt_ids: list[int], spans: Sequence[Sequenc
     """(layers, heads, sentences): the attention probability from the answer position (the
     prompt's last token) to each sentence's tokens, from one forward pass."""
     arch = arch_of(model)
-    ids = torch.tensor([prompt_ids], device=device_of(model))            # (1, seq)
+    ids = torch.tensor([prompt_ids], device=model_device(model))            # (1, seq)
     with intercepted(model) as layer_of:
         plan = AttentionPlan(capture=frozenset(range(arch.n_layers)),
                              capture_rows=torch.tensor([len(prompt_ids) - 1]),
@@ -130,7 +130,7 @@ def gradient_x_input(model, prompt_ids: list[int], answer_ids: list[int],
     """Per sentence, |gradient x input| of the answer's log-probability with respect to the
     input embeddings, summed over the embedding and the sentence's tokens: one forward and
     one backward pass (only the embeddings' gradient is computed)."""
-    dev = device_of(model)
+    dev = model_device(model)
     ids = torch.tensor([prompt_ids + answer_ids], device=dev)            # (1, seq)
     with torch.enable_grad():
         emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)  # (1, seq, d)

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.lens.batching import cache_keyword, output_cache, pad_id, right_pad  # noqa: F401
-from knowflow.lens.batching import model_device as device_of  # noqa: F401  (probes' name)
+from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.probes.examples import ProbeExample, require_subject
 from knowflow.probes.spans import Located, locate
 
@@ -20,21 +19,6 @@ class Prediction:
     prob: float
     text: str
     known: bool | None  # None: the example gives no answer or attributes to check against
-
-
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids (batch, seq), attention_mask (batch, seq), last index (batch,)), padded on the
-    right so that positions (and rotary embeddings) match the unpadded prompts."""
-    ids, mask = right_pad(seqs, pad_id, device)
-    last = torch.tensor([len(s) - 1 for s in seqs], dtype=torch.long)
-    return ids, mask, last.to(device)
-
-
-def cache_kwargs(model, cache) -> dict:
-    """The KV cache as the keyword this transformers version takes (`cache`, formerly
-    `past_key_values`)."""
-    return {cache_keyword(model): cache}
 
 
 def is_known(example: ProbeExample, token_text: str) -> bool | None:
@@ -51,10 +35,11 @@ def predict(model, tokenizer, examples: Sequence[ProbeExample], located: Sequenc
             batch_size: int = 16) -> list[Prediction]:
     """The unmodified model's top next token after each prompt, and its probability."""
     out: list[Prediction] = []
-    dev = device_of(model)
+    dev = model_device(model)
     for start in range(0, len(located), batch_size):
         chunk = located[start: start + batch_size]
-        ids, mask, last = pad_right([loc.input_ids for loc in chunk], pad_id(tokenizer), dev)
+        ids, mask = right_pad([loc.input_ids for loc in chunk], pad_id(tokenizer), dev)
+        last = mask.sum(-1) - 1  # (batch,) each prompt's last position
         logits = model(input_ids=ids, attention_mask=mask).logits  # (batch, seq, vocab)
         rows = torch.arange(len(chunk), device=dev)
         probs = logits[rows, last].float().softmax(-1)  # (batch, vocab)

@@ -24,7 +24,7 @@ import torch
 
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
-from knowflow.probes.common import device_of, pad_id, pad_right
+from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.probes.examples import ProbeExample, as_example
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
@@ -59,12 +59,13 @@ def attention_mass(model, tokenizer, examples: Sequence[ProbeExample | Mapping[s
                                 "has no context span")
     arch = arch_of(model)
     located = [locate(tokenizer, ex) for ex in exs]
-    dev = device_of(model)
+    dev = model_device(model)
     records: list[dict] = []
     with intercepted(model) as layer_of:
         for start in range(0, len(exs), cfg.batch_size):
             chunk = located[start: start + cfg.batch_size]
-            ids, mask, last = pad_right([c.input_ids for c in chunk], pad_id(tokenizer), dev)
+            ids, mask = right_pad([c.input_ids for c in chunk], pad_id(tokenizer), dev)
+            last = mask.sum(-1) - 1  # (batch,) each prompt's last position
             plan = AttentionPlan(capture=frozenset(range(arch.n_layers)), capture_rows=last,
                                  layer_of=layer_of)
             model(input_ids=ids, attention_mask=mask, knowflow_plan=plan, logits_to_keep=1)

@@ -19,8 +19,9 @@ import torch
 
 from knowflow.errors import ConfigError
 from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import hook_name, hooked
-from knowflow.probes.common import check_layers, device_of, window
+from knowflow.probes.common import check_layers, window
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
@@ -58,7 +59,7 @@ SublayerVariant = tuple[str, tuple[int, ...], tuple[int, int] | None]
 def sublayer_probs(model, loc: Located, target: int, variants: Sequence[SublayerVariant],
                    batch_size: int = 64) -> torch.Tensor:
     """Probability of `target` at the last position under each variant: (variants,)."""
-    dev = device_of(model)
+    dev = model_device(model)
     ids = torch.tensor([loc.input_ids], dtype=torch.long, device=dev)  # (1, seq)
     probs = []
     for start in range(0, len(variants), batch_size):
