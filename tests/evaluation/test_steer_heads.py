@@ -19,7 +19,8 @@ from knowflow.evaluation.items import render_prompts, scored_answers
 from knowflow.evaluation.options import EvalConfig
 from knowflow.evaluation.run import evaluate
 from knowflow.evaluation.steer_heads import HeadSteering, steered
-from knowflow.lens.heads import head_shape, out_projections
+from knowflow.lens.arch import arch_of
+from knowflow.lens.heads import head_shape
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_pruning_equals_zeroing_o_proj_input_by_hand(setup):
         x[..., 1 * d:2 * d] = 0.0
         return (x,)
 
-    handle = out_projections(model)[1].register_forward_pre_hook(zero_head_1)
+    handle = arch_of(model).o[1].register_forward_pre_hook(zero_head_1)
     ref = model(ids).logits
     handle.remove()
     with steered(model, HeadSteering(((1, 1),), 0.0)):

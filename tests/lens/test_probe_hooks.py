@@ -21,9 +21,10 @@ def _ids(tok):
 def test_names_in_forward_order():
     tok = byte_bpe()
     names = list(hook_points(tiny_llama(len(tok), layers=2)))
-    assert names == ["blocks.0.attn.out", "blocks.0.mlp.out", "blocks.0.resid_post",
-                     "blocks.1.attn.out", "blocks.1.mlp.out", "blocks.1.resid_post"]
-    assert len(hook_points(tiny_gpt2(len(tok), layers=3))) == 9
+    assert names == [f"blocks.{layer}.{point}" for layer in (0, 1) for point in
+                     ("attn.q", "attn.k", "attn.v", "attn.z", "attn.out", "mlp.out",
+                      "resid_post")]
+    assert len(hook_points(tiny_gpt2(len(tok), layers=3))) == 3 * 7
     with pytest.raises(KnowflowError, match="unknown hook point"):
         hook_name(0, "resid_pre")
 

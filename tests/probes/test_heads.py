@@ -8,12 +8,8 @@ import torch
 
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.lens.heads import (
-    captured_heads,
-    head_contributions,
-    head_shape,
-    out_projections,
-)
+from knowflow.lens.arch import arch_of
+from knowflow.lens.heads import head_contributions, head_shape
 from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes import probe
 from knowflow.probes.head_projection import head_top_tokens
@@ -53,7 +49,7 @@ def _by_hand(model, layer: int, head: int, value: torch.Tensor | None):
         x = args[0].clone()                                      # (1, seq, heads * head_dim)
         x[:, -1, head * d:(head + 1) * d] = 0.0 if value is None else value
         return (x,)
-    return out_projections(model)[layer].register_forward_pre_hook(hook)
+    return arch_of(model).o[layer].register_forward_pre_hook(hook)
 
 
 @torch.no_grad()
@@ -88,12 +84,13 @@ def test_context_block_matches_one_masked_forward_and_spares_other_heads(setup):
             block = torch.zeros(1, n_heads, seq, seq, dtype=torch.bool)
             block[0, head, -1, list(p.context)] = True
             plan = AttentionPlan(block={layer: block}, layer_of=layer_of)
-            with captured_heads(model) as z:
+            z_point = hook_name(layer, "attn.z")
+            with captured(model, [z_point]) as z:
                 ref = _log_odds(model, p, knowflow_plan=plan) - base
-            blocked = z[layer][0, -1].view(n_heads, d)
-            with captured_heads(model) as z:
+            blocked = z[z_point][0, -1]                               # (heads, head_dim)
+            with captured(model, [z_point]) as z:
                 _log_odds(model, p)
-            plain = z[layer][0, -1].view(n_heads, d)
+            plain = z[z_point][0, -1]
             assert float(effects[0, layer, head]) == pytest.approx(ref, abs=1e-4)
             others = [h for h in range(n_heads) if h != head]
             torch.testing.assert_close(blocked[others], plain[others], atol=1e-6, rtol=0)
@@ -105,16 +102,16 @@ def test_head_contributions_sum_to_the_attention_output(setup):
     model, tok, _, prompts = setup
     n_layers, n_heads, _ = head_shape(model)
     z: dict[int, torch.Tensor] = {}
-    handles = [proj.register_forward_pre_hook(  # by hand, not captured_heads
+    handles = [proj.register_forward_pre_hook(  # by hand, not the attn.z hook point
         lambda m, a, layer=layer: z.__setitem__(layer, a[0])) for layer, proj in
-        enumerate(out_projections(model))]
+        enumerate(arch_of(model).o)]
     with captured(model) as acts:
         model(torch.tensor([prompts[0].ids]))
     for h in handles:
         h.remove()
     for layer in range(n_layers):
         parts = head_contributions(model, layer, z[layer])       # (1, seq, heads, d_model)
-        bias = out_projections(model)[layer].bias
+        bias = arch_of(model).o[layer].bias
         total = parts.sum(-2) + (0 if bias is None else bias)
         torch.testing.assert_close(total, acts[hook_name(layer, "attn.out")], atol=1e-5,
                                    rtol=1e-5)
@@ -169,7 +166,7 @@ def test_head_projection_rates_match_a_hand_projection():
     z: dict[int, torch.Tensor] = {}
     handles = [proj.register_forward_pre_hook(
         lambda m, a, layer=layer: z.__setitem__(layer, a[0][0, -1])) for layer, proj in
-        enumerate(out_projections(model))]
+        enumerate(arch_of(model).o)]
     pred = int(model(torch.tensor([tok(ex.prompt)["input_ids"]])).logits[0, -1].argmax())
     for h in handles:
         h.remove()
