@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import byte_tokenizer, tiny_llama  # noqa: E402
+from helpers import byte_tokenizer, tiny_llama  # noqa: E402
 from knowflow.data.instruction_rows import encode_all  # noqa: E402
 from knowflow.data.instructions import MixtureConfig, builtin_mixture  # noqa: E402
 from knowflow.data.suites import get_suite  # noqa: E402

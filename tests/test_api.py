@@ -109,21 +109,20 @@ def test_suites_and_experiments_are_listed():
     assert {"cpi-toy", "ocr-toy"} <= {e.name for e in knowflow.list_experiments()}
 
 
-def _tiny():
-    from conftest import byte_tokenizer, tiny_llama
-
-    tok = byte_tokenizer()
-    return tiny_llama(tok), tok
+@pytest.fixture
+def tiny(tok, make_tiny_llama):
+    """(a tiny random Llama, its byte tokenizer)."""
+    return make_tiny_llama(tok), tok
 
 
 FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
         "answer": "Paris"}
 
 
-def test_probe_by_name_equals_calling_the_probe_with_its_config():
+def test_probe_by_name_equals_calling_the_probe_with_its_config(tiny):
     from knowflow.probes import KnockoutConfig, ProbeExample, knockout
 
-    model, tok = _tiny()
+    model, tok = tiny
     got = knowflow.probe("knockout", model, tok, [FACT], window=1, known_only=False,
                          sources=("subject", "last"))
     ref = knockout(model, tok, [ProbeExample(**FACT)],
@@ -134,8 +133,8 @@ def test_probe_by_name_equals_calling_the_probe_with_its_config():
         torch.testing.assert_close(a["p"], b["p"])
 
 
-def test_probe_rejects_unknown_names_and_fields():
-    model, tok = _tiny()
+def test_probe_rejects_unknown_names_and_fields(tiny):
+    model, tok = tiny
     with pytest.raises(ConfigError, match="unknown probe 'nope'"):
         knowflow.probe("nope", model, tok, [FACT])
     with pytest.raises(ConfigError) as err:

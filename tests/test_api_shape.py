@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 import knowflow
-from conftest import tiny_llama
 from knowflow.cli import app
 from knowflow.data.suites import get_suite
 from knowflow.probes import KnockoutConfig, ProbeExample, knockout
@@ -38,8 +37,8 @@ def test_evaluate_out_dir_writes_the_cli_folder(tiny_model_dir, tmp_path):
         sorted(p.name for p in (cli_dir / "figures").iterdir())
 
 
-def test_eval_result_save_is_the_out_dir_folder(tok, tmp_path):
-    model = tiny_llama(tok)
+def test_eval_result_save_is_the_out_dir_folder(make_tiny_llama, tok, tmp_path):
+    model = make_tiny_llama(tok)
     data = get_suite("cf-capitals", limit=3)  # items in memory
     kept = knowflow.evaluate(model, data, tokenizer=tok, max_new_tokens=2, n_bootstrap=10,
                              out_dir=tmp_path / "run")
@@ -57,8 +56,8 @@ def test_eval_result_save_is_the_out_dir_folder(tok, tmp_path):
                                          later.records["cf-capitals"]]
 
 
-def test_probe_new_and_old_forms_give_the_probe_records(tok, tmp_path):
-    model = tiny_llama(tok)
+def test_probe_new_and_old_forms_give_the_probe_records(make_tiny_llama, tok, tmp_path):
+    model = make_tiny_llama(tok)
     cfg = KnockoutConfig(window=1, known_only=False, sources=("subject", "last"))
     ref = knockout(model, tok, [ProbeExample(**FACT)], cfg)
     new = knowflow.probe(model, [FACT], tokenizer=tok, config=cfg)
@@ -97,8 +96,8 @@ def test_probe_out_dir_writes_the_cli_folder(kind, args, tiny_model_dir, tmp_pat
         assert (api_dir / name).read_bytes() == (cli_dir / name).read_bytes(), name
 
 
-def test_curate_and_augment_results(tok, rows, tmp_path):
-    model = tiny_llama(tok)
+def test_curate_and_augment_results(make_tiny_llama, tok, rows, tmp_path):
+    model = make_tiny_llama(tok)
     res = knowflow.curate(model, rows, tokenizer=tok, drop=0.25, batch_size=4)
     kept, scores = curate_examples(model, tok, rows, CurateConfig(drop=0.25, batch_size=4))
     assert res.kept == kept and res.scores == scores

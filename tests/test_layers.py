@@ -34,7 +34,7 @@ import pkgutil
 from pathlib import Path
 
 import knowflow
-from conftest import load_benchmark
+from helpers import load_benchmark
 
 SRC = Path(knowflow.__file__).parent
 LAYERS = (

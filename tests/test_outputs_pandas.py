@@ -3,7 +3,6 @@
 
 import pytest
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import encode_all
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.run import evaluate
@@ -18,8 +17,8 @@ def _no_dicts(df) -> None:
         assert not df[column].map(lambda v: isinstance(v, dict)).any(), column
 
 
-def test_items_jsonl_is_flat(tmp_path, tok):
-    res = evaluate(tiny_llama(tok), "cf-capitals,cf-quotes", tokenizer=tok, limit=3,
+def test_items_jsonl_is_flat(make_tiny_llama, tmp_path, tok):
+    res = evaluate(make_tiny_llama(tok), "cf-capitals,cf-quotes", tokenizer=tok, limit=3,
                    max_new_tokens=4, out_dir=tmp_path)
     df = pd.read_json(tmp_path / "items.jsonl", lines=True)
     _no_dicts(df)
@@ -32,12 +31,12 @@ def test_items_jsonl_is_flat(tmp_path, tok):
         assert acc == pytest.approx(res.summary[suite]["loglik"]["counterfactual_accuracy"])
 
 
-def test_metrics_jsonl_is_flat(tmp_path, tok, rows):
+def test_metrics_jsonl_is_flat(make_tiny_llama, tmp_path, tok, rows):
     data, _ = encode_all(tok, rows, "chat", 512)
     tracker = RelianceTracker(tok, TrackerConfig(every=2, batch_size=4), tmp_path,
                               items={"cf-capitals": get_suite("cf-capitals", limit=3),
                                      "cf-world": get_suite("cf-world", limit=3)})
-    finetune(tiny_llama(tok), tok, data, SFTConfig(steps=2, batch_size=4, save_every=10),
+    finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=2, batch_size=4, save_every=10),
              tmp_path, [tracker])
     df = pd.read_json(tmp_path / "metrics.jsonl", lines=True)
     _no_dicts(df)

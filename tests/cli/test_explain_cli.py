@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.cli import app
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import DataError
@@ -88,9 +88,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tiny_model_dir, tmp_pa
     assert not (tmp_path / "runs").exists()
 
 
-def test_an_answer_outside_the_models_vocabulary_is_refused():
+def test_an_answer_outside_the_models_vocabulary_is_refused(make_tiny_llama):
     tok = byte_tokenizer()
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     # a model whose output layer is smaller than its tokenizer: it cannot emit the last ids
     small = torch.nn.Linear(model.config.hidden_size, len(tok) - 3, bias=False)
     model.set_output_embeddings(small)

@@ -7,20 +7,18 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from helpers import SHARP, byte_bpe, save_model_folder
 from knowflow.cli import app
 from knowflow.io import read_json, read_jsonl
-from tiny_fixtures import byte_bpe, tiny_llama
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-llama")
+def model_dir(make_tiny_llama, tmp_path_factory):
     tok = byte_bpe()
-    tiny_llama(len(tok), layers=2).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_model_folder(tmp_path_factory.mktemp("tiny-llama"),
+                             make_tiny_llama(tok, layers=2, **SHARP), tok)
 
 
 def test_probe_heads_writes_a_run(model_dir, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import contrastive_setup
+from helpers import contrastive_setup
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import (
     Method,

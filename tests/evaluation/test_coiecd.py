@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import contrastive_setup
+from helpers import contrastive_setup
 from knowflow.evaluation.coiecd import LAMBDA, coiecd_logits, conflicting
 from knowflow.evaluation.decoding import Method, generate_contrastive, score_contrastive
 

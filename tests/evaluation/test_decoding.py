@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import (
@@ -29,9 +29,9 @@ def scored_answers(items, prompts) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(make_tiny_llama):
     tok = byte_tokenizer()
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     items = get_suite("cf-capitals", limit=5) + get_suite("cf-quotes", limit=3)
     cfg = EvalConfig(prompt_format="chat")
     prompts, seqs = render_prompts(items, tok, cfg, True)

@@ -10,7 +10,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
-from conftest import assert_scores_match_naive, byte_tokenizer, tiny_llama
+from helpers import assert_scores_match_naive, byte_tokenizer
 from knowflow.cli import app
 from knowflow.data.prompts import CONTEXT_ONLY, PromptConfig, render
 from knowflow.data.suites import get_suite
@@ -28,8 +28,8 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer):
-    return tiny_llama(tokenizer)
+def model(make_tiny_llama, tokenizer):
+    return make_tiny_llama(tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ under log-likelihood scoring alone; stage times are reported; batch size 0 resol
 
 import pytest
 
-from conftest import tiny_llama
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
@@ -16,8 +15,8 @@ from knowflow.evaluation.run import evaluate
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return tiny_llama(tok)
+def model(make_tiny_llama, tok):
+    return make_tiny_llama(tok)
 
 
 SUITES = ["cf-capitals", "cf-world", "cf-bio", "cf-quotes"]  # the four built-in suites

@@ -5,7 +5,7 @@ held-out items with heads chosen on the calibration split."""
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import HEADS, generate_with, parse_methods, score_with
@@ -24,9 +24,9 @@ from knowflow.lens.heads import head_shape
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(make_tiny_llama):
     tok = byte_tokenizer()
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     items = get_suite("cf-capitals", limit=4)
     prompts, seqs = render_prompts(items, tok, EvalConfig(prompt_format="chat"), True)
     return tok, model, items, seqs, scored_answers(items, prompts)

@@ -4,7 +4,7 @@ finite differences, on a small pretrained tiny-world model."""
 import pytest
 import torch
 
-from conftest import TINY_MODEL, TINY_WORLD
+from helpers import TINY_MODEL, TINY_WORLD
 from knowflow.experiments.inversion_tiny.mechanism import (
     context_attention,
     gradient_projections,

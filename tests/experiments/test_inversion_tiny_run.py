@@ -1,10 +1,12 @@
 """inversion-tiny end to end on a tiny world: pretraining cache, finetuning modes, the run
 contract, resume after an interruption, and bad input."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from conftest import TINY_MODEL, TINY_WORLD
+from helpers import TINY_MODEL, TINY_WORLD
 from knowflow.errors import ConfigError
 from knowflow.experiments.inversion_tiny.experiment import ARMS, InversionTinyConfig
 from knowflow.experiments.inversion_tiny.model import TinyModelConfig
@@ -235,8 +237,21 @@ def test_bad_config_names_the_field(override, field):
         build_config("inversion-tiny", override)
 
 
-def test_defaults_validate():
-    InversionTinyConfig().validate()
+def test_defaults_are_the_documented_study_and_validate_rejects_broken_variants():
+    cfg = InversionTinyConfig()
+    cfg.validate()
+    # docs/experiments/inversion-tiny.md: six arms (dynamic is opt-in), 5 seeds each
+    assert cfg.arms == ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
+    assert cfg.seeds == (0, 1, 2, 3, 4) and cfg.study == "arms"
+    broken = [({"arms": ()}, "arms"), ({"arms": ("mixed", "nope")}, "arms"),
+              ({"seeds": ()}, "seeds"),
+              ({"model": dataclasses.replace(cfg.model, d_model=30, heads=4)}, "model.d_model"),
+              ({"world": dataclasses.replace(cfg.world, scratch=0)}, "world.scratch"),
+              ({"pretrain": dataclasses.replace(cfg.pretrain, lookup_facts=1)},
+               "pretrain.lookup_facts")]
+    for change, field in broken:
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            dataclasses.replace(cfg, **change).validate()
 
 
 def test_phase_study_writes_every_cell(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import TINY_MODEL, TINY_WORLD
+from helpers import TINY_MODEL, TINY_WORLD
 from knowflow.experiments.inversion_tiny.model import (
     TinyModelConfig,
     build_tokenizer,

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.data.facts import ConflictItem
 from knowflow.evaluation.loglik import score_naive
 from knowflow.explanation.attribution import (
@@ -27,9 +27,9 @@ ITEM = ConflictItem(id="i", suite="s", context="Paris is in France. The sky is b
 
 
 @pytest.fixture(scope="module")
-def lm():
+def lm(make_tiny_llama):
     tok = byte_tokenizer()
-    return tiny_llama(tok), tok
+    return make_tiny_llama(tok), tok
 
 
 def test_batched_ablations_equal_one_at_a_time(lm):

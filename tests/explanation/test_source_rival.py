@@ -4,7 +4,7 @@ without the context (a naive greedy loop), scored by a full forward pass with an
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.generate import clean_output
 from knowflow.evaluation.loglik import score_naive
@@ -25,9 +25,9 @@ def _greedy(model, tok, ids: list[int], n: int) -> str:
     return clean_output(tok.decode(out[len(ids):], skip_special_tokens=True))
 
 
-def test_rival_is_the_no_context_continuation_of_the_lead():
+def test_rival_is_the_no_context_continuation_of_the_lead(make_tiny_llama):
     tok = byte_tokenizer()
-    model = tiny_llama(tok, seed=3)
+    model = make_tiny_llama(tok, seed=3)
     items = get_suite("cf-capitals", limit=3)
     spans = [("The capital is", " Lyon"), ("", "Paris"), ("It is", " Rome")]
     cfg = ExplainConfig(max_new_tokens=6, batch_size=2)

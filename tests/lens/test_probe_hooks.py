@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import SHARP, byte_bpe, tiny_gpt2
 from knowflow.errors import KnowflowError
 from knowflow.lens.hooks import captured, hook_name, hook_points, hooked
 from knowflow.probes.sweep import layer_curves
-from tiny_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 TEXT = "The Eiffel Tower is located in the city of"
 
@@ -18,22 +18,23 @@ def _ids(tok):
     return torch.tensor([tok(TEXT)["input_ids"]])
 
 
-def test_names_in_forward_order():
+def test_names_in_forward_order(make_tiny_llama):
     tok = byte_bpe()
-    names = list(hook_points(tiny_llama(len(tok), layers=2)))
+    names = list(hook_points(make_tiny_llama(tok, layers=2, **SHARP)))
     assert names == [f"blocks.{layer}.{point}" for layer in (0, 1) for point in
                      ("attn.q", "attn.k", "attn.v", "attn.z", "attn.out", "mlp.out",
                       "resid_post")]
-    assert len(hook_points(tiny_gpt2(len(tok), layers=3))) == 3 * 7
+    assert len(hook_points(tiny_gpt2(tok, layers=3))) == 3 * 7
     with pytest.raises(KnowflowError, match="unknown hook point"):
         hook_name(0, "resid_pre")
 
 
-@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
 @torch.no_grad()
-def test_resid_post_is_hf_hidden_state_and_last_one_gives_the_logits(make):
+def test_resid_post_is_hf_hidden_state_and_last_one_gives_the_logits(make_tiny_llama,
+                                                                      family):
     tok = byte_bpe()
-    model = make(len(tok))
+    model = make_tiny_llama(tok, layers=4, **SHARP) if family == "llama" else tiny_gpt2(tok)
     ids = _ids(tok)
     out = model(ids, output_hidden_states=True)
     with captured(model) as acts:
@@ -49,9 +50,9 @@ def test_resid_post_is_hf_hidden_state_and_last_one_gives_the_logits(make):
 
 
 @torch.no_grad()
-def test_llama_block_is_residual_plus_attn_out_plus_mlp_out():
+def test_llama_block_is_residual_plus_attn_out_plus_mlp_out(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok), layers=3)
+    model = make_tiny_llama(tok, layers=3, **SHARP)
     with captured(model) as acts:
         model(_ids(tok))
     for layer in (1, 2):
@@ -61,9 +62,9 @@ def test_llama_block_is_residual_plus_attn_out_plus_mlp_out():
 
 
 @torch.no_grad()
-def test_hooked_edit_changes_the_output_and_is_removed():
+def test_hooked_edit_changes_the_output_and_is_removed(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok), layers=2)
+    model = make_tiny_llama(tok, layers=2, **SHARP)
     ids = _ids(tok)
     plain = model(ids).logits
     with hooked(model, {"blocks.1.resid_post": torch.zeros_like}):

@@ -5,7 +5,7 @@ per candidate."""
 import pytest
 import torch
 
-from conftest import assert_scores_match_naive, byte_tokenizer, tiny_llama
+from helpers import assert_scores_match_naive, byte_tokenizer
 from knowflow.evaluation.batching import Prefix, encode_prompts, forward
 from knowflow.lens import scorer
 from knowflow.lens._tree import score_batch_tree, tree_length, trie_rows
@@ -17,9 +17,9 @@ CANDS = [[" Lyon", " Paris", " St Etienne"], [" Hugo", " V"], [" a", " bb", " cc
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(make_tiny_llama):
     tok = byte_tokenizer()
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     seqs = encode_prompts(tok, PROMPTS, [True] * len(PROMPTS))
     conts = [[tok(c, add_special_tokens=False)["input_ids"] for c in cs] for cs in CANDS]
     return tok, model, seqs, conts
@@ -60,9 +60,9 @@ def test_tree_scores_match_the_two_pass_scorer_and_a_full_forward(setup, share):
         [lp for row in two for lp, _ in row], abs=1e-4)
 
 
-def test_a_model_failing_the_check_falls_back_to_two_passes(setup, monkeypatch):
+def test_a_model_failing_the_check_falls_back_to_two_passes(make_tiny_llama, setup, monkeypatch):
     tok, _, seqs, conts = setup
-    model = tiny_llama(tok)  # a fresh model: not checked yet
+    model = make_tiny_llama(tok)  # a fresh model: not checked yet
     monkeypatch.setattr(scorer, "score_batch_tree",
                         lambda *a: [[(s + 1.0, n) for s, n in row] for row in
                                     scorer._score_two_pass(*a)])  # as if the mask were ignored
@@ -71,9 +71,9 @@ def test_a_model_failing_the_check_falls_back_to_two_passes(setup, monkeypatch):
     assert got == scorer._score_two_pass(model, seqs, conts, Prefix(0), tok.pad_token_id)
 
 
-def test_a_model_passing_the_check_keeps_the_one_pass_scorer(setup):
+def test_a_model_passing_the_check_keeps_the_one_pass_scorer(make_tiny_llama, setup):
     tok, _, seqs, conts = setup
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     scorer._score_batch(model, seqs, conts, Prefix(0), tok.pad_token_id)
     assert model._knowflow_tree_ok is True
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.evaluation.loglik import score_naive
 from knowflow.lens import _trie
 from knowflow.lens._trie import ancestors, build_trie, pieces
@@ -51,9 +51,9 @@ def test_pieces_attend_exactly_to_ancestors_and_self(size):
 
 
 @pytest.fixture(scope="module")
-def lm():
+def lm(make_tiny_llama):
     tok = byte_tokenizer()
-    return tiny_llama(tok, layers=3), tok
+    return make_tiny_llama(tok, layers=3), tok
 
 
 def _prompts(tok):
@@ -100,9 +100,9 @@ def test_ablated_prompts_score_as_one_prompt_at_a_time(lm, chunk, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_trie_scores_on_a_gpu_equal_one_prompt_at_a_time(monkeypatch):
+def test_trie_scores_on_a_gpu_equal_one_prompt_at_a_time(make_tiny_llama, monkeypatch):
     tok = byte_tokenizer()
-    model = tiny_llama(tok, layers=3).cuda()
+    model = make_tiny_llama(tok, layers=3).cuda()
     prompts, conts = _prompts(tok)
     got = score_trie(model, tok, prompts, conts, 16, monkeypatch)
     assert model._knowflow_trie_ok is True
@@ -125,9 +125,9 @@ class _IgnoresMasks(torch.nn.Module):
                           **kwargs)
 
 
-def test_a_model_ignoring_tree_masks_falls_back_to_plain_scoring(monkeypatch):
+def test_a_model_ignoring_tree_masks_falls_back_to_plain_scoring(make_tiny_llama, monkeypatch):
     tok = byte_tokenizer()
-    model = _IgnoresMasks(tiny_llama(tok, seed=1))
+    model = _IgnoresMasks(make_tiny_llama(tok, seed=1))
     prompts, conts = _prompts(tok)
     got = score_trie(model, tok, prompts, conts, 16, monkeypatch)
     assert model._knowflow_trie_ok is False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
+from helpers import SHARP, byte_bpe
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.arch import arch_of
@@ -23,13 +23,12 @@ from knowflow.probes.heads import (
     summarize_heads,
 )
 from knowflow.probes.intercept import AttentionPlan, intercepted
-from tiny_fixtures import byte_bpe, tiny_llama
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok), layers=3)
+    model = make_tiny_llama(tok, layers=3, **SHARP)
     items = get_suite("cf-capitals", limit=3)
     prompts = [conflict_prompt(it, tok, "plain") for it in items]
     return model, tok, items, prompts
@@ -152,13 +151,13 @@ def test_half_effect_count_and_bootstrap_grid():
 
 
 @torch.no_grad()
-def test_head_projection_rates_match_a_hand_projection():
+def test_head_projection_rates_match_a_hand_projection(make_tiny_llama):
     from knowflow.probes.examples import ProbeExample
     from knowflow.probes.head_projection import head_projection, summarize_head_projection
     from knowflow.probes.projection import project
 
     tok = byte_bpe()
-    model = tiny_llama(len(tok), layers=2)
+    model = make_tiny_llama(tok, layers=2, **SHARP)
     ex = ProbeExample(prompt="The capital of France is", subject="France", id="fr")
     recs = head_projection(model, tok, [ex])
     n_layers, n_heads, _ = head_shape(model)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import SHARP, byte_bpe, tiny_gpt2
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.probes.common import window
 from knowflow.probes.examples import ProbeExample
@@ -17,22 +18,22 @@ from knowflow.probes.knockout import (
     summarize_knockout,
 )
 from knowflow.probes.spans import locate
-from tiny_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 PROMPT = ProbeExample(prompt="The Eiffel Tower is located in the city of",
                       subject="The Eiffel Tower", relation="is located in the city of",
                       answer="Paris")
 
 
-def _setup(model_fn=tiny_llama, **kw):
+@pytest.fixture
+def setup(make_tiny_llama):
+    """(a fresh 4-layer sharp tiny Llama, its tokenizer, the located prompt)."""
     tok = byte_bpe()
-    model = model_fn(len(tok), **kw)
-    return model, tok, locate(tok, PROMPT)
+    return make_tiny_llama(tok, layers=4, **SHARP), tok, locate(tok, PROMPT)
 
 
 @torch.no_grad()
-def test_plan_without_blocks_gives_exactly_the_unmodified_logits():
-    model, _, loc = _setup()
+def test_plan_without_blocks_gives_exactly_the_unmodified_logits(setup):
+    model, _, loc = setup
     ids = torch.tensor([loc.input_ids])
     plain = model(ids).logits
     with intercepted(model) as layer_of:
@@ -43,8 +44,8 @@ def test_plan_without_blocks_gives_exactly_the_unmodified_logits():
 
 @pytest.mark.parametrize("shared_prefix", [True, False])
 @torch.no_grad()
-def test_empty_edge_set_matches_the_unmodified_model(shared_prefix):
-    model, _, loc = _setup()
+def test_empty_edge_set_matches_the_unmodified_model(setup, shared_prefix):
+    model, _, loc = setup
     ref = model(torch.tensor([loc.input_ids])).logits[0, -1]
     with intercepted(model) as layer_of:
         logits = knockout_logits(model, loc, [((), None), ((), (0, 3)), ((), (1, 2))],
@@ -65,9 +66,10 @@ def _diagonal_only_reference(model_eager, ids: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("shared_prefix", [True, False])
 @torch.no_grad()
-def test_every_edge_but_the_diagonal_matches_hand_masking(shared_prefix):
-    model, _, loc = _setup()
-    eager = tiny_llama(model.config.vocab_size, attn="eager")  # same seed: same weights
+def test_every_edge_but_the_diagonal_matches_hand_masking(setup, make_tiny_llama,
+                                                          shared_prefix):
+    model, tok, loc = setup
+    eager = make_tiny_llama(tok, layers=4, **(SHARP | {"attn": "eager"}))  # same weights
     ids = torch.tensor([loc.input_ids])
     everything_else = tuple(range(loc.last))
     with intercepted(model) as layer_of:
@@ -83,7 +85,8 @@ def test_every_edge_but_the_diagonal_matches_hand_masking(shared_prefix):
 
 @torch.no_grad()
 def test_gpt2_style_models_are_intercepted_the_same_way():
-    model, _, loc = _setup(tiny_gpt2)
+    tok = byte_bpe()
+    model, loc = tiny_gpt2(tok), locate(tok, PROMPT)
     ids = torch.tensor([loc.input_ids])
     with intercepted(model) as layer_of:
         logits = knockout_logits(model, loc, [((), None), (tuple(range(loc.last)), (0, 2))],
@@ -94,8 +97,8 @@ def test_gpt2_style_models_are_intercepted_the_same_way():
 
 
 @torch.no_grad()
-def test_rows_are_independent_and_heads_select():
-    model, _, loc = _setup()
+def test_rows_are_independent_and_heads_select(setup):
+    model, _, loc = setup
     subject = loc.subject
     a, b = (subject, (0, 1)), ((loc.last,), (2, 3))
     with intercepted(model) as layer_of:
@@ -120,8 +123,8 @@ def test_windows():
     assert window(2, 1, 4) == (2, 2)
 
 
-def test_knockout_records_and_summary():
-    model, tok, _ = _setup()
+def test_knockout_records_and_summary(setup):
+    model, tok, _ = setup
     cfg = KnockoutConfig(window=2, known_only=False)
     records = knockout(model, tok, [PROMPT, PROMPT], cfg)
     assert len(records) == 2 * 3 * 4
@@ -151,8 +154,8 @@ def test_summary_means_by_hand():
     assert s["most_negative_layer"] == 1 and s["n_examples"] == 2
 
 
-def test_bad_configs():
-    model, tok, _ = _setup()
+def test_bad_configs(setup):
+    model, tok, _ = setup
     with pytest.raises(ConfigError, match="larger than the model"):
         knockout(model, tok, [PROMPT], KnockoutConfig(window=5))
     with pytest.raises(ConfigError, match="head 7"):

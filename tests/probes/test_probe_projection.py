@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import SHARP, byte_bpe, tiny_gpt2
 from knowflow.errors import KnowflowError
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.mass import attention_mass, mean_attention_mass
@@ -16,7 +17,6 @@ from knowflow.probes.projection import (
     projection,
     summarize_projection,
 )
-from tiny_fixtures import byte_bpe, tiny_gpt2, tiny_llama
 
 FACTS = [ProbeExample(prompt="The capital of France is", subject="France",
                       attributes=("Paris", "French", "Europe", "the Seine")),
@@ -24,13 +24,13 @@ FACTS = [ProbeExample(prompt="The capital of France is", subject="France",
                       subject="The Eiffel Tower", attributes=("Paris", "iron tower"))]
 
 
-@pytest.mark.parametrize("model_fn", [tiny_llama, tiny_gpt2])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
 @torch.no_grad()
-def test_last_layer_projection_is_the_model_output(model_fn):
+def test_last_layer_projection_is_the_model_output(make_tiny_llama, family):
     """The logit lens of the last block's output, through the final norm, is the model's own
     next-token distribution, so the top token matches the prediction for every example."""
     tok = byte_bpe()
-    model = model_fn(len(tok))
+    model = make_tiny_llama(tok, layers=4, **SHARP) if family == "llama" else tiny_gpt2(tok)
     records = projection(model, tok, FACTS, ProjectionConfig(top_k=5, known_only=False))
     n_layers = model.config.num_hidden_layers
     assert len(records) == len(FACTS) * n_layers
@@ -57,10 +57,10 @@ def test_attribute_tokens():
 
 
 @torch.no_grad()
-def test_attention_mass_matches_output_attentions():
+def test_attention_mass_matches_output_attentions(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok))
-    eager = tiny_llama(len(tok), attn="eager")
+    model = make_tiny_llama(tok, layers=4, **SHARP)
+    eager = make_tiny_llama(tok, layers=4, **(SHARP | {"attn": "eager"}))
     prompt = "Context: the capital of France is Lyon. Question: what is the capital of France?"
     start, end = prompt.index("the capital"), prompt.index(" Question")
     examples = [{"prompt": prompt, "context": [start, end]},
@@ -89,7 +89,8 @@ def test_attention_mass_matches_output_attentions():
     torch.testing.assert_close(torch.tensor(whole[0]["mass"]), torch.ones(4, 4))
 
 
-def test_attention_mass_needs_a_context():
+def test_attention_mass_needs_a_context(make_tiny_llama):
     tok = byte_bpe()
     with pytest.raises(KnowflowError, match="no context"):
-        attention_mass(tiny_llama(len(tok)), tok, [{"prompt": "The capital of France is"}])
+        attention_mass(make_tiny_llama(tok, layers=4, **SHARP), tok,
+                       [{"prompt": "The capital of France is"}])

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import byte_bpe, metaspace_bpe
 from knowflow.errors import DataError, KnowflowError
 from knowflow.probes.examples import ProbeExample, builtin_facts, load_examples
 from knowflow.probes.spans import Located, locate
-from tiny_fixtures import byte_bpe, metaspace_bpe
 
 TOKENIZERS = {"byte": lambda: byte_bpe(), "byte+bos": lambda: byte_bpe(bos=True),
               "metaspace+bos": metaspace_bpe}

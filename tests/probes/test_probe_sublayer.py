@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from helpers import SHARP, byte_bpe
 from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import locate
@@ -17,15 +18,14 @@ from knowflow.probes.sublayer import (
     summarize_sublayer,
     zeroed_sublayers,
 )
-from tiny_fixtures import byte_bpe, tiny_llama
 
 PROMPT = ProbeExample(prompt="The capital of France is", subject="France", answer="Paris")
 
 
 @torch.no_grad()
-def test_zero_layers_is_the_identity():
+def test_zero_layers_is_the_identity(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok))
+    model = make_tiny_llama(tok, layers=4, **SHARP)
     loc = locate(tok, PROMPT)
     ids = torch.tensor([loc.input_ids])
     plain = model(ids).logits
@@ -41,9 +41,9 @@ def test_zero_layers_is_the_identity():
 
 @pytest.mark.parametrize("kind,weight", [("mlp", "mlp.down_proj"), ("attn", "self_attn.o_proj")])
 @torch.no_grad()
-def test_zeroing_everywhere_matches_zeroed_weights(kind, weight):
+def test_zeroing_everywhere_matches_zeroed_weights(make_tiny_llama, kind, weight):
     tok = byte_bpe()
-    model = tiny_llama(len(tok))
+    model = make_tiny_llama(tok, layers=4, **SHARP)
     loc = locate(tok, PROMPT)
     ids = torch.tensor([loc.input_ids])
     reference = copy.deepcopy(model)
@@ -58,9 +58,9 @@ def test_zeroing_everywhere_matches_zeroed_weights(kind, weight):
     assert abs(probs[0] - model(ids).logits[0, -1].softmax(-1)[target]) > 1e-4
 
 
-def test_records_and_config_errors():
+def test_records_and_config_errors(make_tiny_llama):
     tok = byte_bpe()
-    model = tiny_llama(len(tok))
+    model = make_tiny_llama(tok, layers=4, **SHARP)
     records = sublayer_knockout(model, tok, [PROMPT],
                                 SublayerConfig(window=1, known_only=False))
     assert len(records) == 2 * 2 * 4

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_benchmark
+from helpers import load_benchmark
 
 
 def _load_browser_check():

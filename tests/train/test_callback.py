@@ -6,7 +6,6 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
-from conftest import tiny_llama
 from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.train.callback import EvalCallback, scalars
 from knowflow.train.sft import SFTConfig, finetune
@@ -111,10 +110,10 @@ def _rows(tok) -> list[dict]:
     return [{"input_ids": x, "labels": x} for x in ids]
 
 
-def test_attached_to_a_real_trainer_it_logs_through_the_trainer(tmp_path, tok):
+def test_attached_to_a_real_trainer_it_logs_through_the_trainer(make_tiny_llama, tmp_path, tok):
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     logs = _Logs()
     args = TrainingArguments(output_dir=str(tmp_path / "ckpt"), max_steps=3, logging_steps=1,
                              per_device_train_batch_size=4, report_to=[], use_cpu=True,
@@ -132,11 +131,11 @@ def test_attached_to_a_real_trainer_it_logs_through_the_trainer(tmp_path, tok):
     assert len(losses) == 3  # logging the records kept the loss logs due at each step
 
 
-def test_finetune_forwards_any_eval_callback_to_the_loggers(tmp_path, tok):
+def test_finetune_forwards_any_eval_callback_to_the_loggers(make_tiny_llama, tmp_path, tok):
     logs = _Logs()
     cb = EvalCallback(lambda m: {"norm": _norm(m)}, every=1,
                       out_dir=tmp_path)
-    finetune(tiny_llama(tok), tok, _rows(tok), SFTConfig(train="full", steps=2, batch_size=4,
+    finetune(make_tiny_llama(tok), tok, _rows(tok), SFTConfig(train="full", steps=2, batch_size=4,
                                                          save_every=10), tmp_path, [cb, logs])
     assert len(cb.records) == 3
     assert len([h for h in logs.logs if "eval/norm" in h]) == 3

@@ -5,7 +5,6 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import encode_all
 from knowflow.io import read_jsonl
 from knowflow.train.criticality import lowest_share, no_context_loss
@@ -35,14 +34,14 @@ def _curation(tok, rows, out_dir=None, cfg=DYN):
                            kinds=[r.extra["kind"] for r in rows])
 
 
-def test_rescoring_uses_the_current_weights(tok, rows):
+def test_rescoring_uses_the_current_weights(make_tiny_llama, tok, rows):
     """The drop set is the lowest no-context losses of the model passed in: two different
     models give the (hand-computed) drop sets of their own losses, and they differ."""
     cur = _curation(tok, rows)
     state = type("S", (), {"global_step": 0, "is_world_process_zero": True})()
     drops = []
     for seed in (0, 1):
-        model = tiny_llama(tok, seed=seed)
+        model = make_tiny_llama(tok, seed=seed)
         rec = cur.rescore(model, state)
         losses = no_context_loss(model, rows, tok, "chat")
         expected = sorted(torch.argsort(losses, stable=True)[:round(0.25 * len(rows))].tolist())
@@ -52,15 +51,15 @@ def test_rescoring_uses_the_current_weights(tok, rows):
     assert cur.history[1]["n_readmitted"] == len(drops[0] - drops[1]) > 0
 
 
-def test_without_readmission_dropped_rows_stay_out(tok, rows):
+def test_without_readmission_dropped_rows_stay_out(make_tiny_llama, tok, rows):
     """readmit=False: the second model's re-scoring keeps the first drop set and adds the
     lowest quarter of the rows still in, by the second model's own losses."""
     cfg = DynamicCurationConfig(mode="dynamic", every=3, fraction=0.25, batch_size=8,
                                 readmit=False)
     cur = _curation(tok, rows, cfg=cfg)
     state = type("S", (), {"global_step": 0, "is_world_process_zero": True})()
-    first = set(cur.rescore(tiny_llama(tok, seed=0), state)["dropped"])
-    model = tiny_llama(tok, seed=1)
+    first = set(cur.rescore(make_tiny_llama(tok, seed=0), state)["dropped"])
+    model = make_tiny_llama(tok, seed=1)
     rec = cur.rescore(model, state)
     live = [i for i in range(len(rows)) if i not in first]
     losses = no_context_loss(model, rows, tok, "chat")[live]
@@ -104,13 +103,13 @@ class _Trained(TrainerCallback):
         self.steps.append({"dropped": set(self.curation.dropped), "rows": []})
 
 
-def test_dropped_rows_get_no_loss_until_readmitted(tmp_path, tok, rows, data):
+def test_dropped_rows_get_no_loss_until_readmitted(make_tiny_llama, tmp_path, tok, rows, data):
     """In a real run, every row that carries loss at a step is active at that step (the batch
     prefetched before a re-scoring has its newly dropped rows masked)."""
     cur = _curation(tok, rows, tmp_path, DynamicCurationConfig("dynamic", every=2,
                                                                 fraction=0.5))
     trained = _Trained(cur)
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     seen = []
 
     def hook(module, args, kwargs):
@@ -154,11 +153,11 @@ class _Crash(TrainerCallback):
             raise KeyboardInterrupt
 
 
-def test_resume_restores_the_drop_set(tmp_path, tok, rows, data):
+def test_resume_restores_the_drop_set(make_tiny_llama, tmp_path, tok, rows, data):
     full = _curation(tok, rows, tmp_path / "a")
-    finetune(tiny_llama(tok), tok, data, CFG, tmp_path / "a", [full])
+    finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "a", [full])
     with pytest.raises(KeyboardInterrupt):
-        finetune(tiny_llama(tok), tok, data, CFG, tmp_path / "b",
+        finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b",
                  [_curation(tok, rows, tmp_path / "b"), _Crash()])
     assert last_checkpoint(tmp_path / "b").name == "checkpoint-3"
     resumed = _curation(tok, rows, tmp_path / "b")
@@ -169,7 +168,7 @@ def test_resume_restores_the_drop_set(tmp_path, tok, rows, data):
             restored.append(set(resumed.dropped))
 
     # the peek runs after the curation callback's on_train_begin
-    finetune(tiny_llama(tok), tok, data, CFG, tmp_path / "b", [resumed, _Peek()], resume=True)
+    finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b", [resumed, _Peek()], resume=True)
     a = read_jsonl(tmp_path / "a" / CURATION)
     b = read_jsonl(tmp_path / "b" / CURATION)
     assert restored == [set(a[1]["dropped"])] and a[1]["step"] == 3
@@ -177,7 +176,7 @@ def test_resume_restores_the_drop_set(tmp_path, tok, rows, data):
     assert [r["dropped"] for r in b] == [r["dropped"] for r in a]
 
 
-def test_callback_works_on_a_peft_model(tmp_path, tok, rows, data):
+def test_callback_works_on_a_peft_model(make_tiny_llama, tmp_path, tok, rows, data):
     scorer = no_context_scorer(tok, rows, "chat", 8)
     scored = []
 
@@ -186,8 +185,8 @@ def test_callback_works_on_a_peft_model(tmp_path, tok, rows, data):
         return scorer(model)
 
     cur = DynamicCuration(spy, len(rows), DYN, tmp_path)
-    base = no_context_loss(tiny_llama(tok), rows, tok, "chat", batch_size=8)
-    result = finetune(tiny_llama(tok), tok, data,
+    base = no_context_loss(make_tiny_llama(tok), rows, tok, "chat", batch_size=8)
+    result = finetune(make_tiny_llama(tok), tok, data,
                       SFTConfig(train="lora", steps=4, batch_size=4, lr=5e-2, save_every=50,
                                 lora_targets=("q_proj", "v_proj")), tmp_path, [cur])
     assert type(result.model).__name__.startswith("Peft")
@@ -198,10 +197,10 @@ def test_callback_works_on_a_peft_model(tmp_path, tok, rows, data):
     assert history[0]["dropped"] == sorted(lowest_share(base, 0.25))
 
 
-def test_tiny_world_rows_plug_in(tmp_path):
+def test_tiny_world_rows_plug_in(make_tiny_llama, tmp_path):
     """The inversion-tiny wiring: tiny-world examples scored by `no_context_loss` (their
     `<bos> question s r` version), trained through `train.sft.finetune`."""
-    from conftest import TINY_WORLD
+    from helpers import TINY_WORLD
     from knowflow.experiments.inversion_tiny.model import build_tokenizer, encode, per_example_loss
     from knowflow.experiments.inversion_tiny.track import training_rows
     from knowflow.experiments.inversion_tiny.world import (
@@ -215,7 +214,7 @@ def test_tiny_world_rows_plug_in(tmp_path):
     world = make_world(TinyWorldConfig(**TINY_WORLD), 0)
     tok = build_tokenizer(world.vocab)
     train = finetuning_set(world, Mixture(size=16, c=0.25, cs=0.5, s=0.25), 0)
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     ref = per_example_loss(model.eval(), encode(tok, [no_context(ex) for ex in train]))
     assert torch.allclose(no_context_loss(model, train, tok), ref)
     cur = DynamicCuration(lambda m: no_context_loss(m, train, tok), len(train),

@@ -3,7 +3,6 @@ same numbers as the per-model filters it replaced, and dynamic curation in the t
 
 import torch
 
-from conftest import tiny_llama
 from knowflow.experiments.cpi_toy.model import OneLayerCPI, pretrained_value_matrix
 from knowflow.experiments.cpi_toy.train import ToyFinetuneConfig, finetune
 from knowflow.experiments.cpi_toy.world import CS, counterfactual_test_set, finetune_set, make_world
@@ -60,10 +59,10 @@ def test_toy_filter_is_the_old_rule():
     assert torch.equal(drop_lowest_no_context_loss(model, data, 0.4).subject, kept.subject)
 
 
-def test_instruction_rule_matches_criticality_scores(tok, rows):
+def test_instruction_rule_matches_criticality_scores(make_tiny_llama, tok, rows):
     """`no_context_loss` on instruction rows is the `loss_without_context` of the scores
     `knowflow curate` writes, and its drop set is the curate command's."""
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     cfg = CurateConfig(drop=0.25, batch_size=4)
     scores = score_examples(model, tok, rows, cfg)
     losses = no_context_loss(model, rows, tok, "chat", batch_size=4)

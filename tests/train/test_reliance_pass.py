@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.items import evaluate_items
 from knowflow.evaluation.options import EvalConfig
@@ -17,13 +16,8 @@ from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return tiny_llama(tok, layers=3)
+def model(make_tiny_llama, tok):
+    return make_tiny_llama(tok, layers=3)
 
 
 ITEMS = get_suite("cf-capitals", limit=5) + get_suite("cf-world", limit=4)

@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import Instruction, encode, encode_all, load_instructions
 from knowflow.data.instructions import (
     MixtureConfig,
@@ -37,10 +36,10 @@ def _items():
     return {"cf-capitals": get_suite("cf-capitals", limit=3)}
 
 
-def test_tracker_writes_one_record_per_evaluation(tmp_path, tok, data):
+def test_tracker_writes_one_record_per_evaluation(make_tiny_llama, tmp_path, tok, data):
     tracker = RelianceTracker(tok, TrackerConfig(every=2, batch_size=4), tmp_path,
                               items=_items())
-    res = finetune(tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, lr=1e-2,
+    res = finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, lr=1e-2,
                                                          save_every=10), tmp_path, [tracker])
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 2, 4, 5]  # start, every 2, and the end
@@ -57,7 +56,7 @@ def test_tracker_writes_one_record_per_evaluation(tmp_path, tok, data):
     assert s["cf_acc_start"] == records[0]["cf_acc"] and s["final_step"] == 5
 
 
-def test_tracker_stops_after_drop_and_keeps_peak(tmp_path, tok, data):
+def test_tracker_stops_after_drop_and_keeps_peak(make_tiny_llama, tmp_path, tok, data):
     class Falling(RelianceTracker):  # a scripted reliance curve: 0.9, 0.5, ...
         def measure(self, model):
             value = 0.9 if not self.records else 0.5
@@ -65,15 +64,15 @@ def test_tracker_stops_after_drop_and_keeps_peak(tmp_path, tok, data):
 
     tracker = Falling(tok, TrackerConfig(every=1, keep_peak=True, stop_drop=0.3), tmp_path,
                       items=_items())
-    res = finetune(tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, save_every=10),
+    res = finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, save_every=10),
                    tmp_path, [tracker])
     assert res.steps == 1  # stopped at the first evaluation 0.4 below the peak
     assert (tmp_path / "peak" / "adapter_config.json").exists()
     assert tracker.summary()["cf_acc_peak_step"] == 0
 
 
-def test_qk_only_changes_nothing_else(tmp_path, tok, data):
-    model = tiny_llama(tok)
+def test_qk_only_changes_nothing_else(make_tiny_llama, tmp_path, tok, data):
+    model = make_tiny_llama(tok)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = finetune(model, tok, data, SFTConfig(train="qk_only", steps=1, batch_size=4, lr=1e-2,
                                                save_every=10), tmp_path)
@@ -87,10 +86,10 @@ def test_qk_only_changes_nothing_else(tmp_path, tok, data):
             assert torch.equal(after[name], value), name
 
 
-def test_lora_targets_are_checked(tok):
+def test_lora_targets_are_checked(make_tiny_llama, tok):
     with pytest.raises(ConfigError, match="unknown target module 'nope'.*lora_targets|"
                                           "lora_targets.*unknown target module 'nope'"):
-        prepare_trainable(tiny_llama(tok), TrainableConfig(lora_targets=("q_proj", "nope")))
+        prepare_trainable(make_tiny_llama(tok), TrainableConfig(lora_targets=("q_proj", "nope")))
     with pytest.raises(ConfigError, match="train"):
         TrainableConfig(mode="half").validate()
 
@@ -101,17 +100,17 @@ class _Crash(TrainerCallback):
             raise KeyboardInterrupt
 
 
-def test_resume_continues_with_the_same_loss(tmp_path, tok, data):
+def test_resume_continues_with_the_same_loss(make_tiny_llama, tmp_path, tok, data):
     cfg = SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=3, log_every=1)
-    full = finetune(tiny_llama(tok), tok, data, cfg, tmp_path / "a",
+    full = finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "a",
                     [RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "a",
                                      items=_items())])
     with pytest.raises(KeyboardInterrupt):
-        finetune(tiny_llama(tok), tok, data, cfg, tmp_path / "b",
+        finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
                  [_Crash(), RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "b",
                                             items=_items())])
     assert last_checkpoint(tmp_path / "b").name == "checkpoint-3"
-    resumed = finetune(tiny_llama(tok), tok, data, cfg, tmp_path / "b",
+    resumed = finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
                        [RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "b",
                                         items=_items())], resume=True)
 
@@ -128,8 +127,8 @@ def test_resume_continues_with_the_same_loss(tmp_path, tok, data):
     assert rec_b[-1]["cf_acc"] == rec_a[-1]["cf_acc"]
 
 
-def test_curation_scores_match_direct_losses(tok, rows):
-    model = tiny_llama(tok)
+def test_curation_scores_match_direct_losses(make_tiny_llama, tok, rows):
+    model = make_tiny_llama(tok)
     cfg = CurateConfig(drop=0.25, batch_size=3)
     scores = score_examples(model, tok, rows[:7], cfg)
     for ex, s in zip(rows[:7], scores, strict=True):
@@ -215,13 +214,13 @@ def test_chat_messages_rows_train_on_the_last_reply(tmp_path, tok):
         encode(tok, ex, "alpaca")
 
 
-def test_tracker_attaches_to_a_users_trainer(tmp_path, tok, data):
+def test_tracker_attaches_to_a_users_trainer(make_tiny_llama, tmp_path, tok, data):
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     args = TrainingArguments(output_dir=str(tmp_path / "ckpt"), max_steps=4,
                              per_device_train_batch_size=4, report_to=[], use_cpu=True,
                              logging_steps=2, save_strategy="no", disable_tqdm=True)
-    trainer = Trainer(model=tiny_llama(tok), args=args, train_dataset=data,
+    trainer = Trainer(model=make_tiny_llama(tok), args=args, train_dataset=data,
                       data_collator=DataCollatorForSeq2Seq(tok, padding=True))
     tracker = RelianceTracker(tok, TrackerConfig(every=2), tmp_path, items=_items())
     tracker.attach(trainer)

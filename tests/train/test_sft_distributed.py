@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import byte_tokenizer, tiny_llama
+from helpers import byte_tokenizer
 from knowflow.data.suites import get_suite
 from knowflow.io import read_jsonl
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 
 @pytest.mark.slow
-def test_tracker_under_torchrun(tmp_path):
+def test_tracker_under_torchrun(make_tiny_llama, tmp_path):
     script = Path(__file__).parents[1] / "ddp_sft_script.py"
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", str(script), str(tmp_path)],
@@ -31,6 +31,6 @@ def test_tracker_under_torchrun(tmp_path):
     tok = byte_tokenizer()
     single = RelianceTracker(tok, TrackerConfig(batch_size=2),
                              items={"cf-capitals": get_suite("cf-capitals", limit=5)})
-    alone = single.measure(tiny_llama(tok))
+    alone = single.measure(make_tiny_llama(tok))
     assert alone["cf_acc"] == records[0]["cf_acc"]
     assert alone["attn_context"] == pytest.approx(records[0]["attn_context"], abs=1e-5)

@@ -5,7 +5,6 @@ import shutil
 
 import pytest
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import load_instructions
 from knowflow.data.instructions import MixtureConfig, builtin_mixture
 from knowflow.io import atomic_write_jsonl, read_jsonl
@@ -22,11 +21,11 @@ def _cfg(train: str) -> SFTJobConfig:
         track=TrackerConfig(suites=("cf-capitals",), every=1, limit=2, batch_size=2))
 
 
-def test_the_job_writes_its_folder_and_summarizes_the_curve(tmp_path, tok):
+def test_the_job_writes_its_folder_and_summarizes_the_curve(make_tiny_llama, tmp_path, tok):
     cfg = _cfg("lora")
     seen = []
     summary = run_sft_job(cfg, tmp_path, progress=lambda s, n: seen.append((s, n)),
-                          model=tiny_llama(tok), tokenizer=tok)
+                          model=make_tiny_llama(tok), tokenizer=tok)
     assert load_instructions(tmp_path / "data.jsonl") == builtin_mixture(cfg.mixture)
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2, 3] and seen == [(1, 3), (2, 3), (3, 3)]
@@ -41,9 +40,9 @@ def test_the_job_writes_its_folder_and_summarizes_the_curve(tmp_path, tok):
     assert summary["tracking_seconds"] == round(sum(r["eval_seconds"] for r in records), 1)
 
 
-def test_an_interrupted_job_resumes_from_its_last_checkpoint(tmp_path, tok):
+def test_an_interrupted_job_resumes_from_its_last_checkpoint(make_tiny_llama, tmp_path, tok):
     cfg = _cfg("full")
-    done = run_sft_job(cfg, tmp_path, model=tiny_llama(tok), tokenizer=tok)
+    done = run_sft_job(cfg, tmp_path, model=make_tiny_llama(tok), tokenizer=tok)
     before = read_jsonl(tmp_path / "metrics.jsonl")
     # what a kill after step 2 leaves: no step-3 checkpoint, no model, records up to step 2
     shutil.rmtree(tmp_path / "checkpoints" / "checkpoint-3")
@@ -52,7 +51,7 @@ def test_an_interrupted_job_resumes_from_its_last_checkpoint(tmp_path, tok):
     seen = []
     # another random model: only loading checkpoint-2 can give the same curve
     again = run_sft_job(cfg, tmp_path, progress=lambda s, n: seen.append(s),
-                        model=tiny_llama(tok, seed=5), tokenizer=tok)
+                        model=make_tiny_llama(tok, seed=5), tokenizer=tok)
     after = read_jsonl(tmp_path / "metrics.jsonl")
     assert seen == [3]
     assert after[:3] == before[:3]  # kept, not re-evaluated (same eval_seconds)

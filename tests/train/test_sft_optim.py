@@ -7,7 +7,6 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import encode_all
 from knowflow.errors import ConfigError
 from knowflow.train.sft import SFTConfig, finetune, training_args
@@ -31,9 +30,9 @@ def test_default_keeps_transformers_default(tmp_path):
     assert training_args(SFTConfig(optim="sgd"), tmp_path).optim == "sgd"
 
 
-def test_sgd_step_is_minus_lr_times_gradient(tmp_path, tok, rows):
+def test_sgd_step_is_minus_lr_times_gradient(make_tiny_llama, tmp_path, tok, rows):
     data, _ = encode_all(tok, rows[:4], "chat", 512)
-    model = tiny_llama(tok)
+    model = make_tiny_llama(tok)
     cfg = SFTConfig(train="full", optim="sgd", lr=0.5, steps=1, batch_size=4, save_every=1,
                     max_grad_norm=0.0, log_every=1)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -43,7 +42,7 @@ def test_sgd_step_is_minus_lr_times_gradient(tmp_path, tok, rows):
              for k in ("input_ids", "labels")}
     batch["attention_mask"] = torch.nn.utils.rnn.pad_sequence(
         [torch.ones(len(r["input_ids"]), dtype=torch.long) for r in data], batch_first=True)
-    ref = tiny_llama(tok)
+    ref = make_tiny_llama(tok)
     ref(**batch).loss.backward()
     seen = _Optimizer()
     finetune(model, tok, data, cfg, tmp_path, callbacks=[seen])

@@ -5,7 +5,6 @@ them in float32; auto follows whether the device has fast bf16; a bad name is a 
 import pytest
 import torch
 
-from conftest import byte_tokenizer, tiny_llama
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.train import tracker as tracker_mod
@@ -15,13 +14,8 @@ ITEMS = {"cf-capitals": get_suite("cf-capitals", limit=3)}
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return tiny_llama(tok)
+def model(make_tiny_llama, tok):
+    return make_tiny_llama(tok)
 
 
 def _measure_dtypes(model, tok, dtype: str) -> tuple[dict, set]:

@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from conftest import tiny_llama
 from knowflow.data.instruction_rows import encode_all, prompt_and_response
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
@@ -50,7 +49,7 @@ def _check_records(records, steps):
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "peft_config"])
-def test_tracker_on_sft_trainer(tmp_path, tok, rows, lora):
+def test_tracker_on_sft_trainer(make_tiny_llama, tmp_path, tok, rows, lora):
     """TRL tokenizes and collates its own prompt/completion dataset; the tracker attaches."""
     peft_config = None
     if lora:
@@ -58,7 +57,7 @@ def test_tracker_on_sft_trainer(tmp_path, tok, rows, lora):
 
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                  task_type="CAUSAL_LM")
-    trainer = trl.SFTTrainer(model=tiny_llama(tok), args=_trl_args(tmp_path),
+    trainer = trl.SFTTrainer(model=make_tiny_llama(tok), args=_trl_args(tmp_path),
                              train_dataset=_prompt_completion(tok, rows),
                              processing_class=tok, peft_config=peft_config)
     tracker = _tracker(tok, tmp_path).attach(trainer)
@@ -78,7 +77,7 @@ def test_tracker_on_sft_trainer(tmp_path, tok, rows, lora):
 
 
 @pytest.mark.parametrize("train", ["full", "lora"])
-def test_trl_trainer_matches_hf_trainer(tmp_path, tok, rows, train):
+def test_trl_trainer_matches_hf_trainer(make_tiny_llama, tmp_path, tok, rows, train):
     """The same tokenized rows, seed and steps through TRL's SFTTrainer and the HF Trainer:
     the same tracker records. Accuracies are equal; losses and attention agree to float
     rounding only, because TRL computes the loss itself (a fused LM head's per-token
@@ -90,7 +89,7 @@ def test_trl_trainer_matches_hf_trainer(tmp_path, tok, rows, train):
         out = tmp_path / trainer
         cfg = SFTConfig(steps=4, batch_size=4, lr=1e-2, save_every=10, prompt_format="plain",
                         train=train, lora_targets=("q_proj", "v_proj"), trainer=trainer)
-        finetune(tiny_llama(tok), tok, data, cfg, out, [_tracker(tok, out)])
+        finetune(make_tiny_llama(tok), tok, data, cfg, out, [_tracker(tok, out)])
         runs[trainer] = read_jsonl(out / "metrics.jsonl")
     hf, tr = runs["hf"], runs["trl"]
     _check_records(tr, [0, 2, 4])
