@@ -2,7 +2,10 @@
 step on a tied peak) and its metric-prefixed form."""
 
 import pytest
+import torch
+import torch.nn.functional as F
 
+from helpers import TINY_WORLD
 from knowflow.schema import KINDS, curve_summary, named_curve
 
 
@@ -32,5 +35,69 @@ def test_named_curve_prefixes_every_part():
     assert named == {f"cf_acc_{k}": v for k, v in curve_summary(steps, values).items()}
 
 
-def test_kinds_are_the_papers_four():
-    assert KINDS == ("C", "C+S", "S", "CF")
+def _role(has_context: bool, memorized: bool, answer_is_memory: bool) -> str:
+    """The kind an example is by the schema's definitions, from what it holds."""
+    if not has_context:
+        return "S"
+    if not memorized:
+        return "C"
+    return "C+S" if answer_is_memory else "CF"
+
+
+def test_cpi_toy_per_kind_metrics_cover_kinds_each_over_its_own_examples():
+    """cpi-toy codes its kinds as integers and names them with KINDS (`KIND_NAMES`): its
+    `loss_<kind>` records name exactly the schema's kinds, each over the examples that play
+    that kind's role."""
+    from knowflow.experiments.cpi_toy.model import OneLayerCPI, pretrained_value_matrix
+    from knowflow.experiments.cpi_toy.train import trajectory_record
+    from knowflow.experiments.cpi_toy.world import (
+        counterfactual_test_set,
+        finetune_set,
+        make_world,
+    )
+
+    world = make_world({"unmemorized": 4, "c_plus_s": 4, "s_seen": 3, "augment": 3, "test": 2},
+                       n_answers=6, seed=0)
+    train = finetune_set(world, 4, 4, n_s_seen=3, n_aug=3)
+    model = OneLayerCPI(world.vocab, pretrained_value_matrix(world, 0.6, 0.9))
+    model.w_kq.data.normal_(generator=torch.Generator().manual_seed(1))
+    table = model.value_table().detach()
+    with torch.no_grad():
+        logits, attn = model(train.tokens, train.mask, table)
+    rec = trajectory_record(model, train, counterfactual_test_set(world), logits, attn, table)
+    assert {k.removeprefix("loss_") for k in rec if k.startswith("loss_")} == set(KINDS)
+    losses = F.cross_entropy(logits, train.answer, reduction="none")  # (N,)
+    roles = [_role(bool(m), int(f) >= 0, int(a) == int(f))
+             for m, f, a in zip(train.mask[:, 0], train.fact, train.answer, strict=True)]
+    for kind in KINDS:
+        sel = torch.tensor([r == kind for r in roles])
+        assert rec[f"loss_{kind}"] == pytest.approx(float(losses[sel].mean()), rel=1e-9)
+
+
+def test_every_example_kind_is_one_of_kinds_and_means_its_definition():
+    """inversion-tiny's examples and the built-in instruction mixture label rows with KINDS
+    strings: every label is a kind, the finetuning set with augmentation uses all four, each
+    evaluation set is one kind, and each label matches what the example holds."""
+    from knowflow.data.instructions import MixtureConfig, builtin_mixture
+    from knowflow.experiments.inversion_tiny.world import (
+        Mixture,
+        TinyWorldConfig,
+        evaluation_sets,
+        finetuning_set,
+        make_world,
+    )
+
+    world = make_world(TinyWorldConfig(**TINY_WORLD), 0)
+    train = finetuning_set(world, Mixture(20, 0.3, 0.5, 0.2, 4), 0)
+    evals = evaluation_sets(world, 0)
+    assert {ex.kind for ex in train} == set(KINDS)
+    assert {name: {ex.kind for ex in exs} for name, exs in evals.items()} == \
+        {"cf": {"CF"}, "cs": {"C+S"}, "c": {"C"}, "recall": {"S"}}
+    memorized = {s for g in ("mem_train", "mem_eval") for s in world.groups[g]}
+    for ex in [*train, *(ex for exs in evals.values() for ex in exs)]:
+        subject = ex.tokens[ex.subject]
+        assert ex.kind == _role(ex.context is not None, subject in memorized,
+                                ex.answer == ex.memory), ex
+    rows = builtin_mixture(MixtureConfig(size=24, seed=1))
+    assert {row.extra["kind"] for row in rows} == set(KINDS) - {"CF"}
+    assert all((row.input == "") == (row.extra["kind"] == "S") for row in rows)
