@@ -26,7 +26,7 @@ from knowflow.evaluation.run import evaluate, load_suites
 from knowflow.lens.load import load_model, resolve_device
 from knowflow.probes.examples import builtin_facts
 from knowflow.probes.knockout import KnockoutConfig, knockout
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 
 
 def sync(device: torch.device) -> None:
@@ -73,7 +73,7 @@ def main() -> None:
                                                   limit=limit), device)
         if prompt_tokens is None:
             prompt_tokens = sum(len(tok(r["prompt"], add_special_tokens=False)["input_ids"])
-                                for rs in res.records.values() for r in rs)
+                                for rs in res.by_suite.values() for r in rs)
         rows.append((f"eval {scoring}", n_items, t, prompt_tokens, "prompt"))
 
     facts = builtin_facts()
@@ -83,12 +83,12 @@ def main() -> None:
     scored = sum(len(tok(e.prompt)["input_ids"]) for e in examples) * len(recs) // n_prompts
     rows.append(("knockout sweep", n_prompts, t, scored, "variant"))
 
-    train_model, _ = load_model("smollm2-135m-instruct", device=str(device),
-                                dtype="float32" if args.dtype == "auto" else args.dtype)
+    sft_model, _ = load_model("smollm2-135m-instruct", device=str(device),
+                              dtype="float32" if args.dtype == "auto" else args.dtype)
     data, _ = encode_all(tok, builtin_mixture(MixtureConfig()), "chat", 256)
     cfg = SFTConfig(steps=steps, batch_size=8, save_every=10_000)
     with tempfile.TemporaryDirectory() as tmp:
-        _, t = timed(lambda: finetune(train_model, tok, data, cfg, Path(tmp)), device)
+        _, t = timed(lambda: train_model(sft_model, tok, data, cfg, Path(tmp)), device)
     mean_len = sum(len(d["input_ids"]) for d in data) / len(data)
     rows.append((f"LoRA sft {steps} steps", steps * 8, t, int(steps * 8 * mean_len), "train"))
 

@@ -4,7 +4,7 @@ Evaluation: one ranking pass over the default world's evaluation items (every pe
 implication with the first template, and its fact), as the experiment's callback runs it, with
 the answers alone (one-token candidates: the prompt pass only) and with the rest of the
 sentence (`eval_suffix`: a candidate pass on the KV cache too). Training: a few optimizer steps
-through knowflow's SFT path (`train.sft.finetune`, the HF Trainer) on the default world's
+through knowflow's SFT path (`train.sft.train_model`, the HF Trainer) on the default world's
 sentences, as tokens/s of real (unpadded) tokens; the first step is timed apart (warm-up).
 Prints figures, never asserts on time.
 
@@ -24,7 +24,7 @@ import torch
 from knowflow.data.people import generate
 from knowflow.experiments.ocr_smollm2.experiment import OcrSmolConfig, RankEvaluator, encode_texts
 from knowflow.lens.load import load_model
-from knowflow.train.sft import StepTimer, finetune
+from knowflow.train.sft import StepTimer, train_model
 
 
 def main() -> None:
@@ -61,7 +61,7 @@ def main() -> None:
     mean_len = sum(len(x["input_ids"]) for x in dataset) / len(dataset)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as tmp:
-        finetune(model, tok, dataset, sft, Path(tmp), callbacks=[timer])
+        train_model(model, tok, dataset, sft, Path(tmp), callbacks=[timer])
     rest = timer.times[1:] or timer.times
     per_step = sum(rest) / len(rest)
     tokens = sft.batch_size * sft.grad_accum * mean_len

@@ -17,7 +17,7 @@ import torch
 from knowflow.data.instruction_rows import encode_all
 from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
 from knowflow.lens.load import load_model
-from knowflow.train.sft import SFTConfig, StepTimer, finetune
+from knowflow.train.sft import SFTConfig, StepTimer, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 
@@ -41,7 +41,7 @@ def main() -> None:
         cfg = SFTConfig(train=mode, steps=args.steps + 1, batch_size=args.batch_size,
                         prompt_format=args.prompt_format, save_every=10_000)
         with tempfile.TemporaryDirectory() as tmp:
-            finetune(model, tok, data, cfg, Path(tmp), [clock])
+            train_model(model, tok, data, cfg, Path(tmp), [clock])
         # tokens of the timed steps (the Trainer draws batches in a seeded order; use the
         # mean example length, padding excluded)
         mean_len = sum(len(d["input_ids"]) for d in data) / len(data)

@@ -35,9 +35,9 @@ def main() -> None:
     common = dict(tokenizer=tok, limit=args.limit, prompt_format=args.format, use_context=False,
                   n_bootstrap=10, known_filter=True)  # on under --scoring loglik only if asked
     # with --no-context the scores/outputs already are the no-context pass: known comes from them
-    by_loglik = evaluate(model, list(SUITES), scoring="loglik", **common).records
+    by_loglik = evaluate(model, list(SUITES), scoring="loglik", **common).by_suite
     by_generate = evaluate(model, list(SUITES), scoring="generate",
-                           max_new_tokens=args.max_new_tokens, **common).records
+                           max_new_tokens=args.max_new_tokens, **common).by_suite
     print(f"SmolLM2-135M-Instruct, {args.format} prompts without the context, {args.limit} "
           "items per suite")
     print(f"{'suite':12s} {'n':>4s} {'agree':>7s}  both  loglik only  generate only  neither")

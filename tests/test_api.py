@@ -22,7 +22,7 @@ PUBLIC = {
     "curate": ("knowflow.api", "curate"),
     "evaluate": ("knowflow.api", "evaluate"),
     "explain": ("knowflow.api", "explain"),
-    "finetune": ("knowflow.train.sft", "finetune"),
+    "finetune": ("knowflow.api", "finetune"),
     "get_suite": ("knowflow.data.suites", "get_suite"),
     "list_experiments": ("knowflow.experiments.registry", "list_experiments"),
     "list_suites": ("knowflow.data.suites", "list_suites"),
@@ -30,6 +30,7 @@ PUBLIC = {
     "probe": ("knowflow.api", "probe"),
     "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
     "write_report": ("knowflow.report.html", "write_report"),
+    "Result": ("knowflow.result", "Result"),
     "RelianceTracker": ("knowflow.train.tracker", "RelianceTracker"),
     "SFTConfig": ("knowflow.train.sft", "SFTConfig"),
     "TrackerConfig": ("knowflow.train.tracker", "TrackerConfig"),
@@ -83,12 +84,20 @@ def test_signatures_and_help_are_real():
     _import_everything()
     sig = inspect.signature(knowflow.evaluate)
     assert "config" in sig.parameters and "out_dir" in sig.parameters
-    for entry in (knowflow.evaluate, knowflow.probe, knowflow.curate):  # one shape
+    entries = (knowflow.evaluate, knowflow.probe, knowflow.curate, knowflow.explain,
+               knowflow.finetune, knowflow.augment, knowflow.run_experiment)
+    for entry in entries:  # one shape: f(model, data, *, config=None, **overrides)
         params = inspect.signature(entry).parameters
-        assert list(params)[:2] == ["model", "data"], entry
-        assert params["config"].kind is inspect.Parameter.KEYWORD_ONLY
-        assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        assert params["config"].kind is inspect.Parameter.KEYWORD_ONLY, entry
+        assert params["config"].default is None, entry
+        assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), entry
+        assert not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values())
+        assert inspect.signature(entry).return_annotation in ("Result", "EvalResult",
+                                                              "CurateResult"), entry
+    for entry in entries[:5]:
+        assert list(inspect.signature(entry).parameters)[:2] == ["model", "data"], entry
     assert list(inspect.signature(knowflow.augment).parameters)[:1] == ["data"]  # no model
+    assert list(inspect.signature(knowflow.run_experiment).parameters)[:1] == ["name"]
     assert list(inspect.signature(knowflow.load_model).parameters)[:1] == ["name"]
     text = pydoc.render_doc(knowflow.evaluate, renderer=pydoc.plaintext)
     assert "evaluate(model=" in text and "args, **kwargs" not in text
@@ -123,8 +132,8 @@ def test_probe_by_name_equals_calling_the_probe_with_its_config(tiny):
     from knowflow.probes import KnockoutConfig, ProbeExample, knockout
 
     model, tok = tiny
-    got = knowflow.probe("knockout", model, tok, [FACT], window=1, known_only=False,
-                         sources=("subject", "last"))
+    got = knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", window=1,
+                         known_only=False, sources=("subject", "last")).records
     ref = knockout(model, tok, [ProbeExample(**FACT)],
                    KnockoutConfig(window=1, known_only=False, sources=("subject", "last")))
     assert len(got) == len(ref) > 0
@@ -136,10 +145,12 @@ def test_probe_by_name_equals_calling_the_probe_with_its_config(tiny):
 def test_probe_rejects_unknown_names_and_fields(tiny):
     model, tok = tiny
     with pytest.raises(ConfigError, match="unknown probe 'nope'"):
-        knowflow.probe("nope", model, tok, [FACT])
+        knowflow.probe(model, [FACT], tokenizer=tok, kind="nope")
     with pytest.raises(ConfigError) as err:
-        knowflow.probe("knockout", model, tok, [FACT], windw=3)
+        knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", windw=3)
     assert err.value.field == "windw"
     with pytest.raises(ConfigError) as err:
-        knowflow.probe("sublayer", model, tok, [FACT], window=0)
+        knowflow.probe(model, [FACT], tokenizer=tok, kind="sublayer", window=0)
     assert err.value.field == "window"
+    with pytest.raises(TypeError):  # the legacy form probe(kind, model, tokenizer, examples)
+        knowflow.probe("knockout", model, tok, [FACT])

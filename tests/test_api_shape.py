@@ -53,18 +53,19 @@ def test_eval_result_save_is_the_out_dir_folder(make_tiny_llama, tok, tmp_path):
     df = later.to_pandas()
     assert isinstance(df, pd.DataFrame) and len(df) == 3
     assert list(df["loglik_choice"]) == [r["loglik"]["choice"] for r in
-                                         later.records["cf-capitals"]]
+                                         later.by_suite["cf-capitals"]]
+    assert list(df["loglik_choice"]) == [r["loglik_choice"] for r in later.records]
 
 
-def test_probe_new_and_old_forms_give_the_probe_records(make_tiny_llama, tok, tmp_path):
+def test_probe_by_config_or_by_kind_gives_the_probe_records(make_tiny_llama, tok, tmp_path):
     model = make_tiny_llama(tok)
     cfg = KnockoutConfig(window=1, known_only=False, sources=("subject", "last"))
     ref = knockout(model, tok, [ProbeExample(**FACT)], cfg)
     new = knowflow.probe(model, [FACT], tokenizer=tok, config=cfg)
-    old = knowflow.probe("knockout", model, tok, [FACT], window=1, known_only=False,
-                         sources=("subject", "last"))
-    assert new.kind == old.kind == "knockout" and len(ref) > 0
-    for got in (new.records, list(old)):
+    by_kind = knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", window=1,
+                             known_only=False, sources=("subject", "last"))
+    assert new.command == by_kind.command == "probe-knockout" and len(ref) > 0
+    for got in (new.records, by_kind.records):
         assert [(r["source"], r["layer"], r["p"]) for r in got] == \
             [(r["source"], r["layer"], r["p"]) for r in ref]
     saved = new.save(tmp_path / "ko")
@@ -100,17 +101,17 @@ def test_curate_and_augment_results(make_tiny_llama, tok, rows, tmp_path):
     model = make_tiny_llama(tok)
     res = knowflow.curate(model, rows, tokenizer=tok, drop=0.25, batch_size=4)
     kept, scores = curate_examples(model, tok, rows, CurateConfig(drop=0.25, batch_size=4))
-    assert res.kept == kept and res.scores == scores
+    assert res.kept == kept and res.records == scores
     assert len(res.kept) == len(rows) - round(0.25 * len(rows))
     res.save(tmp_path / "cur")
-    assert {p.name for p in (tmp_path / "cur").iterdir()} == {
-        "curated.jsonl", "curated.scores.jsonl", "curated.png"}
+    assert {"curated.jsonl", "curated.scores.jsonl", "curated.png", "config.json",
+            "summary.json"} <= {p.name for p in (tmp_path / "cur").iterdir()}
     aug = knowflow.augment(rows, ratio=0.5, seed=3)
-    assert aug.rows == augment_rows(rows, 0.5, 3) == knowflow.augment(rows, 0.5, 3).rows
-    assert len(aug.added) == sum(bool(r.extra.get("augmented")) for r in aug.rows) > 0
-    assert aug.save(tmp_path / "aug").name == "augmented.jsonl"
-    # the old forms still work: kept, scores = curate(model, tokenizer, rows, cfg); rows out
-    old_kept, old_scores = knowflow.curate(model, tok, rows, CurateConfig(drop=0.25,
-                                                                          batch_size=4))
-    assert old_kept == kept and old_scores == scores
-    assert list(knowflow.augment(rows, ratio=0.5, seed=3)) == aug.rows == list(aug)
+    assert aug.records == [r.to_dict() for r in augment_rows(rows, 0.5, 3)]
+    assert aug.summary["n_added"] == sum(bool(r.get("augmented")) for r in aug.records) > 0
+    assert (aug.save(tmp_path / "aug") / "augmented.jsonl").is_file()
+    # the legacy positional forms are gone: one shape, keyword config and fields
+    with pytest.raises(TypeError):
+        knowflow.curate(model, tok, rows, CurateConfig(drop=0.25, batch_size=4))
+    with pytest.raises(TypeError):
+        knowflow.augment(rows, 0.5, 3)

@@ -3,7 +3,7 @@ above it.
 
 The order is the flow of data in DESIGN.md, lowest first:
 
-    foundation (errors, io, config, schema, runs, outputs: no knowflow imports but each other)
+    foundation (errors io config schema runs outputs result: import only each other)
     data         facts, items, prompts, instruction rows, suites, loaders: what everything reads
     lens         model access: loading, architecture map, hooks, batching
     evaluation, probes   score and dissect a model (siblings; neither imports the other)
@@ -38,7 +38,7 @@ from helpers import load_benchmark
 
 SRC = Path(knowflow.__file__).parent
 LAYERS = (
-    {"errors", "io", "config", "schema", "runs", "outputs"},
+    {"errors", "io", "config", "schema", "runs", "outputs", "result"},
     {"data"},
     {"lens"},
     {"evaluation", "probes"},
@@ -161,7 +161,7 @@ def test_subpackages_named_like_public_functions_are_imported_with_from():
 def test_the_checker_sees_an_upward_import(tmp_path):
     """The checker itself can fail: an upward import in a worlds module is found."""
     path = tmp_path / "x.py"
-    path.write_text("def f():\n    from knowflow.train.sft import finetune\n"
+    path.write_text("def f():\n    from knowflow.train.sft import train_model\n"
                     "from knowflow import schema\nfrom .facts import Instruction\n")
     found = _imports(path, "knowflow.data.x")
     assert [(t, ln) for t, ln, _ in found] == [("knowflow.schema", 3),

@@ -6,7 +6,7 @@ import pytest
 from knowflow.data.instruction_rows import encode_all
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.run import evaluate
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 pd = pytest.importorskip("pandas", reason="pandas is in the data extra: pip install '.[data]'")
@@ -36,7 +36,7 @@ def test_metrics_jsonl_is_flat(make_tiny_llama, tmp_path, tok, rows):
     tracker = RelianceTracker(tok, TrackerConfig(every=2, batch_size=4), tmp_path,
                               items={"cf-capitals": get_suite("cf-capitals", limit=3),
                                      "cf-world": get_suite("cf-world", limit=3)})
-    finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=2, batch_size=4, save_every=10),
+    train_model(make_tiny_llama(tok), tok, data, SFTConfig(steps=2, batch_size=4, save_every=10),
              tmp_path, [tracker])
     df = pd.read_json(tmp_path / "metrics.jsonl", lines=True)
     _no_dicts(df)

@@ -1,9 +1,10 @@
 """knowflow: where does a language model's answer come from — its context or its weights?
 
 The Python API mirrors the `knowflow` command and is meant for a notebook. Every entry point
-has one shape, `f(model, data, *, config=None, **overrides) -> Result` (model: a name, a path
-or a loaded model with `tokenizer=`; data: a suite name, a file or items), and every Result
-has `.save(dir)` (the run folder the command writes) and `.to_pandas()` (see knowflow.api):
+has one shape, `f(model, data=None, *, config=None, **overrides) -> Result` (model: a name, a
+path or a loaded model with `tokenizer=`; data: a suite name, a file or items), and every
+Result has `.records`, `.summary`, `.config`, `.save(dir)` (the run folder the command
+writes), `Result.load(dir)` and `.to_pandas()` (see knowflow.api):
 
     res = knowflow.evaluate("smollm2-135m-instruct", "cf-capitals", scoring="loglik")
     res.summary["cf-capitals"]["loglik"]["counterfactual_accuracy"]; res.to_pandas()
@@ -12,6 +13,8 @@ has `.save(dir)` (the run folder the command writes) and `.to_pandas()` (see kno
                         config=knowflow.KnockoutConfig(window=3))
     cur = knowflow.curate(model, "train.jsonl", tokenizer=tokenizer, drop=0.25)
     aug = knowflow.augment("train.jsonl", ratio=0.5); aug.save("out/")
+    run = knowflow.finetune("smollm2-135m-instruct", "train.jsonl", sft={"steps": 50})
+    knowflow.Result.load(run.out_dir).to_pandas()
     knowflow.list_suites(), knowflow.get_suite("cf-capitals", limit=5)
     knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", runs_root="runs")
 
@@ -33,7 +36,7 @@ _API = {
     "curate": "knowflow.api:curate",
     "evaluate": "knowflow.api:evaluate",
     "explain": "knowflow.api:explain",
-    "finetune": "knowflow.train.sft:finetune",
+    "finetune": "knowflow.api:finetune",
     "get_suite": "knowflow.data.suites:get_suite",
     "list_experiments": "knowflow.experiments.registry:list_experiments",
     "list_suites": "knowflow.data.suites:list_suites",
@@ -41,6 +44,9 @@ _API = {
     "probe": "knowflow.api:probe",
     "run_experiment": "knowflow.experiments.runner:run_experiment",
     "write_report": "knowflow.report.html:write_report",
+    # knowflow.result's class, taken from knowflow.api, which registers what each command's
+    # run folder loads as and how its figures are drawn
+    "Result": "knowflow.api:Result",
     "AttentionMassConfig": "knowflow.probes.mass:AttentionMassConfig",
     "AugmentConfig": "knowflow.train.augment:AugmentConfig",
     "CurateConfig": "knowflow.train.criticality:CurateConfig",

@@ -1,36 +1,38 @@
-"""The Python API: one shape for every entry point, and the run folders the CLI writes.
+"""The Python API: one shape for every entry point, one Result, and the run folders the CLI
+writes.
 
-    result = f(model, data, *, config=None, **overrides)
+    result = f(model, data=None, *, config=None, **overrides)
 
 `model` is a name or path for `load_model` ("smollm2-135m-instruct", an HF id, a local
 folder) or a loaded model (pass its `tokenizer=`); `data` is a built-in suite name, a file
 path, or items already in memory (None: the entry point's built-in default); `config` is the
 entry point's frozen config (`EvalConfig`, `KnockoutConfig`, ..., `CurateConfig`,
-`AugmentConfig`) and `overrides` set its fields. `augment` needs no model: `augment(data, ...)`.
+`AugmentConfig`, `SFTJobConfig`) and `overrides` set its fields. `augment` needs no model
+(`augment(data, ...)`), nor does `run_experiment(name, ...)`: an experiment builds its own.
 
-Every result has `.save(dir)`, which writes the run folder `knowflow <command>` writes
-(config.json, the records, summary.json, figures/, report.html), and `.to_pandas()`, one row
-per record (pandas is optional: pip install '.[data]'). `evaluate` and `probe` also take
+Every entry point returns a `knowflow.result.Result`: records, summary and config, with
+`.save(dir)` (the run folder `knowflow <command>` writes: config.json, the records,
+summary.json, figures/, report.html), `Result.load(dir)` and `.to_pandas()`, one row per
+record (pandas is optional: pip install '.[data]'). `evaluate` and `probe` also take
 `out_dir=` (or `runs_root=`): the folder is then written as the run goes (config.json first,
 removed if the run is refused) and finished with its figures and report, as the CLI does.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowflow.config import apply_overrides, config_to_dict, flatten, validate_config
+from knowflow.config import config_to_dict, resolve_config
 from knowflow.data.facts import Instruction
-from knowflow.data.instruction_rows import save_instructions
+from knowflow.data.instruction_rows import load_instructions, parse_instruction, save_instructions
 from knowflow.data.instructions import MixtureConfig
 from knowflow.data.suites import get_suite, list_suites
 from knowflow.errors import ConfigError
-from knowflow.evaluation.run import Results, write_results
+from knowflow.evaluation.run import EvalResult
 from knowflow.evaluation.run import evaluate as evaluate_model
-from knowflow.explanation.result import ExplainResult
+from knowflow.experiments.runner import run_experiment
 from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
 from knowflow.lens.arch import arch_of
@@ -43,17 +45,12 @@ from knowflow.report.eval_run import eval_figures
 from knowflow.report.explain import write_explain_report
 from knowflow.report.finish import finish_run
 from knowflow.report.probe_run import probe_figures
-from knowflow.runs import RECORDS, Progress, start_run
+from knowflow.result import Result, register_finisher
+from knowflow.runs import RECORDS, Progress, RunFolder, start_run
 from knowflow.train.augment import AugmentConfig
 from knowflow.train.augment import augment as augment_rows
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.sft_job import BUILTIN, load_rows
-
-
-def _frame(rows: list[dict]):
-    import pandas as pd  # optional: the data extra
-
-    return pd.DataFrame([flatten(r, sep="_") for r in rows])
 
 
 def _model(model, tokenizer, device: str, dtype: str):
@@ -66,28 +63,11 @@ def _model(model, tokenizer, device: str, dtype: str):
     return model, tokenizer, type(model).__name__
 
 
-def _config(cls, config, overrides: dict):
-    cfg = apply_overrides(config if config is not None else cls(), overrides)
-    validate_config(cfg)
-    return cfg
-
-
 # ---- evaluate ---------------------------------------------------------------------------
 
-@dataclass
-class EvalResult(Results):
-    """`knowflow.evaluate`'s result: summary {suite: {mode: metrics}}, per-item records."""
-
-    def save(self, out_dir: str | Path) -> Path:
-        """Write the eval run folder to `out_dir` and finish it (figures, report.html)."""
-        self.out_dir = write_results(self.config, self.records, self.summary, out_dir, None,
-                                     conditions=self.swept)
-        finish_eval(self.out_dir)
-        return self.out_dir
-
-    def to_pandas(self):
-        """One row per (suite, item): nested numbers spread into `outer_inner` columns."""
-        return _frame([r for rs in self.records.values() for r in rs])
+@register_finisher("eval")
+def _finish_eval(result: Result, run: RunFolder) -> None:
+    finish_run(run, None, eval_figures, title="knowflow eval")
 
 
 def finish_eval(run_dir: Path) -> Path:
@@ -102,10 +82,9 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     """Knowledge-conflict evaluation (`knowflow eval`). `data`: suite names (a list, or one
     comma-separated string), data files, or `ConflictItem`s; None: the four built-in suites.
     With `out_dir`/`runs_root` the run folder is written and finished as the CLI's is."""
-    res = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
-                         dtype=dtype, out_dir=out_dir, runs_root=runs_root,
-                         progress=progress, fields=fields, **overrides)
-    result = EvalResult(**{f.name: getattr(res, f.name) for f in dataclasses.fields(Results)})
+    result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
+                            dtype=dtype, out_dir=out_dir, runs_root=runs_root,
+                            progress=progress, fields=fields, **overrides)
     if result.out_dir is not None:
         finish_eval(result.out_dir)
     return result
@@ -113,65 +92,28 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
 
 # ---- explain ----------------------------------------------------------------------------
 
-class ExplainRun(ExplainResult):
-    """`knowflow.explain`'s result: one record per item, their summary."""
-
-    def save(self, out_dir: str | Path | None = None, runs_root: str | Path = "runs") -> Path:
-        """Write the explain run folder `knowflow explain` writes (config.json,
-        records.jsonl, summary.json, figures/, report.html); returns the folder."""
-        path = super().save(out_dir, runs_root=runs_root)
-        write_explain_report(path)
-        return path
+@register_finisher("explain")
+def _finish_explain(result: Result, run: RunFolder) -> None:
+    run.write_summary(result.summary)
+    run.close()
+    write_explain_report(run.path)
 
 
 def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
-            answer: str | None = None, *, config=None, **overrides) -> ExplainRun:
+            answer: str | None = None, *, config=None, **overrides) -> Result:
     """Where answers come from (`knowflow explain`): with `question`, `data` is one context
     and `answer` the answer to explain (default: the model's own); otherwise `data` is a suite
     name, a data file or `ConflictItem`s. See `knowflow.explanation.run.explain` for the rest."""
-    res = explain_answers(model, data, question, answer, config=config, **overrides)
-    return ExplainRun(**{f.name: getattr(res, f.name) for f in dataclasses.fields(ExplainResult)})
+    return explain_answers(model, data, question, answer, config=config, **overrides)
 
 
 # ---- probe ------------------------------------------------------------------------------
 
-@dataclass
-class ProbeResult:
-    """A probe's records (one per example), their summary, and the run's config."""
-
-    kind: str
-    records: list[dict]
-    summary: dict
-    config: dict
-    out_dir: Path | None = None
-
-    def save(self, out_dir: str | Path) -> Path:
-        """Write the probe run folder (config.json, records.jsonl, summary.json, figures/,
-        report.html) to `out_dir`."""
-        run = start_run(self.config, f"probe-{self.kind}", out_dir=out_dir)
-        with run.refusals(interrupt=True):
-            run.write_records(RECORDS, self.records)
-        self._finish(run)
-        return self.out_dir
-
-    def _finish(self, run) -> None:
-        finish_run(run, self.summary,
-                   lambda out: probe_figures(self.kind, self.summary, out, self.config["model"]),
-                   title=f"knowflow probe {self.kind}")
-        self.out_dir = run.path
-
-    def to_pandas(self):
-        return _frame(self.records)
-
-    # the records, as the old `probe(kind, model, tokenizer, examples)` returned them
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self):
-        return iter(self.records)
-
-    def __getitem__(self, i):
-        return self.records[i]
+@register_finisher("probe-")
+def _finish_probe(result: Result, run: RunFolder) -> None:
+    kind, summary = result.config["probe"], result.summary
+    finish_run(run, summary, lambda out: probe_figures(kind, summary, out, result.config["model"]),
+               title=f"knowflow probe {kind}")
 
 
 def probe_summary(kind: str, records: list[dict], n_layers: int, cfg) -> dict:
@@ -208,26 +150,27 @@ def probe_examples(kind: str, data, tokenizer, limit: int | None = None,
     return examples[:limit] if limit else examples
 
 
-def probe(model="smollm2-135m-instruct", data=None, *legacy, config=None, kind: str | None = None,
+def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | None = None,
           tokenizer=None, device: str = "auto", dtype: str = "auto", limit: int | None = None,
-          prompt_format: str = "plain", out_dir: str | Path | None = None,
+          prompt_format: str | None = None, out_dir: str | Path | None = None,
           runs_root: str | Path | None = None, progress: Progress | None = None,
-          **overrides) -> ProbeResult:
-    """Run one mechanistic probe (`knowflow probe <kind>`). The probe is `kind`, or the one
-    whose config `config` is (default: knockout); `overrides` set its fields. The old form
-    `probe(kind, model, tokenizer, examples, **fields)` still works."""
-    if isinstance(model, str) and hasattr(data, "parameters"):  # (kind, model, tok, examples)
-        kind, model, tokenizer, data = model, data, *(list(legacy) + [tokenizer, None])[:2]
-    elif legacy:
-        raise TypeError("probe(model, data, *, config=None, **overrides)")
+          **overrides) -> Result:
+    """Run one mechanistic probe (`knowflow probe <kind>`): `kind`, or the one whose config
+    `config` is (default: knockout); `overrides` set its fields. `prompt_format` renders a
+    suite's prompts (default plain), and is the config's own where it has one (heads). One
+    record per example (per layer, source or head, as the probe measures)."""
     if kind is None:
         kind = next((k for k, (_, cls, _) in PROBES.items() if isinstance(config, cls)),
                     "knockout")
     if kind not in PROBES:
         raise ConfigError(f"unknown probe {kind!r} (known: {', '.join(PROBES)})")
-    cfg = _config(PROBES[kind][1], config, overrides)
+    cls = PROBES[kind][1]
+    if prompt_format is not None and "prompt_format" in cls.__dataclass_fields__:
+        overrides = {"prompt_format": prompt_format, **overrides}
+    cfg = resolve_config(cls, config, overrides)
     model, tokenizer, name = _model(model, tokenizer, device, dtype)
-    examples = probe_examples(kind, data, tokenizer, limit, kind == "attention", prompt_format)
+    examples = probe_examples(kind, data, tokenizer, limit, kind == "attention",
+                              prompt_format or "plain")
     return run_probe(kind, model, tokenizer, examples, cfg, name, _label(data), out_dir,
                      runs_root, progress)
 
@@ -243,7 +186,7 @@ def _label(data) -> str:
 def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: str,
               data_label: str, out_dir: str | Path | None = None,
               runs_root: str | Path | None = None, progress: Progress | None = None
-              ) -> ProbeResult:
+              ) -> Result:
     """Probe, then (with `out_dir` or `runs_root`) write and finish the run folder:
     config.json first, then records.jsonl, figures, summary.json and report.html. Bad input
     found once the folder is made (a window larger than the model) or Ctrl-C removes it."""
@@ -252,16 +195,18 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
               "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
               "config": config_to_dict(cfg)}
     fn = PROBES[kind][0]
+    command = f"probe-{kind}"
     if out_dir is None and runs_root is None:
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-        return ProbeResult(kind, records, probe_summary(kind, records, arch.n_layers, cfg),
-                           config)
-    run = start_run(config, f"probe-{kind}", runs_root=runs_root, out_dir=out_dir)
+        return Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
+                      command)
+    run = start_run(config, command, runs_root=runs_root, out_dir=out_dir)
     with run.refusals(interrupt=True):
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-    result = ProbeResult(kind, records, probe_summary(kind, records, arch.n_layers, cfg), config)
+    result = Result(records, probe_summary(kind, records, arch.n_layers, cfg), config, command,
+                    out_dir=run.path)
     run.write_records(RECORDS, records)
-    result._finish(run)
+    _finish_probe(result, run)
     return result
 
 
@@ -269,104 +214,97 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
 
 def instruction_rows(data, seed: int = 0) -> list[Instruction]:
     """Instruction rows: a JSONL/JSON instruction file, "builtin" (the C/C+S/S mixture of
-    `seed`), or rows in memory."""
+    `seed`), or rows in memory (`Instruction`s, or records as `augment` returns them)."""
     if data is None or isinstance(data, (str, Path)):
         return load_rows(str(data or BUILTIN), MixtureConfig(seed=seed))
-    return list(data)
+    return [r if isinstance(r, Instruction) else parse_instruction(r, "rows", i)
+            for i, r in enumerate(data, start=1)]
 
 
 @dataclass
-class CurateResult:
-    """The rows kept, every row's scores (`loss_with_context`, `loss_without_context`,
-    `criticality`, `dropped`), and the config."""
+class CurateResult(Result, commands=("curate",)):
+    """`curate`'s Result: every row's scores (`loss_with_context`, `loss_without_context`,
+    `criticality`, `dropped`) as records, and the rows kept (to finetune on)."""
 
-    kept: list[Instruction]
-    scores: list[dict]
-    config: CurateConfig
-    n_rows: int = 0
+    command: str = "curate"
+    kept: list[Instruction] = field(default_factory=list)
 
     @property
     def cutoff(self) -> float | None:
         """The lowest score kept, when any row was dropped."""
-        key = "loss_without_context" if self.config.by == "no_context_loss" else "criticality"
-        kept = [s[key] for s in self.scores if not s["dropped"]]
-        return min(kept) if kept and len(self.kept) < self.n_rows else None
+        return self.summary.get("cutoff")
 
     def write(self, out: str | Path) -> tuple[Path, Path, Path]:
         """`knowflow curate --out OUT`'s files: OUT (the kept rows, JSONL), OUT.scores.jsonl
         and OUT.png (the score histogram with the cutoff)."""
         out = Path(out)
         save_instructions(out, self.kept)
-        scores = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), self.scores)
-        return out, scores, curation_figure(self.scores, self.config.by, self.cutoff,
+        scores = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), self.records)
+        return out, scores, curation_figure(self.records, self.config["by"], self.cutoff,
                                             out.with_suffix(".png"))
 
-    def save(self, out_dir: str | Path) -> Path:
-        """`out_dir/curated.jsonl`, `curated.scores.jsonl` and `curated.png`."""
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        self.write(Path(out_dir) / "curated.jsonl")
-        return Path(out_dir)
+    def _write(self, run: RunFolder) -> None:
+        """curated.scores.jsonl (the records), curated.jsonl (the rows kept), curated.png."""
+        run.write_records("curated.jsonl", [r.to_dict() for r in self.kept])
+        super()._write(run)
+        curation_figure(self.records, self.config["by"], self.cutoff,
+                        run.path / "curated.png")
 
-    def to_pandas(self):
-        return _frame(self.scores)
+    @classmethod
+    def _read_rest(cls, run_dir: Path) -> dict:
+        kept = run_dir / "curated.jsonl"
+        return {"kept": load_instructions(kept) if kept.exists() else []}
 
-    def __iter__(self):  # `kept, scores = curate(...)`, as the old form returned
-        return iter((self.kept, self.scores))
+
+def _cutoff(scores: list[dict], cfg: CurateConfig, n_kept: int) -> float | None:
+    key = "loss_without_context" if cfg.by == "no_context_loss" else "criticality"
+    kept = [s[key] for s in scores if not s["dropped"]]
+    return min(kept) if kept and n_kept < len(scores) else None
 
 
-def curate(model="smollm2-135m-instruct", data=BUILTIN, *legacy, config=None, tokenizer=None,
+def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenizer=None,
            device: str = "auto", dtype: str = "auto", seed: int = 0,
            progress: Progress | None = None, **overrides) -> CurateResult:
     """Score every instruction row's context-criticality with `model` and drop the least
-    critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows. The
-    old form `kept, scores = curate(model, tokenizer, rows, cfg)` still works."""
-    if hasattr(data, "pad_token_id"):  # curate(model, tokenizer, rows[, cfg])
-        tokenizer, data, config = data, *(list(legacy) + [config])[:2]
-    elif legacy:
-        raise TypeError("curate(model, data, *, config=None, **overrides)")
-    cfg = _config(CurateConfig, config, overrides)
+    critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows."""
+    cfg = resolve_config(CurateConfig, config, overrides)
     rows = instruction_rows(data, seed)
     model, tokenizer, _ = _model(model, tokenizer, device, dtype)
     kept, scores = curate_examples(model, tokenizer, rows, cfg, progress)
-    return CurateResult(kept, scores, cfg, len(rows))
+    summary = {"n_rows": len(rows), "n_kept": len(kept),
+               "cutoff": _cutoff(scores, cfg, len(kept))}
+    return CurateResult(scores, summary, config_to_dict(cfg), kept=kept)
 
 
-@dataclass
-class AugmentResult:
-    rows: list[Instruction]            # the originals plus the counterfactual copies
-    config: AugmentConfig
-    added: list[Instruction] = field(default_factory=list)
-
-    def write(self, out: str | Path) -> Path:
-        """`knowflow augment --out OUT`'s file: the rows, JSONL."""
-        return save_instructions(Path(out), self.rows)
-
-    def save(self, out_dir: str | Path) -> Path:
-        """`out_dir/augmented.jsonl`."""
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        return self.write(Path(out_dir) / "augmented.jsonl")
-
-    def to_pandas(self):
-        return _frame([dataclasses.asdict(r) for r in self.rows])
-
-    # the rows, as the old `augment(rows, ratio)` returned them
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self):
-        return iter(self.rows)
-
-
-def augment(data=BUILTIN, *legacy, config=None, **overrides) -> AugmentResult:
+def augment(data=BUILTIN, *, config=None, **overrides) -> Result:
     """`data` plus entity-substituted counterfactual copies (`knowflow augment`): context and
-    answer changed together. `data`: an instruction file, "builtin", or rows; the old form
-    `augment(rows, ratio, seed)` still works."""
-    if legacy:  # augment(rows, ratio[, seed])
-        overrides = {**dict(zip(("ratio", "seed"), legacy, strict=False)), **overrides}
-    cfg = _config(AugmentConfig, config, overrides)
-    out = augment_rows(instruction_rows(data, cfg.seed), cfg.ratio, cfg.seed)
-    return AugmentResult(out, cfg, [r for r in out if r.extra.get("augmented")])
+    answer changed together. No model: `data` is an instruction file, "builtin", or rows. One
+    record per row, as the JSONL file holds it (the copies carry `augmented`)."""
+    cfg = resolve_config(AugmentConfig, config, overrides)
+    rows = instruction_rows(data, cfg.seed)
+    out = augment_rows(rows, cfg.ratio, cfg.seed)
+    summary = {"n_rows": len(rows), "n_added": sum(bool(r.extra.get("augmented")) for r in out)}
+    return Result([r.to_dict() for r in out], summary, config_to_dict(cfg), "augment")
 
 
-__all__ = ["AugmentResult", "CurateResult", "EvalResult", "ExplainRun", "ProbeResult", "augment",
-           "curate", "evaluate", "explain", "probe"]
+# ---- finetune ---------------------------------------------------------------------------
+
+def finetune(model=None, data=None, *, config=None, runs_root: str | Path = "runs",
+             resume: bool | str | Path = False, progress: Progress | None = None,
+             **overrides) -> Result:
+    """Finetune `model` on instruction `data` while tracking context reliance (`knowflow
+    sft`); the run folder goes to runs_root/sft/<timestamp>/. `model` is a name or path (the
+    job loads it; a loaded model trains with `knowflow.train.sft.train_model`), `data` an
+    instruction file or "builtin"; None: `config`'s. `config` is an `SFTJobConfig`; overrides
+    set its fields (sections as dicts: `sft={"steps": 5}`). One record per tracked step."""
+    if model is not None and not isinstance(model, (str, Path)):
+        raise ConfigError("finetune loads its model by name or path", "model",
+                          "save the model with save_pretrained and pass the folder, or train "
+                          "it with knowflow.train.sft.train_model")
+    given = {k: str(v) for k, v in (("model", model), ("data", data)) if v is not None}
+    return run_experiment("sft", config=config, runs_root=runs_root, resume=resume,
+                          progress=progress, **given, **overrides)
+
+
+__all__ = ["CurateResult", "EvalResult", "Result", "augment", "curate", "evaluate", "explain",
+           "finetune", "probe", "run_experiment"]

@@ -135,6 +135,20 @@ def apply_overrides(cfg: T, overrides: list[str] | dict[str, Any]) -> T:
     return cfg
 
 
+def resolve_config(cls: type[T], config: T | None = None,
+                   *overrides: list[str] | dict[str, Any] | None) -> T:
+    """The config a run uses: `config` (default: `cls()`) with each of `overrides` applied in
+    turn (`apply_overrides`), then validated once. Every entry point and command resolves its
+    config here."""
+    if config is not None and not isinstance(config, cls):
+        raise ConfigError(f"expected a {cls.__name__}, got a {type(config).__name__}", "config")
+    cfg = config if config is not None else cls()
+    for given in overrides:
+        cfg = apply_overrides(cfg, given or {})
+    validate_config(cfg)
+    return cfg
+
+
 def _split(item: str) -> tuple[str, str]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key=value")

@@ -35,7 +35,7 @@ def test_case_only_rows_scored_by_loglik_skipped_by_generation(tmp_path, tiny_mo
     model, tok = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
     res = evaluate(model, data, tokenizer=tok, scoring="both", max_new_tokens=3,
                    known_filter=False)
-    recs = res.records["memotrap_case"]
+    recs = res.by_suite["memotrap_case"]
     equal = [r["generate"]["equal_answers"] for r in recs]
     assert equal == [True, True, True, False, False]
     assert not any(r["loglik"]["equal_answers"] for r in recs)

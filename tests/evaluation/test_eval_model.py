@@ -148,7 +148,7 @@ def test_evaluate_api_writes_results(model, tokenizer, tmp_path):
     assert len(lines) == 6 and {"prompt", "generate_output", "loglik_choice", "known"} <= set(rec)
     assert not any(isinstance(v, dict) for v in rec.values())  # flat: one column per field
     # the per-item records are what the summary is computed from
-    cf_hits = [r["generate"]["counterfactual"] for r in res.records["cf-quotes"]]
+    cf_hits = [r["generate"]["counterfactual"] for r in res.by_suite["cf-quotes"]]
     assert res.summary["cf-quotes"]["generate"]["counterfactual_accuracy"] == \
         pytest.approx(sum(cf_hits) / 3)
 
@@ -157,7 +157,7 @@ def test_evaluate_modes_and_no_context(model, tokenizer):
     res = evaluate(model, "cf-world", tokenizer=tokenizer, limit=2, scoring="loglik",
                    use_context=False, max_new_tokens=4)
     assert list(res.summary["cf-world"]) == ["loglik"] and res.out_dir is None
-    rec = res.records["cf-world"][0]
+    rec = res.by_suite["cf-world"][0]
     assert "Context:" not in rec["prompt"] and rec["context_shown"] is False
     with pytest.raises(KnowflowError, match="scoring"):
         evaluate(model, "cf-world", tokenizer=tokenizer, scoring="bogus")

@@ -34,7 +34,7 @@ def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
     monkeypatch.setattr(items, "generate", no_generation)
     res = evaluate(model, SUITES, tokenizer=tok, scoring="loglik", prompt_format=fmt, limit=4,
                    n_bootstrap=10, known_filter=True)
-    for suite, recs in res.records.items():
+    for suite, recs in res.by_suite.items():
         for rec, it in zip(recs, get_suite(suite, limit=4), strict=True):
             p = render(it, tok, PromptConfig(fmt, use_context=False))
             seq = encode_prompts(tok, [p.text], [p.add_special_tokens])[0]
@@ -46,7 +46,7 @@ def test_known_by_loglik_against_full_forward(model, tok, fmt, monkeypatch):
             assert rec["known"] == (nc["parametric_logprob"] > nc["counterfactual_logprob"])
             assert "no_context_output" not in rec
     share = res.summary["cf-quotes"]["loglik"]["known_share"]
-    assert share == sum(r["known"] for r in res.records["cf-quotes"]) / 4
+    assert share == sum(r["known"] for r in res.by_suite["cf-quotes"]) / 4
     assert set(res.stage_seconds) == {"loglik", "known facts"}
     assert res.summary["cf-quotes"]["loglik"]["known_by"] == "loglik"
 
@@ -64,7 +64,7 @@ def test_the_pass_is_off_by_default_under_loglik_alone_and_on_under_generation(m
     assert ran == [] and set(res.stage_seconds) == {"loglik"}
     block = res.summary["cf-quotes"]["loglik"]
     assert block["known_by"] == "off" and "known" not in block and "known_share" not in block
-    assert all("known" not in r for r in res.records["cf-quotes"])
+    assert all("known" not in r for r in res.by_suite["cf-quotes"])
     assert known_filter(EvalConfig(scoring="loglik")) is False
     assert known_filter(EvalConfig(scoring="loglik", known_filter=True)) is True
     assert known_filter(EvalConfig(scoring="generate")) is True
@@ -80,11 +80,11 @@ def test_known_by_choice_and_no_context(model, tok):
     assert known_by(EvalConfig(scoring="generate", known_by="loglik")) == "loglik"
     res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="loglik", known_by="generate",
                    limit=3, n_bootstrap=10, known_filter=True)
-    assert all("no_context_output" in r for r in res.records["cf-quotes"])
+    assert all("no_context_output" in r for r in res.by_suite["cf-quotes"])
     # --no-context: the scores are already without the context; no second pass
     res = evaluate(model, "cf-quotes", tokenizer=tok, scoring="loglik", use_context=False,
                    limit=3, n_bootstrap=10, known_filter=True)
-    for r in res.records["cf-quotes"]:
+    for r in res.by_suite["cf-quotes"]:
         assert r["known"] == (r["loglik"]["choice"] == "parametric")
     with pytest.raises(ConfigError):
         EvalConfig(known_by="sometimes").validate()

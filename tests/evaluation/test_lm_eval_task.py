@@ -66,7 +66,7 @@ def test_samples_give_knowflow_metrics(tmp_path, tiny_model_dir):
     files = []
     for suite, items in load_suites(SUITES, limit=5).items():
         files.append(_fake_samples(tmp_path / f"samples_{suite}.jsonl",
-                                   task_docs(items, tok, "chat"), ours.records[suite]))
+                                   task_docs(items, tok, "chat"), ours.by_suite[suite]))
     theirs = from_lm_eval(files, out_dir=tmp_path / "out")
     for suite in ours.summary:
         a, b = ours.summary[suite]["loglik"], theirs.summary[suite]["loglik"]
@@ -134,8 +134,8 @@ def test_lm_eval_acc_equals_knowflow_loglik_accuracy(tmp_path, tiny_model_dir, m
         files.append(path)
     back = from_lm_eval(files)
     for suite in by_suite:
-        mine = {r["id"]: r["loglik"] for r in ours.records[suite]}
-        for rec in back.records[suite]:
+        mine = {r["id"]: r["loglik"] for r in ours.by_suite[suite]}
+        for rec in back.by_suite[suite]:
             assert rec["loglik"]["choice"] == mine[rec["id"]]["choice"]
             assert rec["loglik"]["counterfactual_logprob"] == pytest.approx(
                 mine[rec["id"]]["counterfactual_logprob"], abs=1e-3)

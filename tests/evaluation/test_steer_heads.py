@@ -109,5 +109,5 @@ def test_evaluate_calibrates_and_scores_held_out_items_only(setup):
     cal = res.config["heads_calibration"]
     assert cal["n_calibration"] == 3 and cal["n_held_out"] == {"cf-capitals": 3}
     assert res.config["method"].startswith("greedy,heads:")
-    assert len(res.records["cf-capitals"]) == 3
+    assert len(res.by_suite["cf-capitals"]) == 3
     assert set(res.conditions) == {"greedy", cal["spec"]}

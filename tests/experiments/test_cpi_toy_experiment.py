@@ -20,7 +20,7 @@ SUMMARY_KEYS = {"mc_start", "mc_peak", "mc_peak_step", "mc_final", "steps"}
 
 def test_tiny_run_writes_the_whole_contract(tmp_path):
     result = run_experiment("cpi-toy", TINY, runs_root=tmp_path)
-    run_dir = result.run_dir
+    run_dir = result.out_dir
     assert run_dir.parent == tmp_path / "cpi-toy"
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
         assert (run_dir / name).is_file(), name
@@ -76,26 +76,26 @@ def test_same_seed_same_numbers_and_workers_do_not_matter(tmp_path):
     one = run_experiment("cpi-toy", cfg, runs_root=tmp_path / "a")
     two = run_experiment("cpi-toy", {**cfg, "workers": 2}, runs_root=tmp_path / "b")
     other = run_experiment("cpi-toy", {**cfg, "seed": 1}, runs_root=tmp_path / "c")
-    first = (one.run_dir / "metrics.jsonl").read_text()
-    assert first == (two.run_dir / "metrics.jsonl").read_text()
-    assert first != (other.run_dir / "metrics.jsonl").read_text()
+    first = (one.out_dir / "metrics.jsonl").read_text()
+    assert first == (two.out_dir / "metrics.jsonl").read_text()
+    assert first != (other.out_dir / "metrics.jsonl").read_text()
 
 
 def test_resume_recomputes_only_what_is_missing(tmp_path):
     cfg = {**TINY, "parts": "inversion,c_only"}
     done = run_experiment("cpi-toy", cfg, runs_root=tmp_path)
-    expected = (done.run_dir / "metrics.jsonl").read_text()
+    expected = (done.out_dir / "metrics.jsonl").read_text()
     # simulate an interruption after the first arm: no summary, one checkpoint lost
-    (done.run_dir / "summary.json").unlink()
-    (done.run_dir / "metrics.jsonl").unlink()
-    checkpoints = sorted((done.run_dir / "checkpoints").glob("*.json"))
+    (done.out_dir / "summary.json").unlink()
+    (done.out_dir / "metrics.jsonl").unlink()
+    checkpoints = sorted((done.out_dir / "checkpoints").glob("*.json"))
     assert len(checkpoints) == 2
     checkpoints[0].unlink()
     kept = checkpoints[1].stat().st_mtime_ns
     resumed = run_experiment("cpi-toy", runs_root=tmp_path, resume=True)
-    assert resumed.run_dir == done.run_dir
+    assert resumed.out_dir == done.out_dir
     assert checkpoints[1].stat().st_mtime_ns == kept  # loaded, not recomputed
-    assert (done.run_dir / "metrics.jsonl").read_text() == expected
+    assert (done.out_dir / "metrics.jsonl").read_text() == expected
     with pytest.raises(ConfigError, match="no unfinished run"):
         run_experiment("cpi-toy", runs_root=tmp_path, resume=True)
 

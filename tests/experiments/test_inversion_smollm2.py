@@ -20,8 +20,8 @@ def test_all_arms_write_records(tmp_path, model_dir):
             "arms=lora,full,curated,qk_only,augmented,dynamic", "dynamic.every=1",
             "indist_n=2", "curate_drop=0.25", "dynamic.fraction=0.25", "dynamic.threshold=none"]
     result = run_experiment("inversion-smollm2", sets, runs_root=tmp_path)
-    summary = read_json(result.run_dir / "summary.json")
-    records = read_jsonl(result.run_dir / "metrics.jsonl")
+    summary = read_json(result.out_dir / "summary.json")
+    records = read_jsonl(result.out_dir / "metrics.jsonl")
     for arm in ("lora", "full", "curated", "qk_only", "augmented", "dynamic"):
         s = summary[arm]
         # both scorings, per tracked suite (held-out cf-quotes and cf-world items)
@@ -36,7 +36,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
     assert len({summary[a]["cf_acc_start"] for a in ("lora", "curated", "qk_only",
                                                      "augmented")}) == 1
     assert len({summary[a]["indist_start"] for a in ("lora", "full", "dynamic")}) == 1
-    dyn = read_jsonl(result.run_dir / "arms" / "dynamic" / "curation.jsonl")
+    dyn = read_jsonl(result.out_dir / "arms" / "dynamic" / "curation.jsonl")
     # rows dropped stay out (the arm's default): 6 of 24 at step 0, then 6 + round(0.25 * 18)
     assert [r["step"] for r in dyn] == [0, 1] and [r["n_dropped"] for r in dyn] == [6, 10]
     assert set(dyn[0]["dropped"]) < set(dyn[1]["dropped"])
@@ -56,8 +56,8 @@ def test_all_arms_write_records(tmp_path, model_dir):
                if n.rsplit(".", 1)[-1] in sft.lora_targets)
     assert summary["qk_only"]["trainable_params"] == qk
     assert summary["lora"]["trainable_params"] == lora
-    assert (result.run_dir / "figures" / "reliance.png").exists()
-    assert (result.run_dir / "report.html").exists()
+    assert (result.out_dir / "figures" / "reliance.png").exists()
+    assert (result.out_dir / "report.html").exists()
 
 
 def test_bad_config_writes_nothing(tmp_path):

@@ -58,12 +58,12 @@ def test_snapshots_are_the_recorded_models(tmp_path):
 
 def test_run_writes_per_seed_records(tmp_path):
     res = run_experiment("inversion-tiny-heads", TINY, runs_root=tmp_path / "runs")
-    (seed,) = read_jsonl(res.run_dir / "metrics.jsonl")
+    (seed,) = read_jsonl(res.out_dir / "metrics.jsonl")
     assert seed["seed"] == 0 and seed["overlap"] <= len(seed["context_heads"])
     st = seed["steering"]
     assert st["n_calibration"] + st["n_held_out"] == 8
     assert len(st["heads"]) in (0, 1, 2)
     assert res.summary["mean_overlap"] == seed["overlap"]
-    assert (res.run_dir / "figures" / "tiny_heads.png").exists()
-    assert not (res.run_dir / "job-seed0").exists()
+    assert (res.out_dir / "figures" / "tiny_heads.png").exists()
+    assert not (res.out_dir / "job-seed0").exists()
     assert isinstance(build_config("inversion-tiny-heads", {}), InversionTinyHeadsConfig)

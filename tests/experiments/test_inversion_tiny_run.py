@@ -26,7 +26,7 @@ from knowflow.experiments.inversion_tiny.world import (
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
 from knowflow.train.callback import EvalCallback
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 
 WORLD = TinyWorldConfig(**TINY_WORLD)
 MODEL = TinyModelConfig(**TINY_MODEL)
@@ -86,7 +86,7 @@ def _finetune(out_dir, cfg, seed=0, extra=()):
     """Tiny-world finetuning through the one HF Trainer path, as inversion-tiny runs it."""
     world, model, tok, train, evals = _setup(seed)
     tracker = EvalCallback(TinyEvaluator(tok, train, evals, 8), every=1, out_dir=out_dir)
-    result = finetune(model, tok, training_rows(tok, train), cfg, out_dir, [tracker, *extra],
+    result = train_model(model, tok, training_rows(tok, train), cfg, out_dir, [tracker, *extra],
                       resume=True)
     # the Trainer's logged loss is a running mean since its last log, which a resume restarts;
     # every measured quantity must match
@@ -121,7 +121,7 @@ def test_trainer_loss_is_the_answer_token_cross_entropy():
 def test_qk_only_changes_only_queries_and_keys(tmp_path):
     world, model, tok, train, evals = _setup()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    finetune(model, tok, training_rows(tok, train),
+    train_model(model, tok, training_rows(tok, train),
              SFTConfig(train="qk_only", steps=3, lr=1e-2, batch_size=4), tmp_path)
     changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed and all(k.endswith(("q_proj.weight", "k_proj.weight")) for k in changed)
@@ -156,7 +156,7 @@ def test_tiny_run_writes_every_record(tmp_path):
     result = run_experiment("inversion-tiny", {**TINY, "arms": ",".join(ARMS),
                                                "dynamic.threshold": "none"},
                             runs_root=tmp_path / "runs")
-    run_dir = result.run_dir
+    run_dir = result.out_dir
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
         assert (run_dir / name).is_file(), name
     records = read_jsonl(run_dir / "metrics.jsonl")
@@ -206,17 +206,17 @@ def test_tiny_run_writes_every_record(tmp_path):
 def test_resumed_run_gives_the_same_metrics(tmp_path):
     cfg = {**TINY, "arms": "mixed,c_only", "seeds": "0"}
     done = run_experiment("inversion-tiny", cfg, runs_root=tmp_path)
-    expected = (done.run_dir / "metrics.jsonl").read_text()
-    (done.run_dir / "summary.json").unlink()
-    (done.run_dir / "metrics.jsonl").unlink()
-    saved = sorted((done.run_dir / "checkpoints").glob("*.json"))
+    expected = (done.out_dir / "metrics.jsonl").read_text()
+    (done.out_dir / "summary.json").unlink()
+    (done.out_dir / "metrics.jsonl").unlink()
+    saved = sorted((done.out_dir / "checkpoints").glob("*.json"))
     assert [p.name for p in saved] == ["c_only-seed0.json", "mixed-seed0.json"]
     saved[0].unlink()
     kept = saved[1].stat().st_mtime_ns
     resumed = run_experiment("inversion-tiny", runs_root=tmp_path, resume=True)
-    assert resumed.run_dir == done.run_dir
+    assert resumed.out_dir == done.out_dir
     assert saved[1].stat().st_mtime_ns == kept
-    assert (done.run_dir / "metrics.jsonl").read_text() == expected
+    assert (done.out_dir / "metrics.jsonl").read_text() == expected
 
 
 @pytest.mark.parametrize("override, field", [
@@ -266,7 +266,7 @@ def test_phase_study_writes_every_cell(tmp_path):
             assert len(row["fall_seeds"]) == 2
             assert row["fall_mean"] == pytest.approx(sum(row["fall_seeds"]) / 2)
             assert row["inverts"] == (row["fall_mean"] >= 0.1)
-    records = read_jsonl(result.run_dir / "metrics.jsonl")
+    records = read_jsonl(result.out_dir / "metrics.jsonl")
     tiny = [r for r in records if r["model"] == "tiny"]
     assert len(tiny) == 4 * 2 * 6  # cells x seeds x evaluations
     assert {(r["cs_share"], r["reliability"], r["seed"]) for r in tiny} == {
@@ -274,7 +274,7 @@ def test_phase_study_writes_every_cell(tmp_path):
     agree = phase["agreement"]
     assert agree["cells"] == 4 and agree["agree"] + len(agree["disagree"]) == 4
     assert result.summary["findings"]["verdict"].startswith("The tiny transformer and")
-    assert [p.name for p in result.figures] == ["1_phase_diagram.png"]
+    assert [p.name for p in (result.out_dir / "figures").iterdir()] == ["1_phase_diagram.png"]
 
 
 def test_two_cold_runs_write_identical_summaries_and_records(tmp_path, monkeypatch):
@@ -282,7 +282,7 @@ def test_two_cold_runs_write_identical_summaries_and_records(tmp_path, monkeypat
     runs = []
     for name in ("a", "b"):
         monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / name / "cache"))  # cold each time
-        runs.append(run_experiment("inversion-tiny", cfg, runs_root=tmp_path / name).run_dir)
+        runs.append(run_experiment("inversion-tiny", cfg, runs_root=tmp_path / name).out_dir)
     for file in ("summary.json", "metrics.jsonl"):
         assert (runs[0] / file).read_bytes() == (runs[1] / file).read_bytes(), file
 

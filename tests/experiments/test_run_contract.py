@@ -154,7 +154,7 @@ def test_evaluate_and_probe_report_progress_with_one_signature(tiny_model_dir):
     assert {"cf-capitals: generate", "cf-capitals: loglik"} <= stages
     assert (3, 3, "cf-capitals: generate") in calls
     calls.clear()
-    knowflow.probe("project", model, tok, builtin_facts()[:2], known_only=False,
+    knowflow.probe(model, builtin_facts()[:2], tokenizer=tok, kind="project", known_only=False,
                    progress=_recorder(calls))
     assert calls and calls[-1][:2] == (2, 2)
 

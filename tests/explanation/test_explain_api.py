@@ -47,13 +47,13 @@ def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):
 
 def test_to_pandas_is_one_flat_row_per_item():
     pytest.importorskip("pandas")
-    from knowflow.explanation.result import ExplainResult
+    from knowflow.result import Result
 
     recs = [{"id": "a", "verdict": "context", "verdict_numbers": {"context_contribution": 1.0},
              "sentences": [{"text": "x", "attribution": 0.5}]},
             {"id": "b", "verdict": "memory", "verdict_numbers": {"context_contribution": -1.0},
              "sentences": [{"text": "y", "attribution": 0.0}]}]
-    table = ExplainResult(recs, {}, {}).to_pandas()
+    table = Result(recs, {}, {}, "explain").to_pandas()
     assert list(table["id"]) == ["a", "b"]
     assert list(table["verdict_numbers_context_contribution"]) == [1.0, -1.0]
     assert table["sentences"][0] == [{"text": "x", "attribution": 0.5}]

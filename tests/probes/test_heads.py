@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+import knowflow
 from helpers import SHARP, byte_bpe
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.arch import arch_of
 from knowflow.lens.heads import head_contributions, head_shape
 from knowflow.lens.hooks import captured, hook_name
-from knowflow.probes import probe
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.heads import (
     HeadsConfig,
@@ -120,7 +121,8 @@ def test_head_contributions_sum_to_the_attention_output(setup):
 
 def test_probe_records_summary_and_registry(setup):
     model, tok, items, _ = setup
-    recs = probe("heads", model, tok, items, prompt_format="plain", top=3, n_bootstrap=50)
+    recs = knowflow.probe(model, items, tokenizer=tok, kind="heads", prompt_format="plain",
+                          top=3, n_bootstrap=50).records
     n_layers, n_heads, _ = head_shape(model)
     assert len(recs) == len(items) * n_layers * n_heads
     s = summarize_heads(recs, HeadsConfig(top=3, n_bootstrap=50))
@@ -134,7 +136,7 @@ def test_probe_records_summary_and_registry(setup):
     for name in ("prediction", "counterfactual", "parametric"):
         assert torch.tensor(s["projection"][name]).shape == (n_layers, n_heads)
     with pytest.raises(ConfigError, match="rank_by"):
-        probe("heads", model, tok, items, ablations=("zero",))
+        knowflow.probe(model, items, tokenizer=tok, kind="heads", ablations=("zero",))
     with pytest.raises(KnowflowError, match="context"):
         heads(model, tok, [items[0].__class__(**{**items[0].to_dict(), "context": ""})],
               HeadsConfig(prompt_format="plain"))

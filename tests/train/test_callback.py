@@ -8,7 +8,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState
 
 from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.train.callback import EvalCallback, scalars
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 
 
 class _Evaluator:
@@ -135,7 +135,8 @@ def test_finetune_forwards_any_eval_callback_to_the_loggers(make_tiny_llama, tmp
     logs = _Logs()
     cb = EvalCallback(lambda m: {"norm": _norm(m)}, every=1,
                       out_dir=tmp_path)
-    finetune(make_tiny_llama(tok), tok, _rows(tok), SFTConfig(train="full", steps=2, batch_size=4,
-                                                         save_every=10), tmp_path, [cb, logs])
+    train_model(make_tiny_llama(tok), tok, _rows(tok),
+                SFTConfig(train="full", steps=2, batch_size=4, save_every=10), tmp_path,
+                [cb, logs])
     assert len(cb.records) == 3
     assert len([h for h in logs.logs if "eval/norm" in h]) == 3

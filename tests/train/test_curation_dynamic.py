@@ -16,7 +16,7 @@ from knowflow.train.curation import (
     next_drop,
     no_context_scorer,
 )
-from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
+from knowflow.train.sft import SFTConfig, last_checkpoint, train_model
 
 CFG = SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=3, log_every=1, max_length=512)
 DYN = DynamicCurationConfig(mode="dynamic", every=3, fraction=0.25, batch_size=8)
@@ -129,7 +129,7 @@ def test_dropped_rows_get_no_loss_until_readmitted(make_tiny_llama, tmp_path, to
 
     mod.CuratedTrainer.compute_loss = spy
     try:
-        finetune(model, tok, data, SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=50),
+        train_model(model, tok, data, SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=50),
                  tmp_path, [cur, trained])
     finally:
         mod.CuratedTrainer.compute_loss = original
@@ -155,9 +155,9 @@ class _Crash(TrainerCallback):
 
 def test_resume_restores_the_drop_set(make_tiny_llama, tmp_path, tok, rows, data):
     full = _curation(tok, rows, tmp_path / "a")
-    finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "a", [full])
+    train_model(make_tiny_llama(tok), tok, data, CFG, tmp_path / "a", [full])
     with pytest.raises(KeyboardInterrupt):
-        finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b",
+        train_model(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b",
                  [_curation(tok, rows, tmp_path / "b"), _Crash()])
     assert last_checkpoint(tmp_path / "b").name == "checkpoint-3"
     resumed = _curation(tok, rows, tmp_path / "b")
@@ -168,7 +168,8 @@ def test_resume_restores_the_drop_set(make_tiny_llama, tmp_path, tok, rows, data
             restored.append(set(resumed.dropped))
 
     # the peek runs after the curation callback's on_train_begin
-    finetune(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b", [resumed, _Peek()], resume=True)
+    train_model(make_tiny_llama(tok), tok, data, CFG, tmp_path / "b", [resumed, _Peek()],
+                resume=True)
     a = read_jsonl(tmp_path / "a" / CURATION)
     b = read_jsonl(tmp_path / "b" / CURATION)
     assert restored == [set(a[1]["dropped"])] and a[1]["step"] == 3
@@ -186,7 +187,7 @@ def test_callback_works_on_a_peft_model(make_tiny_llama, tmp_path, tok, rows, da
 
     cur = DynamicCuration(spy, len(rows), DYN, tmp_path)
     base = no_context_loss(make_tiny_llama(tok), rows, tok, "chat", batch_size=8)
-    result = finetune(make_tiny_llama(tok), tok, data,
+    result = train_model(make_tiny_llama(tok), tok, data,
                       SFTConfig(train="lora", steps=4, batch_size=4, lr=5e-2, save_every=50,
                                 lora_targets=("q_proj", "v_proj")), tmp_path, [cur])
     assert type(result.model).__name__.startswith("Peft")
@@ -199,7 +200,7 @@ def test_callback_works_on_a_peft_model(make_tiny_llama, tmp_path, tok, rows, da
 
 def test_tiny_world_rows_plug_in(make_tiny_llama, tmp_path):
     """The inversion-tiny wiring: tiny-world examples scored by `no_context_loss` (their
-    `<bos> question s r` version), trained through `train.sft.finetune`."""
+    `<bos> question s r` version), trained through `train.sft.train_model`."""
     from helpers import TINY_WORLD
     from knowflow.experiments.inversion_tiny.model import build_tokenizer, encode, per_example_loss
     from knowflow.experiments.inversion_tiny.track import training_rows
@@ -220,7 +221,7 @@ def test_tiny_world_rows_plug_in(make_tiny_llama, tmp_path):
     cur = DynamicCuration(lambda m: no_context_loss(m, train, tok), len(train),
                           DynamicCurationConfig("dynamic", every=2, fraction=0.25), tmp_path,
                           kinds=[ex.kind for ex in train])
-    finetune(model, tok, training_rows(tok, train),
+    train_model(model, tok, training_rows(tok, train),
              SFTConfig(train="full", steps=3, batch_size=4, lr=1e-3, save_every=50),
              tmp_path, [cur])
     history = read_jsonl(tmp_path / CURATION)

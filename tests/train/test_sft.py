@@ -21,7 +21,7 @@ from knowflow.io import read_jsonl
 from knowflow.lens.adapt import TrainableConfig, prepare_trainable, query_key_parameters
 from knowflow.train.augment import augment, sources
 from knowflow.train.criticality import CurateConfig, dropped_indices, score_examples
-from knowflow.train.sft import SFTConfig, finetune, last_checkpoint
+from knowflow.train.sft import SFTConfig, last_checkpoint, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, _shard
 
 
@@ -39,7 +39,7 @@ def _items():
 def test_tracker_writes_one_record_per_evaluation(make_tiny_llama, tmp_path, tok, data):
     tracker = RelianceTracker(tok, TrackerConfig(every=2, batch_size=4), tmp_path,
                               items=_items())
-    res = finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, lr=1e-2,
+    res = train_model(make_tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, lr=1e-2,
                                                          save_every=10), tmp_path, [tracker])
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 2, 4, 5]  # start, every 2, and the end
@@ -64,8 +64,8 @@ def test_tracker_stops_after_drop_and_keeps_peak(make_tiny_llama, tmp_path, tok,
 
     tracker = Falling(tok, TrackerConfig(every=1, keep_peak=True, stop_drop=0.3), tmp_path,
                       items=_items())
-    res = finetune(make_tiny_llama(tok), tok, data, SFTConfig(steps=5, batch_size=4, save_every=10),
-                   tmp_path, [tracker])
+    res = train_model(make_tiny_llama(tok), tok, data,
+                      SFTConfig(steps=5, batch_size=4, save_every=10), tmp_path, [tracker])
     assert res.steps == 1  # stopped at the first evaluation 0.4 below the peak
     assert (tmp_path / "peak" / "adapter_config.json").exists()
     assert tracker.summary()["cf_acc_peak_step"] == 0
@@ -74,7 +74,7 @@ def test_tracker_stops_after_drop_and_keeps_peak(make_tiny_llama, tmp_path, tok,
 def test_qk_only_changes_nothing_else(make_tiny_llama, tmp_path, tok, data):
     model = make_tiny_llama(tok)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    res = finetune(model, tok, data, SFTConfig(train="qk_only", steps=1, batch_size=4, lr=1e-2,
+    res = train_model(model, tok, data, SFTConfig(train="qk_only", steps=1, batch_size=4, lr=1e-2,
                                                save_every=10), tmp_path)
     qk = set(query_key_parameters(model))
     assert qk and res.trainable_params == sum(before[k].numel() for k in qk)
@@ -102,15 +102,15 @@ class _Crash(TrainerCallback):
 
 def test_resume_continues_with_the_same_loss(make_tiny_llama, tmp_path, tok, data):
     cfg = SFTConfig(steps=6, batch_size=4, lr=5e-3, save_every=3, log_every=1)
-    full = finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "a",
+    full = train_model(make_tiny_llama(tok), tok, data, cfg, tmp_path / "a",
                     [RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "a",
                                      items=_items())])
     with pytest.raises(KeyboardInterrupt):
-        finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
+        train_model(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
                  [_Crash(), RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "b",
                                             items=_items())])
     assert last_checkpoint(tmp_path / "b").name == "checkpoint-3"
-    resumed = finetune(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
+    resumed = train_model(make_tiny_llama(tok), tok, data, cfg, tmp_path / "b",
                        [RelianceTracker(tok, TrackerConfig(every=3), tmp_path / "b",
                                         items=_items())], resume=True)
 

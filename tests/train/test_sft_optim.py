@@ -9,7 +9,7 @@ from transformers import TrainerCallback
 
 from knowflow.data.instruction_rows import encode_all
 from knowflow.errors import ConfigError
-from knowflow.train.sft import SFTConfig, finetune, training_args
+from knowflow.train.sft import SFTConfig, train_model, training_args
 
 
 class _Optimizer(TrainerCallback):
@@ -45,7 +45,7 @@ def test_sgd_step_is_minus_lr_times_gradient(make_tiny_llama, tmp_path, tok, row
     ref = make_tiny_llama(tok)
     ref(**batch).loss.backward()
     seen = _Optimizer()
-    finetune(model, tok, data, cfg, tmp_path, callbacks=[seen])
+    train_model(model, tok, data, cfg, tmp_path, callbacks=[seen])
     assert isinstance(seen.optimizer.optimizer if hasattr(seen.optimizer, "optimizer")
                       else seen.optimizer, torch.optim.SGD)
     name, param = "model.layers.0.self_attn.q_proj.weight", dict(ref.named_parameters())

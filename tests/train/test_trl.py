@@ -1,5 +1,5 @@
 """`RelianceTracker` on TRL's `SFTTrainer` (tiny random Llama, a few steps): with and without a
-peft config, with TRL's own prompt/completion dataset and collator, and `finetune(...,
+peft config, with TRL's own prompt/completion dataset and collator, and `train_model(...,
 trainer="trl")` giving the same records as the plain HF Trainer. Skipped without the `trl`
 extra (`pip install '.[trl]'`)."""
 
@@ -11,7 +11,7 @@ from knowflow.data.instruction_rows import encode_all, prompt_and_response
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
 from knowflow.io import read_jsonl
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install '.[trl]'")
@@ -89,7 +89,7 @@ def test_trl_trainer_matches_hf_trainer(make_tiny_llama, tmp_path, tok, rows, tr
         out = tmp_path / trainer
         cfg = SFTConfig(steps=4, batch_size=4, lr=1e-2, save_every=10, prompt_format="plain",
                         train=train, lora_targets=("q_proj", "v_proj"), trainer=trainer)
-        finetune(make_tiny_llama(tok), tok, data, cfg, out, [_tracker(tok, out)])
+        train_model(make_tiny_llama(tok), tok, data, cfg, out, [_tracker(tok, out)])
         runs[trainer] = read_jsonl(out / "metrics.jsonl")
     hf, tr = runs["hf"], runs["trl"]
     _check_records(tr, [0, 2, 4])

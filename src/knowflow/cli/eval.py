@@ -88,7 +88,7 @@ def eval_cmd(
 ) -> None:
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
     from knowflow.api import evaluate
-    from knowflow.config import validate_config
+    from knowflow.config import resolve_config
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.options import EvalConfig
     from knowflow.lens.load import check_device, check_model
@@ -99,8 +99,7 @@ def eval_cmd(
         _eval_from_lm_eval(from_lm_eval, out, given["seed"], clash=suite or data)
         return
     mapping = parse_fields(fields)
-    cfg = EvalConfig(**given)
-    validate_config(cfg)
+    cfg = resolve_config(EvalConfig, EvalConfig(**given))
     check_suites(suite)
     check_device(device)
     _check_out(out, data)

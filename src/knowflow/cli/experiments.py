@@ -75,15 +75,17 @@ def run_cmd(
         help="torch threads per process (1 is fastest for small models).")] = 1,
 ) -> None:
     """Run a registered experiment; writes runs/<name>/<timestamp>/ with a report.html."""
+    from knowflow.experiments.registry import get_experiment
     from knowflow.experiments.runner import run_experiment
+    from knowflow.runs import REPORT
 
     check_threads(threads)
     check_run_dir(run_dir, resume)
     set_threads(threads)
     result = run_experiment(name, set_ or [], runs_root=runs_dir,
                             resume=(run_dir or True) if resume else False)
-    print_summary(result.summary, result.columns)
-    print_paths(result.run_dir, result.report, result.seconds)
+    print_summary(result.summary, get_experiment(name).columns)
+    print_paths(result.out_dir, result.out_dir / REPORT, result.seconds)
 
 
 def report_cmd(

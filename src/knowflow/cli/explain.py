@@ -65,7 +65,7 @@ def explain_cmd(
 ) -> None:
     """Explain answers: source verdict, sentence attribution and mechanism."""
     from knowflow.api import explain
-    from knowflow.config import apply_overrides, validate_config
+    from knowflow.config import resolve_config
     from knowflow.data.tables import parse_fields
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.run import load_explain_items
@@ -74,12 +74,11 @@ def explain_cmd(
 
     check_threads(threads)
     check_seed(seed)
-    cfg = apply_overrides(ExplainConfig(
+    cfg = resolve_config(ExplainConfig, ExplainConfig(
         target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
         n_ablations=ablations, n_holdout=holdout, limit=limit, offset=offset,
         prompt_format=prompt_format,
-        seed=seed), set_ or [])
-    validate_config(cfg)
+        seed=seed), set_)
     source = _source(context, question, answer, data, suite)
     mapping = parse_fields(fields)
     load_explain_items(source, question, cfg, mapping)          # bad items: before the model

@@ -61,11 +61,10 @@ class _Common:
 
 
 def _config(cls, fields: dict, overrides: list[str] | None):
-    from knowflow.config import apply_overrides, require, validate_config
+    from knowflow.config import require, resolve_config
 
-    cfg = apply_overrides(cls(**{k: v for k, v in fields.items() if v is not None}),
-                          overrides or [])
-    validate_config(cfg)
+    cfg = resolve_config(cls, cls(**{k: v for k, v in fields.items() if v is not None}),
+                         overrides)
     require(cfg.batch_size >= 1, "batch_size", f"must be at least 1, got {cfg.batch_size}")
     return cfg
 

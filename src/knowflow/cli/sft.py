@@ -112,6 +112,7 @@ def sft_cmd(
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
     from knowflow.experiments.runner import run_experiment
+    from knowflow.runs import REPORT
 
     overrides = [f"{k}={v}" for k, v in given.items()] + list(set_ or [])
     check_threads(threads)
@@ -136,8 +137,8 @@ def sft_cmd(
         console.print(f"dynamic curation: {s['curation_rescorings']} re-scorings "
                       f"({s['curation_seconds']:.0f} s), {s['curation_final_dropped']} rows "
                       f"dropped at the last, by kind {s.get('curation_final_dropped_by_kind')}"
-                      f" -> {result.run_dir / 'curation.jsonl'}", highlight=False)
-    print_paths(result.run_dir, result.report)
+                      f" -> {result.out_dir / 'curation.jsonl'}", highlight=False)
+    print_paths(result.out_dir, result.out_dir / REPORT)
 
 
 CURATE_FLAGS = (  # CurateConfig's fields, one to one
@@ -163,13 +164,12 @@ def curate_cmd(
 ) -> None:
     """Score each example's context-criticality with the model; drop the least critical."""
     from knowflow.api import curate
-    from knowflow.config import validate_config
+    from knowflow.config import resolve_config
     from knowflow.lens.load import check_device, check_model
     from knowflow.train.criticality import CurateConfig
 
     check_threads(threads)
-    cfg = CurateConfig(**given)
-    validate_config(cfg)
+    cfg = resolve_config(CurateConfig, CurateConfig(**given))
     check_seed(seed)
     _check_out(data, out, (("scores", ".scores.jsonl"), ("histogram", ".png")))
     check_device(device)
@@ -183,7 +183,7 @@ def curate_cmd(
     with Bars("scoring") as progress:
         result = curate(model, rows, config=cfg, device=device, dtype=dtype, progress=progress)
     _, scores_path, figure = result.write(out)  # the same files as knowflow.curate(...).write
-    kept, scores = result.kept, result.scores
+    kept, scores = result.kept, result.records
     table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",
                   "mean criticality")
     for kind in sorted({str(s["kind"]) for s in scores}):
@@ -207,6 +207,7 @@ def augment_cmd(
 ) -> None:
     """Add entity-substituted counterfactual examples (context and answer changed together)."""
     from knowflow.api import augment
+    from knowflow.io import atomic_write_jsonl
 
     check_seed(seed)
     if not 0 < ratio <= MAX_RATIO:  # also refuses nan and inf
@@ -215,11 +216,11 @@ def augment_cmd(
     _check_out(data, out)
     rows = _rows(data, seed)
     result = augment(rows, ratio=ratio, seed=seed)
-    result.write(out)
-    added = result.added
-    console.print(f"{len(rows)} examples + {len(added)} counterfactual = {len(result)} -> {out}",
-                  highlight=False)
+    atomic_write_jsonl(out, result.records)  # the rows, as the instruction file holds them
+    added = [r for r in result.records if r.get("augmented")]
+    console.print(f"{len(rows)} examples + {len(added)} counterfactual = "
+                  f"{len(result.records)} -> {out}", highlight=False)
     if added:
         ex = added[0]
-        console.print(f"example: {ex.input!r} -> {ex.output!r} (was "
-                      f"{ex.extra['original_answer']!r})", highlight=False)
+        console.print(f"example: {ex['input']!r} -> {ex['output']!r} (was "
+                      f"{ex['original_answer']!r})", highlight=False)

@@ -8,11 +8,11 @@ greedy generation without the context must mention the memorized answer; under l
 scoring alone only when asked (`known_filter=True`), and then it scores the two answers after
 the question alone (one prefill per item, no decoding) unless `known_by="generate"`. Metrics
 are reported on all items and on the known ones; each summary block's `known_by` says which
-flags the known block rests on ("generate", "loglik", or "off": no known block). Results
-hold per-item records and a summary {suite: {mode: metrics}}; with an output folder they are
-written as a run folder (`knowflow.runs.start_run`): `config.json` first, then `items.jsonl`
-and `summary.json`. The `knowflow eval` command finishes the folder with figures and
-report.html (`report.finish.finish_run`), as every run is finished.
+flags the known block rests on ("generate", "loglik", or "off": no known block). The
+`EvalResult` holds per-item records and a summary {suite: {mode: metrics}}; with an output
+folder they are written as a run folder (`knowflow.runs.start_run`): `config.json` first,
+then `items.jsonl` and `summary.json`. `knowflow.evaluate` and `knowflow eval` finish the
+folder with figures and report.html (`report.finish.finish_run`), as every run is finished.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowflow.config import validate_config
+from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.batching import fit_batch_size
@@ -36,30 +36,58 @@ from knowflow.evaluation.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluation.strength import by_strength
+from knowflow.io import read_json, read_jsonl
 from knowflow.lens.load import load_model
+from knowflow.result import Result
 from knowflow.runs import ITEMS, Progress, RunFolder, start_run
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Results:
-    summary: dict                       # {suite: {"generate"|"loglik": metrics}}
-    records: dict[str, list[dict]]      # {suite: per-item records}
-    config: dict
-    out_dir: Path | None = None
-    seconds: float = 0.0
-    modes: tuple[str, ...] = field(default=("generate", "loglik"))
+class EvalResult(Result, commands=("eval",)):
+    """An eval's Result: `records` are the flat per-item records items.jsonl holds, `summary`
+    {suite: {"generate"|"loglik": metrics}}; `by_suite` keeps the nested records per suite,
+    `swept` a sweep's summary and records (conditions.json/l)."""
+
+    command: str = "eval"
+    by_suite: dict[str, list[dict]] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # load, score, known facts
-    conditions: dict | None = None      # {method: {suite: {mode: per condition}}}, a sweep's
-    swept: Swept | None = None          # the sweep's summary and records (conditions.json/l)
+    swept: Swept | None = None
+
+    @property
+    def conditions(self) -> dict | None:
+        """{method: {suite: {mode: per condition}}}: a sweep's summary."""
+        return self.swept.summary if self.swept is not None else None
+
+    def _write(self, run: RunFolder) -> None:
+        _write_items(run, self.records, self.summary, self.swept)
+
+    @classmethod
+    def _read_rest(cls, run_dir: Path) -> dict:
+        records = read_jsonl(run_dir / ITEMS) if (run_dir / ITEMS).exists() else []
+        by_suite: dict[str, list[dict]] = {}
+        for r in records:
+            by_suite.setdefault(r.get("suite", ""), []).append(r)
+        swept = Swept(read_json(run_dir / "conditions.json"),
+                      read_jsonl(run_dir / "conditions.jsonl")) \
+            if (run_dir / "conditions.json").exists() else None
+        return {"by_suite": by_suite, "swept": swept}
+
+
+def _result(summary: dict, by_suite: dict[str, list[dict]], config: dict,
+            out_dir: Path | None, seconds: float, timings: dict | None = None,
+            swept: Swept | None = None) -> EvalResult:
+    return EvalResult([flat(r) for rs in by_suite.values() for r in rs], summary, config,
+                      out_dir=out_dir, seconds=seconds, by_suite=by_suite,
+                      stage_seconds=timings or {}, swept=swept)
 
 
 def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
-             **overrides) -> Results:
+             **overrides) -> EvalResult:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
     knowledge-conflict suites and/or data files (`fields`: their column mapping). `overrides`
     set `EvalConfig` fields.
@@ -68,8 +96,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
     found while scoring, or Ctrl-C, removes what was written.
     """
-    cfg = dataclasses.replace(config or EvalConfig(), **overrides)
-    validate_config(cfg)
+    cfg = resolve_config(EvalConfig, config, overrides)
     start = time.time()
     quality: dict[str, dict] = {}
     by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields)  # before loading
@@ -111,13 +138,11 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
             else None
     if run is not None:
         try:
-            _write_items(run, records, summary, swept)
+            _write_items(run, [flat(r) for rs in records.values() for r in rs], summary, swept)
         finally:
             run.close()
-    return Results(summary, records, config, run.path if run is not None else None,
-                   time.time() - start, MODES[cfg.scoring],
-                   {k: round(v, 2) for k, v in timings.items()},
-                   swept.summary if swept is not None else None, swept)
+    return _result(summary, records, config, run.path if run is not None else None,
+                   time.time() - start, {k: round(v, 2) for k, v in timings.items()}, swept)
 
 
 def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
@@ -149,22 +174,6 @@ def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: E
     return fit_batch_size(model, longest, new)
 
 
-def write_results(config: dict, records: dict[str, list[dict]], summary: dict,
-                  out_dir: str | Path | None, runs_root: str | Path | None,
-                  conditions: Swept | None = None) -> Path | None:
-    """An eval run folder (`config.json`, `items.jsonl` of flat records, `summary.json`, and
-    a sweep's `conditions.json`/`.jsonl`) in `out_dir` (or a fresh
-    `runs_root/eval/<timestamp>/`); nothing without either."""
-    run = _start(config, out_dir, runs_root)
-    if run is None:
-        return None
-    try:
-        _write_items(run, records, summary, conditions)
-    finally:
-        run.close()
-    return run.path
-
-
 def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | None
            ) -> RunFolder | None:
     if out_dir is None and runs_root is None:
@@ -172,18 +181,18 @@ def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | Non
     return start_run(config, "eval", runs_root=runs_root, out_dir=out_dir)
 
 
-def _write_items(run: RunFolder, records: dict[str, list[dict]], summary: dict,
+def _write_items(run: RunFolder, records: list[dict], summary: dict,
                  swept: Swept | None = None) -> None:
     """items.jsonl (flat records) and summary.json, after a sweep's conditions.json/l."""
     if swept is not None:
         Sweep.write(run.path, swept)
-    run.write_records(ITEMS, [flat(r) for rs in records.values() for r in rs])
+    run.write_records(ITEMS, records)
     run.write_summary(summary)
 
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
                  runs_root: str | Path | None = None, n_bootstrap: int = 1000,
-                 seed: int = 0) -> Results:
+                 seed: int = 0) -> EvalResult:
     """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
     by `knowflow export lm-eval` (one file per suite)."""
     start = time.time()
@@ -195,5 +204,13 @@ def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = Non
                for suite, recs in records.items()}
     config = {"from_lm_eval": [str(p) for p in samples], "suites": list(records),
               "scoring": "loglik", "n_bootstrap": n_bootstrap, "seed": seed}
-    target = write_results(config, records, summary, out_dir, runs_root)
-    return Results(summary, records, config, target, time.time() - start, ("loglik",))
+    result = _result(summary, records, config, None, 0.0)
+    run = _start(config, out_dir, runs_root)
+    if run is not None:
+        try:
+            _write_items(run, result.records, summary)
+        finally:
+            run.close()
+        result.out_dir = run.path
+    result.seconds = time.time() - start
+    return result

@@ -14,11 +14,10 @@ import dataclasses
 import inspect
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowflow.config import apply_overrides, config_from_dict, config_to_dict, validate_config
+from knowflow.config import config_from_dict, config_to_dict, resolve_config, validate_config
 from knowflow.errors import (
     ConfigError,
     DataError,
@@ -27,10 +26,12 @@ from knowflow.errors import (
     out_of_memory,
 )
 from knowflow.experiments.registry import get_experiment
-from knowflow.io import check_output_dir, read_json
+from knowflow.io import check_output_dir, read_json, read_jsonl
 from knowflow.report.finish import finish_run
+from knowflow.result import Result
 from knowflow.runs import (
     CONFIG,
+    METRICS,
     Progress,
     RunFolder,
     check_identity,
@@ -43,22 +44,11 @@ from knowflow.runs import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunResult:
-    run_dir: Path
-    summary: dict[str, Any]
-    columns: tuple[str, ...]
-    figures: list[Path]
-    report: Path
-    seconds: float
-
-
-def build_config(name: str, overrides: list[str] | dict | None = None) -> Any:
-    """The experiment's default config with overrides applied, validated."""
-    exp = get_experiment(name)
-    cfg = apply_overrides(exp.config_cls(), overrides or [])
-    validate_config(cfg)
-    return cfg
+def build_config(name: str, overrides: list[str] | dict | None = None, config: Any = None,
+                 **fields: Any) -> Any:
+    """The experiment's config (`config`, default its defaults) with `overrides` ("key=value"
+    strings or a dict) and then `fields` applied, validated."""
+    return resolve_config(get_experiment(name).config_cls, config, overrides, fields)
 
 
 def _resumed_config(exp, run_dir: Path) -> Any:
@@ -94,17 +84,20 @@ def _saved_data(cfg: Any, run_dir: Path) -> Any:
     return cfg
 
 
-def run_experiment(name: str, overrides: list[str] | dict | None = None,
+def run_experiment(name: str, overrides: list[str] | dict | None = None, *, config: Any = None,
                    runs_root: str | Path = "runs", resume: bool | str | Path = False,
-                   progress: Progress | None = None) -> RunResult:
-    """Run experiment `name` and write its run directory; returns where and what.
+                   progress: Progress | None = None, **fields: Any) -> Result:
+    """Run experiment `name` and write its run directory runs_root/<name>/<timestamp>/. No
+    model or data: the experiment builds its own, from `config` (its config class), with
+    `overrides` ("key=value" strings, the CLI's --set, or a dict) and `fields` applied.
 
     `resume=True` continues the newest unfinished run of `name`; a path continues that run.
     The config is validated before anything is written, so bad input leaves no directory.
+    The Result's records are the run's metrics.jsonl (one per evaluation step).
     """
     exp = get_experiment(name)
     if resume:
-        if overrides:
+        if overrides or fields or config is not None:
             raise ConfigError("--resume continues a run with its saved config",
                               hint="drop --set and the other options")
         run_dir = latest_unfinished(Path(runs_root), name) if resume is True else Path(resume)
@@ -114,7 +107,7 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         log.info("resuming %s", run_dir)
         run = RunFolder(run_dir).claim()  # never removed; one process at a time
     else:
-        cfg = build_config(name, overrides)
+        cfg = build_config(name, overrides, config, **fields)
         if exp.check is not None:
             exp.check(cfg)
         check_output_dir(Path(runs_root) / name, "runs folder")
@@ -133,10 +126,12 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None,
         raise Interrupted(run.path, signal=getattr(exc, "signal", None)) from None
     seconds = time.perf_counter() - start
     try:
-        figures, report = finish_run(run, summary, exp.plot)
+        finish_run(run, summary, exp.plot)
     finally:
         run.close()
-    return RunResult(run.path, summary, exp.columns, figures, report, seconds)
+    metrics = run.path / METRICS
+    return Result(read_jsonl(metrics) if metrics.exists() else [], summary,
+                  read_json(run.path / CONFIG), name, out_dir=run.path, seconds=seconds)
 
 
 def default_config_dict(name: str) -> dict:

@@ -1,46 +1,14 @@
-"""`ExplainResult`: explain's records, their summary, and the run folder they are saved as.
-
-The run folder follows the one run contract (`knowflow.runs.start_run`): config.json first,
-then records.jsonl (one record per item) and summary.json; `knowflow explain` finishes it with
-figures/ and report.html (`report.explain`).
+"""The summary of explain's records (one per item); the records and it make explain's
+`knowflow.result.Result`, saved as the run folder `knowflow explain` writes (config.json,
+records.jsonl, summary.json, then figures/ and report.html from `report.explain`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 from statistics import mean
 
-from knowflow.config import flatten
 from knowflow.explanation.source import KNOWN, ONE, VERDICTS, confusion
-from knowflow.runs import RECORDS, start_run
-
-
-@dataclass
-class ExplainResult:
-    records: list[dict]      # one per item (see explanation.run)
-    summary: dict            # aggregate figures (`summarize`)
-    config: dict
-    seconds: float = 0.0
-    out_dir: Path | None = None
-
-    def save(self, out_dir: str | Path | None = None, runs_root: str | Path = "runs") -> Path:
-        """Write config.json, records.jsonl and summary.json to `out_dir` (default: a fresh
-        `runs_root/explain/<timestamp>/`)."""
-        run = start_run(self.config, "explain", runs_root=runs_root, out_dir=out_dir)
-        with run.refusals(interrupt=True):
-            run.write_records(RECORDS, self.records)
-            run.write_summary(self.summary)
-        self.out_dir = run.path
-        return run.path
-
-    def to_pandas(self):
-        """One row per item: nested numbers spread into `outer_inner` columns; `sentences`
-        stays a list of {text, attribution, one_pass}."""
-        import pandas as pd
-
-        return pd.DataFrame([flatten(r, sep="_") for r in self.records])
 
 
 def _mean(values) -> float | None:

@@ -7,8 +7,8 @@ sentences, the attribution of each context sentence by ablation and by one pass
 (`attribution.py`); with mechanism, the knockout effects per layer and head (`mechanism.py`).
 Every item is checked before any model work starts (an empty context, one sentence where
 sentences are asked for, an answer the model cannot produce, a prompt longer than the model's
-window), so bad input writes nothing. `ExplainResult.save(dir)` writes the run folder
-(config.json, records.jsonl, summary.json); `knowflow explain` adds figures and report.html.
+window), so bad input writes nothing. The Result's `save(dir)` writes the run folder
+(config.json, records.jsonl, summary.json, figures/ and report.html).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from knowflow.config import validate_config
+from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError, DataError, KnowflowError
@@ -35,7 +35,7 @@ from knowflow.explanation.attribution import (
 from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
-from knowflow.explanation.result import ExplainResult, summarize
+from knowflow.explanation.result import summarize
 from knowflow.explanation.source import (
     answer_span,
     first_clause,
@@ -48,6 +48,7 @@ from knowflow.explanation.source import (
 from knowflow.explanation.splitter import split_sentences
 from knowflow.lens.load import load_model
 from knowflow.lens.scorer import score_continuations
+from knowflow.result import Result
 from knowflow.runs import Progress
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,12 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
             question: str | None = None, answer: str | None = None, *, tokenizer=None,
             config: ExplainConfig | None = None, fields: dict[str, str] | None = None,
             device: str = "auto", dtype: str = "auto", progress: Progress | None = None,
-            **overrides) -> ExplainResult:
+            **overrides) -> Result:
     """Explain `model`'s answers. With `question`, `data` is one context (text) and `answer`
     the answer to explain (default: per `target`, the model's own); otherwise `data` is a
     built-in suite name, a data file (any format `knowflow eval` reads; `fields` maps its
     columns) or a list of ConflictItems. `overrides` set `ExplainConfig` fields."""
-    cfg = dataclasses.replace(config or ExplainConfig(), **overrides)
-    validate_config(cfg)
+    cfg = resolve_config(ExplainConfig, config, overrides)
     items = load_explain_items(data, question, cfg, fields)
     if answer is not None and len(items) != 1:
         raise ConfigError("an answer explains one item; give --context and --question",
@@ -80,8 +80,8 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
                    "question": question, "answer": answer, "n_items": len(items),
                    **dataclasses.asdict(cfg), "fields": dict(fields or {})}
     config_dict["data"] = str(config_dict["data"]) if question is None else "context"
-    return ExplainResult(records, summarize(records), config_dict,
-                         seconds=time.perf_counter() - start)
+    return Result(records, summarize(records), config_dict, "explain",
+                  seconds=time.perf_counter() - start)
 
 
 def load_explain_items(data, question: str | None, cfg: ExplainConfig,

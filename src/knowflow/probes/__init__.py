@@ -11,15 +11,10 @@ Every probe takes `(model, tokenizer, examples, cfg)` and returns records (dicts
 
 Activations are addressed by named hook points (`blocks.{l}.attn.out`, `blocks.{l}.mlp.out`,
 `blocks.{l}.resid_post`; lens.hooks); knockout and sublayer share one sweep (probes.sweep).
-`probe(name, model, tokenizer, examples, **cfg)` runs one of them by name, with its config
-fields as keyword arguments.
+`PROBES` maps each name to its function, config class and summary; `knowflow.probe(model,
+data, kind=name, **fields)` (knowflow.api) runs one by name.
 """
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from knowflow.config import apply_overrides, validate_config
-from knowflow.errors import ConfigError
 from knowflow.probes.examples import ProbeExample, as_example, builtin_facts, load_examples
 from knowflow.probes.head_projection import (
     HeadProjectionConfig,
@@ -31,7 +26,6 @@ from knowflow.probes.knockout import KnockoutConfig, knockout, summarize_knockou
 from knowflow.probes.mass import AttentionMassConfig, attention_mass, mean_attention_mass
 from knowflow.probes.projection import ProjectionConfig, projection, summarize_projection
 from knowflow.probes.sublayer import SublayerConfig, sublayer_knockout, summarize_sublayer
-from knowflow.runs import Progress
 
 # name -> (probe function, config class, summary function)
 PROBES = {
@@ -46,24 +40,9 @@ PROBES = {
 ON_CONFLICT_ITEMS = frozenset({"heads"})
 
 
-def probe(name: str, model, tokenizer, examples: Sequence[ProbeExample | Mapping[str, Any]],
-          progress: Progress | None = None, **cfg) -> list[dict]:
-    """Run probe `name` (knockout, sublayer, project, attention, heads, head-project) on
-    `examples` (ProbeExamples or dicts with prompt/subject/answer...; for `heads`, conflict
-    items); `cfg` sets fields of its config (e.g. `window=3`);
-    an unknown field or a bad value is a ConfigError naming it. Returns the probe's records."""
-    if name not in PROBES:
-        raise ConfigError(f"unknown probe {name!r} (known: {', '.join(PROBES)})")
-    fn, config_cls, _ = PROBES[name]
-    config = apply_overrides(config_cls(), cfg)
-    validate_config(config)
-    data = list(examples) if name in ON_CONFLICT_ITEMS else [as_example(e) for e in examples]
-    return fn(model, tokenizer, data, config, progress)
-
-
 __all__ = ["PROBES", "AttentionMassConfig", "HeadProjectionConfig", "HeadsConfig",
            "KnockoutConfig", "ProbeExample", "ProjectionConfig", "SublayerConfig",
-           "attention_mass", "builtin_facts", "head_projection", "heads", "knockout",
-           "load_examples", "mean_attention_mass", "probe", "projection", "sublayer_knockout",
+           "as_example", "attention_mass", "builtin_facts", "head_projection", "heads", "knockout",
+           "load_examples", "mean_attention_mass", "projection", "sublayer_knockout",
            "summarize_head_projection", "summarize_heads", "summarize_knockout",
            "summarize_projection", "summarize_sublayer"]

@@ -19,7 +19,7 @@ re-scoring drops `fraction` of the rows still in). Three pieces do it:
 
     curation = DynamicCuration(no_context_scorer(tokenizer, rows, "chat"), len(rows),
                                DynamicCurationConfig(every=50, fraction=0.25), out_dir)
-    finetune(model, tokenizer, encoded, sft_cfg, out_dir, [curation])
+    train_model(model, tokenizer, encoded, sft_cfg, out_dir, [curation])
 
 The scorer is any `model -> per-row losses` callable, so the callback serves instruction rows,
 tiny-world examples (`train.criticality.no_context_loss`) or anything else with a

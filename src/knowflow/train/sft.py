@@ -1,6 +1,6 @@
 """Supervised finetuning of HF causal LMs with the HF Trainer: full, LoRA or QK-only.
 
-`finetune` takes encoded examples (`input_ids`, `labels` with -100 on tokens without loss),
+`train_model` takes encoded examples (`input_ids`, `labels` with -100 on tokens without loss),
 pads them with transformers' `DataCollatorForSeq2Seq`, and trains for `cfg.steps` optimizer
 steps. Trainer checkpoints go to `<out_dir>/checkpoints/checkpoint-<step>`; a checkpoint
 counts only once its `trainer_state.json` (written last) exists, so `resume=True` continues
@@ -113,7 +113,10 @@ class SFTConfig:
 
 
 @dataclass
-class FinetuneResult:
+class TrainedModel:
+    """What `train_model` returns: the trained model and how the training went (the public
+    `knowflow.finetune` returns a `knowflow.result.Result` of the whole job instead)."""
+
     model: object                    # the trained model (a peft model for LoRA)
     steps: int
     train_loss: float | None         # mean loss over the run's logged steps
@@ -195,8 +198,8 @@ def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, model=None, **
         **({"optim": cfg.optim} if cfg.optim else {}), **overrides)
 
 
-def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: str | Path,
-             callbacks: Sequence = (), resume: bool = False, **args_overrides) -> FinetuneResult:
+def train_model(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: str | Path,
+                callbacks: Sequence = (), resume: bool = False, **args_overrides) -> TrainedModel:
     """Train `model` on encoded `dataset` for `cfg.steps` steps; see the module docstring.
 
     `callbacks` are TrainerCallbacks; every `EvalCallback` among them (the reliance tracker,
@@ -244,10 +247,10 @@ def finetune(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir:
     model.train()
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     model.eval()
-    return FinetuneResult(model=model, steps=trainer.state.global_step,
-                          train_loss=output.training_loss, seconds=time.time() - start,
-                          trainable_params=trainable, total_params=total,
-                          log_history=list(trainer.state.log_history))
+    return TrainedModel(model=model, steps=trainer.state.global_step,
+                        train_loss=output.training_loss, seconds=time.time() - start,
+                        trainable_params=trainable, total_params=total,
+                        log_history=list(trainer.state.log_history))
 
 
 def trl_trainer(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_dir: Path,

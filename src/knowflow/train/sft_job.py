@@ -29,7 +29,7 @@ from knowflow.lens.adapt import check_targets
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
-from knowflow.train.sft import SFTConfig, StepProgress, finetune
+from knowflow.train.sft import SFTConfig, StepProgress, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if progress is not None:
         callbacks.append(StepProgress(progress))
     start = time.time()
-    result = finetune(model, tokenizer, encoded, cfg.sft, out_dir, callbacks, resume=True)
+    result = train_model(model, tokenizer, encoded, cfg.sft, out_dir, callbacks, resume=True)
     seconds = time.time() - start
     if cfg.save_model:
         def write(folder: Path) -> None:

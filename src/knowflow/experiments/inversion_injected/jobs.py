@@ -2,7 +2,7 @@
 on plain text; cached by a hash of everything that determines it) and stage 2 (one arm, one
 seed: instruction finetuning on the injected model, tracked by the `RelianceTracker`).
 
-Both stages train through `train.sft.finetune` (the HF Trainer path of `knowflow sft`). Stage 1
+Both stages train through `train.sft.train_model` (the HF Trainer path of `knowflow sft`). Stage 1
 records recall every epoch: the share of memorized subjects whose injected value is the
 likeliest of its relation's values after the question prompt *without a context* (stage 2's S
 layout). It stops `extra_epochs` after recall first reaches `recall_target` (the memory
@@ -47,7 +47,7 @@ from knowflow.lens.scorer import score_continuations
 from knowflow.train.callback import EvalCallback
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.curation import dynamic_curation
-from knowflow.train.sft import finetune
+from knowflow.train.sft import train_model
 from knowflow.train.tracker import RelianceTracker
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def stage1_path(cfg, seed: int, extra_epochs: int) -> Path:
                       per_epoch * extra_epochs)
     start, cpu = time.time(), time.process_time()
     with tempfile.TemporaryDirectory() as work:
-        result = finetune(model, tok, data, sft, work, [stop])
+        result = train_model(model, tok, data, sft, work, [stop])
     model = result.model.merge_and_unload() if hasattr(result.model, "merge_and_unload") \
         else result.model
     curve = [{"step": r["step"], "epoch": r["step"] / per_epoch, "recall": r["recall"],
@@ -285,7 +285,7 @@ def arm_job(cfg, arm: str, seed: int, extra_epochs: int, job_dir: Path) -> dict:
     if arm == "dynamic":
         callbacks.append(dynamic_curation(tok, rows, too_long, cfg.dynamic, sft, job_dir))
     audit_start = audit(model, tok, items["counterfactual"])
-    result = finetune(model, tok, encoded, sft, job_dir, callbacks, resume=True)
+    result = train_model(model, tok, encoded, sft, job_dir, callbacks, resume=True)
     audit_end = audit(result.model, tok, items["counterfactual"])
     by_step = {r["step"]: r for r in indist.records}
     records = [{k: v for k, v in {**r, **by_step.get(r["step"], {})}.items()

@@ -50,7 +50,7 @@ from knowflow.probes.intercept import intercepted
 from knowflow.report.heads import tiny_heads_figure
 from knowflow.runs import METRICS
 from knowflow.train.callback import EvalCallback
-from knowflow.train.sft import finetune
+from knowflow.train.sft import train_model
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def finetune_mixed(cfg: InversionTinyConfig, seed: int, job_dir: Path):
     snaps = _Snapshots(TinyEvaluator(tokenizer, train, evals, cfg.track.train_examples,
                                      mechanism=False))
     callback = EvalCallback(snaps, cfg.track.every, job_dir)
-    finetune(model, tokenizer, training_rows(tokenizer, train),
+    train_model(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, [callback])
     return model.eval(), tokenizer, callback.records, snaps.states, evals
 

@@ -23,7 +23,7 @@ from knowflow.lens.adapt import ALL_PROJECTIONS
 from knowflow.train.callback import EvalCallback
 from knowflow.train.criticality import drop_lowest_no_context_loss, no_context_loss
 from knowflow.train.curation import DynamicCuration
-from knowflow.train.sft import SFTConfig, finetune
+from knowflow.train.sft import SFTConfig, train_model
 
 
 def arm_setup(cfg, arm: str) -> tuple[Mixture, SFTConfig, float, bool]:
@@ -79,7 +79,7 @@ def finetune_job(cfg, arm: str, seed: int, job_dir: Path
             lambda m: no_context_loss(m, train, tokenizer), len(train),
             cfg.dynamic,
             job_dir, kinds=[ex.kind for ex in train], seed=seed))
-    finetune(model, tokenizer, training_rows(tokenizer, train),
+    train_model(model, tokenizer, training_rows(tokenizer, train),
              dataclasses.replace(sft, seed=seed), job_dir, callbacks, resume=True)
     if dynamic:  # the drop set at the last re-scoring, by kind (wall times left out)
         last = callbacks[1].history[-1]

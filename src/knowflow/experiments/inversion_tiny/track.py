@@ -69,7 +69,7 @@ def tracking_record(model, eval_batches: dict[str, tuple[dict, list[Example]]],
 
 
 def training_rows(tokenizer, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
-    """Examples as instruction rows for the HF Trainer path (`train.sft.finetune`): the prompt
+    """Examples as instruction rows for the HF Trainer path (`train.sft.train_model`): the prompt
     ids then the answer id, with the loss on the answer token only."""
     rows = []
     for ex in examples:

@@ -1,6 +1,6 @@
 """`ocr-smollm2`: out-of-context reasoning in a real language model (Huang et al. 2025, sec. 3).
 
-SmolLM2-135M-Instruct is finetuned, through knowflow's SFT path (`train.sft.finetune`, the HF
+SmolLM2-135M-Instruct is finetuned, through knowflow's SFT path (`train.sft.train_model`, the HF
 Trainer; full, LoRA or QK-only), on plain sentences about made-up people (`data.people`):
 every person's fact, and the implication of only the training people (20%). Causal LM loss on
 whole sentences. Every `eval_every` steps a Trainer callback ranks, for each person, the
@@ -41,7 +41,7 @@ from knowflow.experiments.ocr_smollm2.figures import plot_ocr_smollm2
 from knowflow.experiments.registry import Summary, register
 from knowflow.lens.load import SMOLLM2, load_model
 from knowflow.train.callback import EvalCallback
-from knowflow.train.sft import CHECKPOINTS, SFTConfig, finetune
+from knowflow.train.sft import CHECKPOINTS, SFTConfig, train_model
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def run(cfg: OcrSmolConfig, out_dir: Path) -> Summary:
     dataset = encode_texts(tokenizer, data.train_texts, cfg.sft.max_length)
     evaluate = RankEvaluator(tokenizer, data.eval_items, cfg.eval_batch_size, cfg.eval_suffix)
     tracker = EvalCallback(evaluate, cfg.eval_every, out_dir)
-    result = finetune(model, tokenizer, dataset, cfg.sft, out_dir, callbacks=[tracker],
+    result = train_model(model, tokenizer, dataset, cfg.sft, out_dir, callbacks=[tracker],
                       resume=True)
     records = tracker.records
     if not cfg.keep_checkpoints:

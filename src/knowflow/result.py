@@ -1,0 +1,146 @@
+"""`Result`: what every public entry point returns, and the run folder it is saved as.
+
+A Result is the run's `records` (one dict per item, example, row or evaluation step), their
+`summary` and the run's `config` (plain JSON-able dicts), with `command` naming what made it
+(`eval`, `explain`, `probe-<kind>`, `curate`, `augment`, `sft` or an experiment's name).
+`save(dir)` writes the run folder `knowflow <command>` writes (`runs.start_run`: config.json
+first, then the records file, summary.json, figures/ and report.html); `Result.load(dir)` reads
+one back into the Result class its command returns; `to_pandas()` is one row per record.
+
+Figures and the report page are drawn by the layers above (report/): the entry point that
+makes a command's Results registers its finisher here (`register_finisher`). A command with
+none (an experiment, `augment`) saves its records and summary, plus the other files of the
+folder it was run in, copied.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from knowflow.config import flatten
+from knowflow.errors import DataError
+from knowflow.io import read_json, read_jsonl
+from knowflow.outputs import IDENTITY, LOCK, run_command
+from knowflow.runs import CONFIG, ITEMS, METRICS, RECORDS, SUMMARY, RunFolder, start_run
+
+# command (a family ends in "-": "probe-") -> its records file; any other: an experiment's
+RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
+                 "curate": "curated.scores.jsonl", "augment": "augmented.jsonl"}
+Finisher = Callable[["Result", RunFolder], None]
+_FINISHERS: dict[str, Finisher] = {}
+
+
+def _lookup(table: dict, command: str, default=None):
+    """`table`'s entry for `command`: its own, else its family's ("probe-knockout": "probe-")."""
+    if command in table:
+        return table[command]
+    family = command.split("-")[0] + "-"
+    return table.get(family, default) if "-" in command else default
+
+
+def records_file(command: str) -> str:
+    """The file a run folder of `command` keeps its records in."""
+    return _lookup(RECORDS_FILES, command, METRICS)
+
+
+def register_finisher(command: str) -> Callable[[Finisher], Finisher]:
+    """Decorator: `fn(result, run)` finishes a saved run of `command` (a family: "probe-"):
+    its figures, summary.json and report.html, after the records are written."""
+
+    def wrap(fn: Finisher) -> Finisher:
+        _FINISHERS[command] = fn
+        return fn
+
+    return wrap
+
+
+@dataclass
+class Result:
+    """One run's records, summary and config; see the module docstring."""
+
+    records: list[dict]
+    summary: dict
+    config: dict
+    command: str = "run"
+    out_dir: Path | None = None      # the folder the run is written in, once it is
+    seconds: float = 0.0
+
+    _CLASSES: ClassVar[dict[str, type[Result]]] = {}  # command -> the class it loads as
+
+    def __init_subclass__(cls, commands: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for command in commands:
+            Result._CLASSES[command] = cls
+
+    def save(self, out_dir: str | Path | None = None, *, runs_root: str | Path = "runs"
+             ) -> Path:
+        """Write the run folder `knowflow <command>` writes to `out_dir` (default: a fresh
+        `runs_root/<command>/<timestamp>/`); returns it. Bad input found while writing, or
+        Ctrl-C, removes what was written."""
+        source = self.out_dir
+        run = start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir)
+        with run.refusals(interrupt=True):
+            self._write(run)
+        try:
+            finish = _lookup(_FINISHERS, self.command)
+            if finish is not None:
+                finish(self, run)
+            else:
+                self._copy_rest(source, run.path)
+                run.write_summary(self.summary)
+        finally:
+            run.close()
+        self.out_dir = run.path
+        return run.path
+
+    def _write(self, run: RunFolder) -> None:
+        """The records file (and what a subclass keeps besides); summary.json comes after."""
+        run.write_records(records_file(self.command), self.records)
+
+    def _copy_rest(self, source: Path | None, target: Path) -> None:
+        """The files of the folder the run was made in that `save` does not write itself
+        (an experiment's checkpoints, figures, report)."""
+        if source is None or not Path(source).is_dir() or \
+                Path(source).resolve() == target.resolve():
+            return
+        own = {CONFIG, IDENTITY, LOCK, SUMMARY, records_file(self.command)}
+        for path in Path(source).iterdir():
+            if path.name in own:
+                continue
+            if path.is_dir():
+                shutil.copytree(path, target / path.name, dirs_exist_ok=True)
+            else:
+                shutil.copy2(path, target / path.name)
+
+    def to_pandas(self):
+        """One row per record, nested numbers spread into `outer_inner` columns (pandas is
+        optional: pip install '.[data]')."""
+        import pandas as pd  # optional: the data extra
+
+        return pd.DataFrame([flatten(r, sep="_") for r in self.records])
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Result:
+        """The Result a run folder holds, as the class its command returns (records,
+        summary and config as written; a run without summary.json has an empty one)."""
+        run_dir = Path(run_dir)
+        command = run_command(run_dir)
+        if command is None:
+            raise DataError(run_dir, "not a knowflow run folder (no config.json or run.json)",
+                            hint="give a folder `save` or a knowflow command wrote")
+        records = run_dir / records_file(command)
+        summary = run_dir / SUMMARY
+        target = _lookup(Result._CLASSES, command, Result)
+        return target(records=read_jsonl(records) if records.exists() else [],
+                      summary=read_json(summary) if summary.exists() else {},
+                      config=read_json(run_dir / CONFIG), command=command, out_dir=run_dir,
+                      **target._read_rest(run_dir))
+
+    @classmethod
+    def _read_rest(cls, run_dir: Path) -> dict:
+        """A subclass's own fields, read from its folder."""
+        return {}
