@@ -19,9 +19,9 @@ import torch
 
 from bench_eval import setup, timed
 from knowflow.data.prompts import PromptConfig, render
-from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.decoding import Method, generate_contrastive, score_contrastive
 from knowflow.evaluation.generate import _eos_ids, clean_output, generate, stop_table
+from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 
 

@@ -21,10 +21,10 @@ import torch
 
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite
-from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.loglik import score_naive
 from knowflow.lens.load import load_model
+from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 
 

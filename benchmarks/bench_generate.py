@@ -39,8 +39,9 @@ import time
 import torch
 
 from bench_eval import setup, timed  # same directory: the shared item setup
-from knowflow.evaluation.batching import common_prefix_len, left_pad
 from knowflow.evaluation.generate import clean_output, generate
+from knowflow.lens.prefix import common_prefix_len
+from knowflow.lens.prompt_batches import left_pad
 
 
 def matmul_gflops(d_in: int = 576, d_out: int = 1536, rows: int = 512, reps: int = 20,

@@ -50,9 +50,10 @@ def main() -> None:
 
     from knowflow.cli import app
     from knowflow.cli import eval as cli_eval
-    from knowflow.evaluation import batching, items
+    from knowflow.evaluation import items
     from knowflow.evaluation import run as api
     from knowflow.lens import _tree, scorer
+    from knowflow.lens import prompt_batches as batching
     public = importlib.import_module("knowflow.api") \
         if importlib.util.find_spec("knowflow.api") else None  # finish_eval moved there
     SPENT["imports (knowflow, torch, cli)"] = time.process_time() - t0

@@ -51,13 +51,7 @@ LAYERS = (
 SIBLINGS_APART = {("evaluation", "probes"), ("probes", "evaluation")}
 
 # (importing module, imported module) -> why it is still allowed
-_PREFIX_CACHE = ("the scorer runs on the shared-prefix KV cache and left-padded prefill "
-                 "(Prefix, forward, prefill, length_groups), still in evaluation/batching.py "
-                 "until the one prefix-cache helper moves into lens/")
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("knowflow.lens.scorer", "knowflow.evaluation.batching"): _PREFIX_CACHE,
-    ("knowflow.lens._tree", "knowflow.evaluation.batching"): _PREFIX_CACHE,
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 # module (or package, ending in ".") whose functions may import knowflow modules -> why
 FUNCTION_IMPORTS: dict[str, str] = {

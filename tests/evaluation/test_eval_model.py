@@ -15,10 +15,11 @@ from knowflow.cli import app
 from knowflow.data.prompts import CONTEXT_ONLY, PromptConfig, render
 from knowflow.data.suites import get_suite
 from knowflow.errors import KnowflowError
-from knowflow.evaluation.batching import common_prefix_len, encode_prompts, sorted_batches
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.metrics import bootstrap_ci, memorization_ratio
 from knowflow.evaluation.run import EvalConfig, evaluate
+from knowflow.lens.prefix import common_prefix_len
+from knowflow.lens.prompt_batches import encode_prompts, sorted_batches
 from knowflow.lens.scorer import score_continuations
 
 

@@ -13,9 +13,9 @@ import torch
 from knowflow.data.facts import ConflictItem
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite
-from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.generate import generate
 from knowflow.lens import load as hf
+from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 
 CACHED = (hf.cache_dir() / "models" / hf.SMOLLM2 / "config.json").exists()

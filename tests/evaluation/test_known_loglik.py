@@ -8,10 +8,10 @@ import pytest
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
-from knowflow.evaluation.batching import encode_prompts, fit_batch_size
 from knowflow.evaluation.loglik import score_naive
 from knowflow.evaluation.options import EvalConfig, known_by, known_filter
 from knowflow.evaluation.run import evaluate
+from knowflow.lens.prompt_batches import encode_prompts, fit_batch_size
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from helpers import assert_scores_match_naive, byte_tokenizer
-from knowflow.evaluation.batching import Prefix, encode_prompts, forward
 from knowflow.lens import scorer
 from knowflow.lens._tree import score_batch_tree, tree_length, trie_rows
 from knowflow.lens._trie import Trie
+from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.prompt_batches import encode_prompts
 
 PROMPTS = ["Context: the capital is Lyon. Q: capital? A:", "Q: who wrote it? A:",
            "Context: x. Q: y? A:"]

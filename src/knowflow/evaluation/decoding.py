@@ -35,7 +35,6 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError
-from knowflow.evaluation.batching import Prefix, forward, prefill, sorted_batches
 from knowflow.evaluation.coiecd import coiecd_logits
 from knowflow.evaluation.generate import (
     Stream,
@@ -48,6 +47,8 @@ from knowflow.evaluation.generate import (
 from knowflow.evaluation.steer_heads import NAME as HEADS
 from knowflow.evaluation.steer_heads import HeadSteering, parse_spec, steered
 from knowflow.lens.batching import pad_id, right_pad
+from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.prompt_batches import prefill, sorted_batches
 from knowflow.lens.scorer import Score, encode_continuations, score_continuations
 from knowflow.runs import Progress
 

@@ -17,13 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.evaluation.batching import (
-    Prefix,
-    forward,
-    prefill,
-    sorted_batches,
-)
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
+from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.prompt_batches import prefill, sorted_batches
 from knowflow.runs import Progress
 
 

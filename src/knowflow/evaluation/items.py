@@ -18,13 +18,13 @@ from knowflow.data.loaders import load_items_checked
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite, list_suites, sample
 from knowflow.errors import ConfigError
-from knowflow.evaluation.batching import encode_prompts
 from knowflow.evaluation.decoding import generate_with, score_with, single_method
 from knowflow.evaluation.garbled import garbled
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.metrics import memorization_ratio
 from knowflow.evaluation.normalize import alternatives, primary, score_output
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
+from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 from knowflow.runs import Progress
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from knowflow.evaluation.batching import Prefix, prefill, sorted_batches
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
+from knowflow.lens.prefix import Prefix
+from knowflow.lens.prompt_batches import prefill, sorted_batches
 from knowflow.lens.scorer import encode_continuations, score_continuations
 from knowflow.runs import Progress
 

@@ -28,7 +28,6 @@ from pathlib import Path
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
-from knowflow.evaluation.batching import fit_batch_size
 from knowflow.evaluation.conditions import Sweep, Swept
 from knowflow.evaluation.heads_calibration import calibrate as calibrate_heads
 from knowflow.evaluation.items import evaluate_items, flat, load_data, render_prompts
@@ -38,6 +37,7 @@ from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filte
 from knowflow.evaluation.strength import by_strength
 from knowflow.io import read_json, read_jsonl
 from knowflow.lens.load import load_model
+from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.result import Result
 from knowflow.runs import ITEMS, Progress, RunFolder, start_run
 

@@ -17,8 +17,8 @@ import torch
 from knowflow.data.facts import ConflictItem
 from knowflow.data.prompts import Prompt, PromptConfig, render
 from knowflow.errors import KnowflowError
-from knowflow.evaluation.batching import encode_prompts
 from knowflow.explanation.splitter import Sentence, join_kept
+from knowflow.lens.prompt_batches import encode_prompts
 
 
 def rendered(item: ConflictItem, tokenizer, fmt: str, context: str | None = None

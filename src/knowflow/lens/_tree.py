@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import torch
 
-from knowflow.evaluation.batching import Prefix, forward
 from knowflow.lens._trie import Trie
 from knowflow.lens.batching import model_device
+from knowflow.lens.prefix import Prefix, forward
 
 MIN_SHARE = 2     # tokens an item must share with the one before it to join its row
 ROW_NODES = 128   # most nodes in a shared row (its attention is dense: rows stay short)

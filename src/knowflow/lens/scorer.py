@@ -26,19 +26,18 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from knowflow.evaluation.batching import (
-    PASS_COST,
-    PrefillExtra,
-    Prefix,
-    forward,
-    length_groups,
-    prefill,
-    sorted_batches,
-)
 from knowflow.lens._tree import row_length, score_batch_tree, trie_rows
 from knowflow.lens._trie import build_trie, run_trie
 from knowflow.lens.batching import model_device, right_pad
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
+from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.prompt_batches import (
+    PASS_COST,
+    PrefillExtra,
+    length_groups,
+    prefill,
+    sorted_batches,
+)
 from knowflow.runs import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)

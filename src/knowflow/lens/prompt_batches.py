@@ -14,11 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from knowflow.lens.batching import model_device
-from knowflow.lens.prefix import (
-    Prefix,
-    common_prefix_len,  # noqa: F401  (its tests import it here)
-    forward,
-)
+from knowflow.lens.prefix import Prefix, forward
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowflow.evaluation import batching
-from knowflow.evaluation.batching import Prefix, forward, length_groups, prefill
+from knowflow.lens import prompt_batches as batching
+from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.prompt_batches import length_groups, prefill
 
 
 def _cost(lengths, groups, pass_cost):
