@@ -261,8 +261,8 @@ def main(src: Path) -> None:
     print("lines per package:")
     lines = package_lines(src)
     for k, v in lines.items():
-        print(f"  {k:22s} {v:6d}")
-    print(f"  {'total':22s} {sum(lines.values()):6d}")
+        print(f"  {k:32s} {v:6d}")
+    print(f"  {'total':32s} {sum(v for k, v in lines.items() if '/' not in k):6d}")
     outside, inside = repeated_names(src)
     print(f"file names that repeat outside experiments/<name>/: {len(outside)} "
           f"({sum(outside.values())} modules): "

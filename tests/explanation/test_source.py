@@ -5,7 +5,6 @@ import math
 import pytest
 
 from knowflow.data.facts import ConflictItem
-from knowflow.explanation.result import summarize
 from knowflow.explanation.source import (
     answer_span,
     confusion,
@@ -19,6 +18,7 @@ from knowflow.explanation.source import (
     says_first,
     verdict,
 )
+from knowflow.explanation.summary import summarize
 
 ln = math.log
 

@@ -35,7 +35,6 @@ from knowflow.explanation.attribution import (
 from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
-from knowflow.explanation.result import summarize
 from knowflow.explanation.source import (
     answer_span,
     first_clause,
@@ -46,6 +45,7 @@ from knowflow.explanation.source import (
     verdict,
 )
 from knowflow.explanation.splitter import split_sentences
+from knowflow.explanation.summary import summarize
 from knowflow.lens.load import load_model
 from knowflow.lens.scorer import score_continuations
 from knowflow.result import Result
