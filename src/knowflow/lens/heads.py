@@ -135,12 +135,12 @@ def answer_split(tokenizer, cf_text: str, par_text: str
     return tuple(cf[:shared]), cf[shared], par[shared]
 
 
-Variant = tuple[str, int, int]  # (edit, layer, head): edit "zero", "mean", or any other name
+HeadVariant = tuple[str, int, int]  # (edit, layer, head): edit "zero", "mean", or any other name
 
 
 def ablation_rows(kinds, n_layers: int, n_heads: int, head_dim: int,
                   mean: torch.Tensor | None = None
-                  ) -> tuple[list[Variant], torch.Tensor, torch.Tensor]:
+                  ) -> tuple[list[HeadVariant], torch.Tensor, torch.Tensor]:
     """One row per (kind, layer, head) after an unchanged row 0: the variants, and their
     scale (rows, layers, heads) and fill (rows, layers, heads, head_dim) for
     `last_position_sweep`. `zero` zeroes the head, `mean` puts `mean[layer, head]` (layers,

@@ -36,7 +36,7 @@ from knowflow.data.facts import ConflictItem
 from knowflow.data.prompts import FORMATS, PromptConfig, render
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.heads import (
-    Variant,
+    HeadVariant,
     ablation_rows,
     answer_split,
     head_shape,
@@ -112,7 +112,7 @@ def conflict_prompt(item: ConflictItem, tokenizer, prompt_format: str = "chat"
     return ConflictPrompt(item.id, tuple(loc.input_ids) + shared, cf, par, loc.context)
 
 
-def _block_plan(variants: list[Variant], prompt: ConflictPrompt, n_heads: int,
+def _block_plan(variants: list[HeadVariant], prompt: ConflictPrompt, n_heads: int,
                 layer_of: dict[int, int]):
     """Per slice of rows, the attention plan that cuts the `block` rows' head's edges from
     the answer position to the context (rows are numbered from the base row 0)."""

@@ -112,10 +112,10 @@ def cut_scores(model, ids: Sequence[int], start: int, cuts: Sequence[Cut],
 
 
 # A probe variant: the positions the last position may no longer attend to, in layers [lo, hi].
-Variant = tuple[tuple[int, ...], tuple[int, int] | None]
+KnockoutVariant = tuple[tuple[int, ...], tuple[int, int] | None]
 
 
-def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant],
+def knockout_probs(model, loc: Located, target: int, variants: Sequence[KnockoutVariant],
                    heads: Sequence[int] = (), batch_size: int = 128, shared_prefix: bool = True,
                    layer_of: dict[int, int] | None = None) -> torch.Tensor:
     """Probability of token `target` at the last position under each variant: (variants,)."""
@@ -123,8 +123,8 @@ def knockout_probs(model, loc: Located, target: int, variants: Sequence[Variant]
     return logits.softmax(-1)[:, target]
 
 
-def knockout_logits(model, loc: Located, variants: Sequence[Variant], heads: Sequence[int] = (),
-                    batch_size: int = 128, shared_prefix: bool = True,
+def knockout_logits(model, loc: Located, variants: Sequence[KnockoutVariant],
+                    heads: Sequence[int] = (), batch_size: int = 128, shared_prefix: bool = True,
                     layer_of: dict[int, int] | None = None) -> torch.Tensor:
     """Next-token logits at the last position under each variant: (variants, vocab).
     Call inside `intercepted(model)`; `layer_of` is the map it yields."""
@@ -160,7 +160,7 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
         return out
 
     with intercepted(model) as layer_of:
-        def probs(loc: Located, target: int, chosen: list[Variant]) -> torch.Tensor:
+        def probs(loc: Located, target: int, chosen: list[KnockoutVariant]) -> torch.Tensor:
             return knockout_probs(model, loc, target, chosen, cfg.heads, cfg.batch_size,
                                   cfg.shared_prefix, layer_of)
 
