@@ -49,7 +49,7 @@ def test_eval_result_save_is_the_out_dir_folder(make_tiny_llama, tok, tmp_path):
         assert (tmp_path / "saved" / name).read_bytes() == (tmp_path / "run" / name).read_bytes()
     assert {p.name for p in (tmp_path / "saved").iterdir()} == \
         {p.name for p in (tmp_path / "run").iterdir()} >= RUN_FILES
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     df = later.to_pandas()
     assert isinstance(df, pd.DataFrame) and len(df) == 3
     assert list(df["loglik_choice"]) == [r["loglik"]["choice"] for r in

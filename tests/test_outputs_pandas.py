@@ -1,6 +1,7 @@
 """`items.jsonl` and `metrics.jsonl` load in one line with pandas, one flat column per field
-(skipped without pandas: pip install '.[data]')."""
+(pandas is in the base install)."""
 
+import pandas as pd
 import pytest
 
 from knowflow.data.instruction_rows import encode_all
@@ -8,8 +9,6 @@ from knowflow.data.suites import get_suite
 from knowflow.evaluation.run import evaluate
 from knowflow.train.sft import SFTConfig, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
-
-pd = pytest.importorskip("pandas", reason="pandas is in the data extra: pip install '.[data]'")
 
 
 def _no_dicts(df) -> None:

@@ -40,7 +40,6 @@ def _round_trip(result: Result, folder) -> Result:
 
 
 def test_to_pandas_is_one_row_per_record():
-    pytest.importorskip("pandas", reason="pandas is in the data extra: pip install '.[data]'")
     res = Result([{"id": "a", "x": {"y": 1}}, {"id": "b", "x": {"y": 2}}], {}, {}, "explain")
     frame = res.to_pandas()
     assert list(frame["id"]) == ["a", "b"] and list(frame["x_y"]) == [1, 2]

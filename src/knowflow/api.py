@@ -13,7 +13,7 @@ entry point's frozen config (`EvalConfig`, `KnockoutConfig`, ..., `CurateConfig`
 Every entry point returns a `knowflow.result.Result`: records, summary and config, with
 `.save(dir)` (the run folder `knowflow <command>` writes: config.json, the records,
 summary.json, figures/, report.html), `Result.load(dir)` and `.to_pandas()`, one row per
-record (pandas is optional: pip install '.[data]'). `evaluate` and `probe` also take
+record. `evaluate` and `probe` also take
 `out_dir=` (or `runs_root=`): the folder is then written as the run goes (config.json first,
 removed if the run is refused) and finished with its figures and report, as the CLI does.
 """

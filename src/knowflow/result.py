@@ -117,9 +117,8 @@ class Result:
                 shutil.copy2(path, target / path.name)
 
     def to_pandas(self):
-        """One row per record, nested numbers spread into `outer_inner` columns (pandas is
-        optional: pip install '.[data]')."""
-        import pandas as pd  # optional: the data extra
+        """One row per record, nested numbers spread into `outer_inner` columns."""
+        import pandas as pd  # a base dependency, imported only when asked for (slow import)
 
         return pd.DataFrame([flatten(r, sep="_") for r in self.records])
 

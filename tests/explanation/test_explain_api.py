@@ -46,7 +46,6 @@ def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):
 
 
 def test_to_pandas_is_one_flat_row_per_item():
-    pytest.importorskip("pandas")
     from knowflow.result import Result
 
     recs = [{"id": "a", "verdict": "context", "verdict_numbers": {"context_contribution": 1.0},
