@@ -179,10 +179,22 @@ def test_wrong_type_names_row_and_column(tmp_path, fmt):
 def test_wrong_type_scalar(tmp_path):
     path = tmp_path / "cq.jsonl"
     rows = _rows("conflictqa.json")
-    path.write_text(json.dumps({**rows[0], "counter_answer": 7}))
+    path.write_text(json.dumps({**rows[0], "counter_answer": True}))
     with pytest.raises(DataError, match=r"line 1: field 'counter_answer': expected a string "
-                                        r"or a list of strings, got int"):
+                                        r"or a list of strings, got bool"):
         load_items(path)
+
+
+def test_numeric_answers_are_read_as_text(tmp_path):
+    """Real data has numbers for answers (ClashEval's doses and years, a parquet column of
+    floats): read as the text a model would write, never refused."""
+    path = tmp_path / "cq.jsonl"
+    rows = _rows("conflictqa.json")
+    path.write_text("\n".join(json.dumps({**r, "counter_answer": a, "memory_answer": m})
+                              for r, a, m in zip(rows, (7, 1990.0), (2.5, 1989), strict=True)))
+    items = load_items(path)
+    assert [(it.counterfactual_answer, it.parametric_answer) for it in items] == \
+        [("7", "2.5"), ("1990", "1989")]
 
 
 def test_empty_files(tmp_path):

@@ -1,10 +1,12 @@
-"""Loaders for external knowledge-conflict files.
+"""Loaders for external knowledge-conflict files and hub datasets: the one loader.
 
-Records come from a JSON list, JSONL, CSV, parquet or a `datasets` save_to_disk folder
-(`tables.py` reads the last two and maps other layouts' columns); they are read as:
+Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk folder
+(`tables.py` reads the last two and maps other layouts' columns) or a hub dataset
+(`hf:ORG/NAME[:CONFIG][@SPLIT]`, read by `hub.py`); they are read as:
 - records with `context`, `question`, `answer` and `memory_answer` or `parametric_answer`
   (optional `id`, `answer_aliases`, `memory_aliases`), or columns mapped to those names
-  (`fields`, or NQ-Swap's and ConflictQA's published layouts);
+  (`fields`, or a layout preset of `presets.py`: NQ-Swap, ConflictQA, MemoTrap, ClashEval,
+  named or recognised from the columns);
 - knowflow's own JSONL schema (`ConflictItem.to_dict()`: `counterfactual_answer`, ...);
 - MemoTrap's columns (`prompt`, `classes`, `answer_index`): the instruction before the first
   ':' is the context, the rest is the text to complete; `classes[answer_index]` is the answer
@@ -26,9 +28,12 @@ from pathlib import Path
 
 from knowflow.data.conditions import AGREEING, with_condition_contexts
 from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import hub_table, is_hub, parse_spec
+from knowflow.data.presets import get_preset
 from knowflow.data.quality import warn_duplicate_keys
 from knowflow.data.tables import (
     QA_FIELDS,
+    arrow_rows,
     is_table,
     known_layout,
     no_mapping,
@@ -42,22 +47,28 @@ from knowflow.io import atomic_write_jsonl, csv_rows, json_records
 log = logging.getLogger(__name__)
 
 
-def load_items(path: str | Path, fields: Mapping[str, str] | None = None
-               ) -> list[ConflictItem]:
-    """Items of an external file; their suite is the file's stem. `fields` maps knowflow's
-    field names to the file's columns (`tables.parse_fields`)."""
-    return load_items_checked(path, fields)[0]
+def load_items(path: str | Path, fields: Mapping[str, str] | None = None,
+               preset: str | None = None) -> list[ConflictItem]:
+    """Items of an external file or hub dataset (`hf:ORG/NAME[:CONFIG][@SPLIT]`); their suite
+    is the file's stem (the dataset's name or config). `fields` maps knowflow's field names to
+    the file's columns (`tables.parse_fields`); `preset` names a published layout
+    (`presets.PRESETS`), which `fields` may override field by field."""
+    return load_items_checked(path, fields, preset)[0]
 
 
 def _same_answers(item: ConflictItem) -> bool:
     return item.counterfactual_answer.strip() == item.parametric_answer.strip()
 
 
-def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
-                       ) -> tuple[list[ConflictItem], dict[str, int]]:
+def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None,
+                       preset: str | None = None
+                       ) -> tuple[list[ConflictItem], dict[str, int | str]]:
     """`load_items`, and the data-quality counts: items skipped because their two answers
-    coincide, and records that give a key twice (each warned about in one line)."""
-    items = _read_items(Path(path), dict(fields or {}))
+    coincide, records that give a key twice (each warned about in one line), and `preset`:
+    the layout preset the columns were read with (given or recognised), if any."""
+    chosen = get_preset(preset) if preset else None
+    items, used = _read_items(str(path) if is_hub(path) else Path(path), dict(fields or {}),
+                              chosen)
     same = [it for it in items if _same_answers(it)]
     if len(same) == len(items):
         raise DataError(path, "every item's answer equals its memory answer",
@@ -66,34 +77,30 @@ def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
         ids = ", ".join(it.id for it in same[:5]) + (", ..." if len(same) > 5 else "")
         log.warning("%s: skipped %d item(s) whose answer equals the memory answer (%s)",
                     path, len(same), ids)
-    json_text = Path(path).suffix.lower() in (".json", ".jsonl")
-    counts = {"n_skipped_same_answers": len(same),
-              "n_duplicate_keys": warn_duplicate_keys(Path(path)) if json_text else 0}
+    json_text = not is_hub(path) and Path(path).suffix.lower() in (".json", ".jsonl")
+    counts: dict[str, int | str] = {
+        "n_skipped_same_answers": len(same),
+        "n_duplicate_keys": warn_duplicate_keys(Path(path)) if json_text else 0}
+    if used:
+        log.info("%s: read with the %s preset", path, used)
+        counts["preset"] = used
     return with_condition_contexts([it for it in items if not _same_answers(it)]), counts
 
 
-def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
-    if not path.exists() or not (path.is_file() or is_table(path)):
+def _read_items(path: Path | str, fields: dict[str, str], preset
+                ) -> tuple[list[ConflictItem], str | None]:
+    """The items of `path` and the preset their columns were read with."""
+    tabular = isinstance(path, str) or is_table(path)
+    if isinstance(path, str):  # a hub dataset
+        spec = parse_spec(path)
+        suite = spec.suite
+        columns, rows = arrow_rows(hub_table(spec))
+        kind, mapping, used = resolve_columns(path, columns, fields, preset=preset)
+    elif not path.exists() or not (path.is_file() or is_table(path)):
         raise DataError(path, "no such file")
-    suite = path.stem if path.is_file() else path.name
-    if is_table(path):
-        columns, rows = table_rows(path)
-        kind, mapping = resolve_columns(path, columns, fields)
-    elif path.suffix.lower() == ".csv":
-        columns, rows = csv_rows(path)
-        kind, mapping = resolve_columns(path, columns, fields, header_line=1)
     else:
-        rows = json_records(path)
-        first = next(rows, None)
-        if first is None:
-            raise DataError(path, "no records")
-        rows = _chain(first, rows)
-        columns = list(first[1]) if isinstance(first[1], dict) else []
-        found = known_layout(columns) if not {"answer", "counterfactual_answer"} & set(columns) \
-            else None
-        kind, mapping = resolve_columns(path, columns, fields) if fields else \
-            found or ("json", {})
-    tabular = is_table(path)
+        suite = path.stem if path.is_file() else path.name
+        rows, (kind, mapping, used) = _file_rows(path, fields, preset)
     items = []
     for i, (line, rec) in enumerate(rows):
         where, at = (f"{path}, row {line}", None) if tabular else (path, line)
@@ -106,7 +113,27 @@ def _read_items(path: Path, fields: dict[str, str]) -> list[ConflictItem]:
             items.append(_record_item(where, at, rec, suite, i))
     if not items:
         raise DataError(path, "no records")
-    return items
+    return items, used
+
+
+def _file_rows(path: Path, fields: dict[str, str], preset):
+    """(line or row number, record) of a file, and how its columns map (`resolve_columns`)."""
+    if is_table(path):
+        columns, rows = table_rows(path)
+        return rows, resolve_columns(path, columns, fields, preset=preset)
+    if path.suffix.lower() == ".csv":
+        columns, rows = csv_rows(path)
+        return rows, resolve_columns(path, columns, fields, header_line=1, preset=preset)
+    rows = json_records(path)
+    first = next(rows, None)
+    if first is None:
+        raise DataError(path, "no records")
+    columns = list(first[1]) if isinstance(first[1], dict) else []
+    if fields or preset:
+        return _chain(first, rows), resolve_columns(path, columns, fields, preset=preset)
+    found = None if {"answer", "counterfactual_answer"} & set(columns) else \
+        known_layout(path, columns)
+    return _chain(first, rows), found or ("json", {}, None)
 
 
 _NATIVE = {"context", "question", "answer", "memory_answer", "parametric_answer",

@@ -8,11 +8,9 @@ context answer and memory answer:
   memory_answer=org_answer` (knowflow field = the file's column);
 - knowflow's own names (`context`, `question`, `answer`, `memory_answer`/`parametric_answer`,
   or `ConflictItem.to_dict()`'s), used as they are;
-- the published layouts of NQ-Swap (`question`, `org_context`, `org_answer`, `sub_context`,
-  `sub_answer`; the answers are lists, the first one is the answer and the rest aliases),
-  ConflictQA (`question`, `memory_answer`, `parametric_memory`, `counter_answer`,
-  `counter_memory`, ...; the counter-memory passage is the context) and MemoTrap
-  (`prompt`, `classes`, `answer_index`), recognised from the column names alone.
+- a layout preset (`presets.py`: NQ-Swap, ConflictQA, MemoTrap, ClashEval), named with
+  `--preset` or recognised from the column names alone when exactly one preset fits (answer
+  lists give aliases: the first is the answer, the rest aliases).
 
 A table whose columns match none of these is an error that names the file and the columns it
 found; a cell of the wrong type names the row and the column.
@@ -20,9 +18,11 @@ found; a cell of the wrong type names the row and the column.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from knowflow.data.presets import Preset, check_columns, detect
 from knowflow.errors import ConfigError, DataError
 
 QA_FIELDS = ("context", "question", "answer", "memory_answer")
@@ -30,13 +30,6 @@ OPTIONAL_FIELDS = ("id", "answer_aliases", "memory_aliases", "agreeing_context")
 MEMOTRAP_FIELDS = ("prompt", "classes", "answer_index")
 FIELD_NAMES = QA_FIELDS + OPTIONAL_FIELDS + MEMOTRAP_FIELDS
 
-# Published column layouts, recognised without --fields: knowflow field -> column.
-LAYOUTS: dict[str, dict[str, str]] = {
-    "nq-swap": {"context": "sub_context", "question": "question", "answer": "sub_answer",
-                "memory_answer": "org_answer"},
-    "conflictqa": {"context": "counter_memory", "question": "question",
-                   "answer": "counter_answer", "memory_answer": "memory_answer"},
-}
 TABLE_SUFFIXES = (".parquet", ".pq")
 
 Rows = Iterator[tuple[int, object]]  # (line or row number, record)
@@ -80,8 +73,13 @@ def table_rows(path: Path) -> tuple[list[str], Rows]:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise DataError(path, f"not a readable parquet file ({_first_line(exc)})") from None
-    columns = list(table.column_names)
-    return columns, ((n, rec) for n, rec in enumerate(table.to_pylist(), start=1))
+    return arrow_rows(table)
+
+
+def arrow_rows(table) -> tuple[list[str], Rows]:
+    """Columns and (row number, record) of an Arrow table (parquet, save_to_disk, the Hub)."""
+    return list(table.column_names), \
+        ((n, rec) for n, rec in enumerate(table.to_pylist(), start=1))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -109,27 +107,33 @@ def _disk_table(path: Path):
 
 
 def resolve_columns(path: Path, columns: list[str], fields: Mapping[str, str],
-                    header_line: int | None = None) -> tuple[str, dict[str, str]]:
-    """("qa" | "memotrap" | "knowflow", knowflow field -> column) for a table's columns
-    (`header_line`: where a CSV file names them)."""
+                    header_line: int | None = None, preset: Preset | None = None
+                    ) -> tuple[str, dict[str, str], str | None]:
+    """("qa" | "memotrap" | "knowflow", knowflow field -> column, the preset used or None)
+    for a table's columns (`header_line`: where a CSV file names them). `fields` overrides
+    single fields of a `preset`."""
     have = set(columns)
     if fields:
         missing = [f"{k}={c}" for k, c in fields.items() if c not in have]
         if missing:
             raise DataError(path, f"--fields names column(s) the file does not have "
                             f"({', '.join(missing)}); columns found: {_listing(columns)}")
+    if preset is not None:
+        check_columns(path, preset, columns, line=header_line)
+        return preset.kind, preset.mapping(have) | dict(fields), preset.name
+    if fields:
         mapping = {k: k for k in FIELD_NAMES if k in have} | dict(fields)
         if all(k in mapping for k in MEMOTRAP_FIELDS) and not any(
                 k in fields for k in QA_FIELDS):
-            return "memotrap", mapping
-        return "qa", _complete(path, columns, mapping)
+            return "memotrap", mapping, None
+        return "qa", _complete(path, columns, mapping), None
     if "counterfactual_answer" in have:
-        return "knowflow", {}
+        return "knowflow", {}, None
     if {"context", "question", "answer"} <= have and \
             have & {"memory_answer", "parametric_answer"}:
         memory = "memory_answer" if "memory_answer" in have else "parametric_answer"
-        return "qa", {k: k for k in FIELD_NAMES if k in have} | {"memory_answer": memory}
-    found = known_layout(columns)
+        return "qa", {k: k for k in FIELD_NAMES if k in have} | {"memory_answer": memory}, None
+    found = known_layout(path, columns)
     if found is not None:
         return found
     if "prompt" in have:  # MemoTrap's columns, one or more missing
@@ -139,17 +143,10 @@ def resolve_columns(path: Path, columns: list[str], fields: Mapping[str, str],
     raise no_mapping(path, columns, line=header_line)
 
 
-def known_layout(columns: list[str]) -> tuple[str, dict[str, str]] | None:
-    """MemoTrap's, NQ-Swap's or ConflictQA's columns, if `columns` has them all."""
-    have = set(columns)
-    if set(MEMOTRAP_FIELDS) <= have:
-        return "memotrap", {k: k for k in MEMOTRAP_FIELDS}
-    for layout in LAYOUTS.values():
-        if set(layout.values()) <= have:
-            # NQ-Swap's original passage states the memorized answer: the agreeing context
-            extra = {"agreeing_context": "org_context"} if "org_context" in have else {}
-            return "qa", {**layout, **extra}
-    return None
+def known_layout(path, columns: list[str]) -> tuple[str, dict[str, str], str] | None:
+    """(kind, mapping, preset name) of the one preset whose columns `columns` has, if any."""
+    preset = detect(path, columns)
+    return None if preset is None else (preset.kind, preset.mapping(set(columns)), preset.name)
 
 
 def no_mapping(path: Path, columns: list[str], line: int | None = None,
@@ -177,9 +174,13 @@ def _listing(columns: list[str]) -> str:
 
 
 def _answers(where: str, line: int, value: object, column: str) -> list[str]:
-    """A string, or a non-empty list of strings (first: the answer, rest: aliases)."""
+    """A string, a number, or a non-empty list of strings (first: the answer, rest:
+    aliases)."""
     if isinstance(value, str):
         value = [value]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value):
+        value = [_number_text(value)]
     if not isinstance(value, (list, tuple)) or not value or \
             not all(isinstance(v, str) for v in value):
         got = "an empty list" if isinstance(value, (list, tuple)) and not value else \
@@ -187,6 +188,13 @@ def _answers(where: str, line: int, value: object, column: str) -> list[str]:
         raise DataError(where, f"expected a string or a list of strings, got {got}",
                         line=line, field=column)
     return [v for v in value if v.strip()] or [""]
+
+
+def _number_text(value: int | float) -> str:
+    """A numeric answer cell (ClashEval's doses and years) as text: 1990.0 -> "1990"."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def renamed(where: str, line: int, rec: object, mapping: Mapping[str, str]) -> object:
