@@ -10,11 +10,10 @@ Every command that writes checks its outputs here first:
   is a file of a knowflow run (its config, records, summary) but that run's report page.
 Atomic writes (`knowflow.io`) never replace a non-regular file (a device, a pipe, a folder).
 
-A run folder is identified by `run.json` (`IDENTITY`): the command that wrote it and the
-SHA-256 of its `config.json`, so `--resume` can tell a `sft` run from a `cpi-toy` run and an
-edited config from the one the run started with. Folders written before `run.json` existed
-are recognised from their config (a probe's names it; an eval's has `scoring` and `suites`)
-or their place (`runs/<experiment>/<timestamp>`).
+A run folder is identified by `run.json` (`IDENTITY`) and by nothing else: the command that
+wrote it and the SHA-256 of its `config.json`, so `--resume` can tell a `sft` run from a
+`cpi-toy` run and an edited config from the one the run started with. A folder without it
+is the user's (its name, its parent's name or a config.json never make it a run).
 
 `claim(folder)` takes an exclusive `flock` on `folder/.knowflow.lock` (re-entrant within one
 process, released by `release`, and by the kernel when the process dies, so a killed run
@@ -49,27 +48,15 @@ def config_hash(run_dir: Path) -> str:
 
 def run_command(run_dir: Path) -> str | None:
     """The command that wrote run folder `run_dir` (an experiment's name, `eval`,
-    `probe-<kind>`), or None if it is not a knowflow run."""
-    run_dir = Path(run_dir)
+    `probe-<kind>`), or None if it is not a knowflow run. Only the marker knowflow writes
+    (`run.json` naming the command) makes a folder a run: never its parent's name or a
+    config.json that looks like one (a user's own files are never taken for a run)."""
     try:
-        ident = json.loads((run_dir / IDENTITY).read_text(encoding="utf-8"))
-        if isinstance(ident, dict) and isinstance(ident.get("command"), str):
-            return ident["command"]
-    except (OSError, ValueError, RecursionError):
-        pass
-    try:
-        config = json.loads((run_dir / CONFIG).read_text(encoding="utf-8"))
+        ident = json.loads((Path(run_dir) / IDENTITY).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(config, dict):
-        return None
-    if isinstance(config.get("probe"), str):
-        return f"probe-{config['probe']}"
-    if {"scoring", "suites"} <= set(config):
-        return "eval"
-    if not any((run_dir / name).exists() for name in (SUMMARY, "metrics.jsonl", "checkpoints")):
-        return None  # a config.json alone may be anyone's
-    return run_dir.resolve().parent.name or None
+    command = ident.get("command") if isinstance(ident, dict) else None
+    return command if isinstance(command, str) and command else None
 
 
 def _regular_or_new(path: Path, what: str) -> None:

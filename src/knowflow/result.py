@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -68,6 +68,7 @@ class Result:
     command: str = "run"
     out_dir: Path | None = None      # the folder the run is written in, once it is
     seconds: float = 0.0
+    inputs: tuple[Path, ...] = field(default=(), repr=False, compare=False)  # files read
 
     _CLASSES: ClassVar[dict[str, type[Result]]] = {}  # command -> the class it loads as
 
@@ -82,7 +83,8 @@ class Result:
         `runs_root/<command>/<timestamp>/`); returns it. Bad input found while writing, or
         Ctrl-C, removes what was written."""
         source = self.out_dir
-        run = start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir)
+        run = start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir,
+                        inputs=self.inputs)
         with run.refusals(interrupt=True):
             self._write(run)
         try:

@@ -156,13 +156,13 @@ class RunFolder:
 
 
 def start_run(config: dict, name: str, runs_root: str | Path | None = None,
-              out_dir: str | Path | None = None) -> RunFolder:
+              out_dir: str | Path | None = None, inputs=()) -> RunFolder:
     """A new run folder, claimed, with its `config.json` and `run.json` written: `out_dir` as
-    given (made if it is missing; see `outputs.check_out_dir` for what it may hold), or a
-    fresh `runs_root/name/<timestamp>/`."""
+    given (made if it is missing; see `outputs.check_out_dir` for what it may hold, never a
+    folder holding one of `inputs`), or a fresh `runs_root/name/<timestamp>/`."""
     if out_dir is not None:
         path = Path(out_dir)
-        check_out_dir(path, name)
+        check_out_dir(path, name, inputs)
         existed = _existing(path / "figures")  # figures/ too: kept if it was there
         path.mkdir(parents=True, exist_ok=True)
     else:
@@ -172,7 +172,7 @@ def start_run(config: dict, name: str, runs_root: str | Path | None = None,
     try:
         run.claim()
         if out_dir is not None:
-            check_out_dir(path, name)  # again, now that it is ours: no one slipped in
+            check_out_dir(path, name, inputs)  # again, now that it is ours: no one slipped in
         run.write_json(CONFIG, config)
         run.write_json(IDENTITY, {"command": name, "config_sha256": config_hash(path)})
     except BaseException:
@@ -207,15 +207,17 @@ def check_identity(run_dir: Path, command: str) -> None:
     """`run_dir` is a run of `command` whose config.json is the one it started with; else a
     `DataError` saying what it is (checked before `--resume` reads anything else)."""
     owner = run_command(run_dir)
-    if owner is not None and owner != command:
+    if owner is None:
+        raise DataError(Path(run_dir) / IDENTITY, "missing or not a knowflow run marker: this "
+                        "folder is not a knowflow run", hint="give the folder a knowflow run "
+                        "wrote (it holds run.json), or start a fresh run (without --resume)")
+    if owner != command:
         what = "sft" if owner == "sft" else f"run {owner}"
         raise DataError(run_dir, f"this is a `{owner}` run, not a `{command}` run",
                         hint=f"continue it with `knowflow {what} --resume --run-dir {run_dir}`"
                         if not owner.startswith(("eval", "probe")) else
                         "an eval or probe run cannot be resumed; start a fresh run")
     path = Path(run_dir) / IDENTITY
-    if not path.exists():
-        return  # written before run.json existed
     ident = read_json(path, hint="start a fresh run (without --resume)")
     saved = ident.get("config_sha256") if isinstance(ident, dict) else None
     if not isinstance(saved, str):
