@@ -39,6 +39,7 @@ from knowflow.lens.arch import arch_of
 from knowflow.lens.load import load_model
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
 from knowflow.probes.mass import mean_attention_mass
+from knowflow.outputs import check_out_files
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
 from knowflow.report.eval_run import eval_figures
@@ -246,6 +247,8 @@ class CurateResult(Result, commands=("curate",)):
     def _write(self, run: RunFolder) -> None:
         """curated.scores.jsonl (the records), curated.jsonl (the rows kept), curated.png."""
         run.write_records("curated.jsonl", [r.to_dict() for r in self.kept])
+        check_out_files({"kept rows": out, "scores": out.with_suffix(".scores.jsonl"),
+                         "figure": out.with_suffix(".png")}, inputs=self.inputs)
         super()._write(run)
         curation_figure(self.records, self.config["by"], self.cutoff,
                         run.path / "curated.png")
@@ -273,7 +276,8 @@ def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenize
     kept, scores = curate_examples(model, tokenizer, rows, cfg, progress)
     summary = {"n_rows": len(rows), "n_kept": len(kept),
                "cutoff": _cutoff(scores, cfg, len(kept))}
-    return CurateResult(scores, summary, config_to_dict(cfg), kept=kept)
+    return CurateResult(scores, summary, config_to_dict(cfg), kept=kept,
+                        inputs=_input_paths(data))
 
 
 def augment(data=BUILTIN, *, config=None, **overrides) -> Result:
@@ -284,7 +288,13 @@ def augment(data=BUILTIN, *, config=None, **overrides) -> Result:
     rows = instruction_rows(data, cfg.seed)
     out = augment_rows(rows, cfg.ratio, cfg.seed)
     summary = {"n_rows": len(rows), "n_added": sum(bool(r.extra.get("augmented")) for r in out)}
-    return Result([r.to_dict() for r in out], summary, config_to_dict(cfg), "augment")
+    return Result([r.to_dict() for r in out], summary, config_to_dict(cfg), "augment",
+                  inputs=_input_paths(data))
+
+
+def _input_paths(data) -> tuple[Path, ...]:
+    """The file `data` names, when it is one: `.save()` and `.write()` never write over it."""
+    return (Path(data),) if isinstance(data, str | Path) and Path(data).exists() else ()
 
 
 # ---- finetune ---------------------------------------------------------------------------
