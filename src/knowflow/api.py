@@ -79,13 +79,16 @@ def finish_eval(run_dir: Path) -> Path:
 def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer=None,
              device: str = "auto", dtype: str = "auto", out_dir: str | Path | None = None,
              runs_root: str | Path | None = None, progress: Progress | None = None,
-             fields: dict[str, str] | None = None, **overrides) -> EvalResult:
+             fields: dict[str, str] | None = None, preset: str | None = None,
+             **overrides) -> EvalResult:
     """Knowledge-conflict evaluation (`knowflow eval`). `data`: suite names (a list, or one
-    comma-separated string), data files, or `ConflictItem`s; None: the four built-in suites.
+    comma-separated string), data files, hub datasets (`"hf:ORG/NAME[:CONFIG][@SPLIT]"`), or
+    `ConflictItem`s; None: the four built-in suites. `fields` maps the files' columns,
+    `preset` names their published layout (`knowflow.data.presets`; else recognised).
     With `out_dir`/`runs_root` the run folder is written and finished as the CLI's is."""
     result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
                             dtype=dtype, out_dir=out_dir, runs_root=runs_root,
-                            progress=progress, fields=fields, **overrides)
+                            progress=progress, fields=fields, preset=preset, **overrides)
     if result.out_dir is not None:
         finish_eval(result.out_dir)
     return result

@@ -61,8 +61,8 @@ DECODING_FLAGS = (
 )
 
 
-@config_flags("model", "suite", "data", "fields", *PROMPT_FLAGS, "out", *BATCH_FLAGS, "device",
-              "dtype", *DECODING_FLAGS, "threads", "from_lm_eval")
+@config_flags("model", "suite", "data", "fields", "preset", *PROMPT_FLAGS, "out", *BATCH_FLAGS,
+              "device", "dtype", *DECODING_FLAGS, "threads", "from_lm_eval")
 def eval_cmd(
     given: dict,
     model: Annotated[str, Opt(
@@ -73,10 +73,14 @@ def eval_cmd(
              "(default: all four unless --data is given).")] = None,
     data: Annotated[list[Path] | None, Opt(
         help="External file: JSON/JSONL (context, question, answer, memory_answer), "
-             "MemoTrap CSV, or knowflow JSONL (repeatable).")] = None,
+             "MemoTrap CSV, or knowflow JSONL; or a hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] "
+             "(repeatable).")] = None,
     fields: Annotated[str | None, Opt(
         help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL "
              "(parquet, save_to_disk folders, CSV, JSON/JSONL).")] = None,
+    preset: Annotated[str | None, Opt(
+        help="--data layout: nq-swap, conflictqa, memotrap or clasheval (default: recognised "
+             "from the columns).")] = None,
     out: Annotated[Path | None, Opt(
         help="Output folder (default: runs/eval/<timestamp>/).")] = None,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
@@ -89,6 +93,7 @@ def eval_cmd(
     """Knowledge-conflict evaluation: does the model follow the context or its memory?"""
     from knowflow.api import evaluate
     from knowflow.config import resolve_config
+    from knowflow.data.presets import get_preset
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.options import EvalConfig
     from knowflow.lens.load import check_device, check_model
@@ -99,6 +104,8 @@ def eval_cmd(
         _eval_from_lm_eval(from_lm_eval, out, given["seed"], clash=suite or data)
         return
     mapping = parse_fields(fields)
+    if preset:
+        get_preset(preset)
     cfg = resolve_config(EvalConfig, EvalConfig(**given))
     check_suites(suite)
     check_device(device)
@@ -108,14 +115,16 @@ def eval_cmd(
     with holding(out), Bars("eval") as progress:
         # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
         result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
-                          config=cfg, fields=mapping, device=device, dtype=dtype,
-                          out_dir=out, runs_root=None if out else Path("runs"),
+                          config=cfg, fields=mapping, preset=preset, device=device,
+                          dtype=dtype, out_dir=out, runs_root=None if out else Path("runs"),
                           progress=progress)
         report = result.out_dir / "report.html"
     print_eval(result.summary)
     print_strength(result.summary)
     if result.conditions:
         show_conditions(result.conditions, result.out_dir)
+    for name, used in result.config.get("presets", {}).items():
+        console.print(f"{name}: columns read with the {used} preset", highlight=False)
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s: {stages})",
                   highlight=False)

@@ -46,6 +46,8 @@ def explain_cmd(
                      ] = None,
     fields: Annotated[str | None, Opt(help="--data column mapping: context=COL,question=COL,"
                                            "answer=COL,memory_answer=COL.")] = None,
+    preset: Annotated[str | None, Opt(help="--data layout: nq-swap, conflictqa, memotrap or "
+                                           "clasheval (default: recognised).")] = None,
     target: Annotated[str, Opt(help="The answer explained: generated (the model's own), "
                                     "counterfactual (the context's) or parametric (memory's)."
                                )] = "generated",
@@ -81,7 +83,7 @@ def explain_cmd(
         seed=seed), set_)
     source = _source(context, question, answer, data, suite)
     mapping = parse_fields(fields)
-    load_explain_items(source, question, cfg, mapping)          # bad items: before the model
+    load_explain_items(source, question, cfg, mapping, preset)  # bad items: before the model
     check_device(device)
     target_dir = out or runs_dir / "explain"
     check_output_dir(target_dir, "output folder")
@@ -89,7 +91,7 @@ def explain_cmd(
     set_threads(threads)
     with Bars("explain") as progress:
         result = explain(model, source, question, answer, config=cfg, fields=mapping,
-                         device=device, dtype=dtype, progress=progress)
+                         preset=preset, device=device, dtype=dtype, progress=progress)
     run_dir = result.save(out, runs_root=runs_dir)
     report = run_dir / "report.html"
     _table(result.records)

@@ -27,6 +27,9 @@ def lm_eval_cmd(
     fields: Annotated[str | None, typer.Option(
         help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL."
     )] = None,
+    preset: Annotated[str | None, typer.Option(
+        help="--data layout: nq-swap, conflictqa, memotrap or clasheval (default: recognised)."
+    )] = None,
     prompt_format: Annotated[str, typer.Option(
         help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
     model: Annotated[str, typer.Option(
@@ -46,7 +49,7 @@ def lm_eval_cmd(
     EvalConfig(prompt_format=prompt_format, limit=limit, seed=seed).validate()
     check_suites(suite)
     check_output_dir(out, "task folder")
-    by_suite = load_suites(suite, data, limit, seed, fields=mapping)
+    by_suite = load_suites(suite, data, limit, seed, fields=mapping, preset=preset)
     tokenizer = None
     if prompt_format == "chat":
         from transformers import AutoTokenizer

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from knowflow.config import flatten
 from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import is_hub
 from knowflow.data.loaders import load_items_checked
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite, list_suites, sample
@@ -33,11 +34,14 @@ def load_suites(suites: str | Sequence[str] | None = None,
                 data: str | Path | Sequence[str | Path] | None = None,
                 limit: int | None = None, seed: int = 0,
                 quality: dict[str, dict] | None = None,
-                fields: dict[str, str] | None = None) -> dict[str, list[ConflictItem]]:
-    """Items by suite name: built-in suites by name, external files by their stem.
+                fields: dict[str, str] | None = None, preset: str | None = None
+                ) -> dict[str, list[ConflictItem]]:
+    """Items by suite name: built-in suites by name, external files by their stem (hub
+    datasets, `hf:ORG/NAME`, by their name).
 
     `quality`, if given, receives each file's data-quality counts by suite name; `fields`
-    maps knowflow's field names to the files' columns (`data.tables.parse_fields`)."""
+    maps knowflow's field names to the files' columns (`data.tables.parse_fields`), `preset`
+    names their published layout (`data.presets`)."""
     names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
         list(suites or [])
     files = [data] if isinstance(data, (str, Path)) else list(data or [])
@@ -50,7 +54,7 @@ def load_suites(suites: str | Sequence[str] | None = None,
     for name in filter(None, names):
         out[name] = get_suite(name, seed=seed, limit=limit)
     for path in files:
-        items, counts = load_items_checked(path, fields)
+        items, counts = load_items_checked(path, fields, preset)
         name = items[0].suite
         if quality is not None:
             quality[name] = counts
@@ -61,9 +65,11 @@ def load_suites(suites: str | Sequence[str] | None = None,
 
 def load_data(data=None, limit: int | None = None, seed: int = 0,
               quality: dict[str, dict] | None = None,
-              fields: dict[str, str] | None = None) -> dict[str, list[ConflictItem]]:
+              fields: dict[str, str] | None = None, preset: str | None = None
+              ) -> dict[str, list[ConflictItem]]:
     """Items by suite for `evaluate`'s `data`: built-in suite names (a list, or one
-    comma-separated string), data files (a path, or a string naming an existing file), and/or
+    comma-separated string), data files (a path, a string naming an existing file, or a hub
+    dataset `hf:ORG/NAME[:CONFIG][@SPLIT]`), and/or
     `ConflictItem`s (grouped by their `suite`); None: every built-in suite."""
     if data is None or isinstance(data, (str, Path)):
         data = [data] if data is not None else []
@@ -73,13 +79,13 @@ def load_data(data=None, limit: int | None = None, seed: int = 0,
     for entry in data:
         if isinstance(entry, ConflictItem):
             items.append(entry)
-        elif isinstance(entry, Path) or Path(str(entry)).exists():
+        elif isinstance(entry, Path) or is_hub(entry) or Path(str(entry)).exists():
             files.append(entry)
         else:
             names += [s.strip() for s in str(entry).split(",")]
     if data and not items and not files and not any(names):
         return load_suites(",".join(names), None, limit, seed, quality, fields)  # the error
-    out = load_suites([n for n in names if n], files, limit, seed, quality, fields) \
+    out = load_suites([n for n in names if n], files, limit, seed, quality, fields, preset) \
         if names or files or not items else {}
     for it in items:
         out.setdefault(it.suite, []).append(it)

@@ -87,10 +87,11 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
-             **overrides) -> EvalResult:
+             preset: str | None = None, **overrides) -> EvalResult:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
-    knowledge-conflict suites and/or data files (`fields`: their column mapping). `overrides`
-    set `EvalConfig` fields.
+    knowledge-conflict suites and/or data files or hub datasets (`fields`: their column
+    mapping; `preset`: their published layout, else recognised from the columns; the config
+    records the preset each suite was read with). `overrides` set `EvalConfig` fields.
 
     Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
     to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
@@ -99,7 +100,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     cfg = resolve_config(EvalConfig, config, overrides)
     start = time.time()
     quality: dict[str, dict] = {}
-    by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields)  # before loading
+    by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields, preset)  # before loading
     model_name = model if isinstance(model, str) else type(model).__name__
     timings: dict[str, float] = {}
     if isinstance(model, (str, Path)):
@@ -118,7 +119,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     param = next(model.parameters())
     config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
-              "fields": dict(fields or {}),
+              "fields": dict(fields or {}), "preset": preset,
+              "presets": {n: q["preset"] for n, q in quality.items() if "preset" in q},
               **({"heads_calibration": heads_calibration} if heads_calibration else {})}
     run = _start(config, out_dir, runs_root)
     records: dict[str, list[dict]] = {}

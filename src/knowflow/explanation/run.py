@@ -22,6 +22,7 @@ from pathlib import Path
 
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import is_hub
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.evaluation.generate import generate
@@ -58,13 +59,14 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
             question: str | None = None, answer: str | None = None, *, tokenizer=None,
             config: ExplainConfig | None = None, fields: dict[str, str] | None = None,
             device: str = "auto", dtype: str = "auto", progress: Progress | None = None,
-            **overrides) -> Result:
+            preset: str | None = None, **overrides) -> Result:
     """Explain `model`'s answers. With `question`, `data` is one context (text) and `answer`
     the answer to explain (default: per `target`, the model's own); otherwise `data` is a
-    built-in suite name, a data file (any format `knowflow eval` reads; `fields` maps its
-    columns) or a list of ConflictItems. `overrides` set `ExplainConfig` fields."""
+    built-in suite name, a data file or hub dataset (anything `knowflow eval` reads; `fields`
+    maps its columns, `preset` names its layout) or a list of ConflictItems. `overrides` set
+    `ExplainConfig` fields."""
     cfg = resolve_config(ExplainConfig, config, overrides)
-    items = load_explain_items(data, question, cfg, fields)
+    items = load_explain_items(data, question, cfg, fields, preset)
     if answer is not None and len(items) != 1:
         raise ConfigError("an answer explains one item; give --context and --question",
                           "answer")
@@ -85,7 +87,8 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
 
 
 def load_explain_items(data, question: str | None, cfg: ExplainConfig,
-                       fields: dict[str, str] | None = None) -> list[ConflictItem]:
+                       fields: dict[str, str] | None = None, preset: str | None = None
+                       ) -> list[ConflictItem]:
     """The items to explain: one context with its question, a suite, a file or items."""
     if question is not None:
         if not isinstance(data, str):
@@ -98,10 +101,10 @@ def load_explain_items(data, question: str | None, cfg: ExplainConfig,
     elif isinstance(data, (str, Path)):
         if not str(data).strip():
             raise ConfigError("give a context and a question, a suite or a data file", "data")
-        if str(data) not in list_suites() and not Path(data).exists():
+        if str(data) not in list_suites() and not Path(data).exists() and not is_hub(data):
             raise ConfigError(f"{data!r} is neither a built-in suite nor a file", "data",
                               f"give a file or one of {', '.join(list_suites())}")
-        items = _sampled(data, cfg, fields)
+        items = _sampled(data, cfg, fields, preset)
     else:
         items = list(data)
         if not items:
@@ -111,15 +114,16 @@ def load_explain_items(data, question: str | None, cfg: ExplainConfig,
     return items
 
 
-def _sampled(data: str | Path, cfg: ExplainConfig, fields: dict[str, str] | None
-             ) -> list[ConflictItem]:
+def _sampled(data: str | Path, cfg: ExplainConfig, fields: dict[str, str] | None,
+             preset: str | None = None) -> list[ConflictItem]:
     """A suite's or file's items: the seeded sample of `limit` (all without), after skipping
     the first `offset` of the same seeded order (so --offset 60 --limit 60 are the 60 items
     that --limit 120 adds to --limit 60)."""
     def load(limit: int | None) -> list[ConflictItem]:
         if str(data) in list_suites():
             return load_suites(str(data), None, limit, cfg.seed)[str(data)]
-        return next(iter(load_suites(None, data, limit, cfg.seed, fields=fields).values()))
+        return next(iter(load_suites(None, data, limit, cfg.seed, fields=fields,
+                                     preset=preset).values()))
     items = load(None if cfg.limit is None else cfg.offset + cfg.limit)
     if not cfg.offset:
         return items
