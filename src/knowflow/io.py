@@ -82,6 +82,14 @@ def atomic_write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
     return atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 
 
+def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of JSONL text, split at "\n" (and "\r\n") only: U+2028, U+2029,
+    U+0085 and other characters `str.splitlines` breaks at are valid inside JSON strings
+    (`json.dumps(ensure_ascii=False)` and pandas write them raw)."""
+    for n, line in enumerate(text.split("\n"), start=1):
+        yield n, line.removesuffix("\r")
+
+
 def read_json(path: str | Path, hint: str | None = None) -> Any:
     """A JSON file knowflow wrote; damage is a `DataError` naming the file and line."""
     return decode_json(read_text(path, hint), path, what="damaged JSON", hint=hint,
@@ -91,7 +99,7 @@ def read_json(path: str | Path, hint: str | None = None) -> Any:
 def read_jsonl(path: str | Path, hint: str | None = None) -> list[dict]:
     """A JSONL file knowflow wrote; damage is a `DataError` naming the file and line."""
     return [decode_json(line, path, line=n, what="damaged JSON line", hint=hint, strict=False)
-            for n, line in enumerate(read_text(path, hint).splitlines(), start=1)
+            for n, line in jsonl_lines(read_text(path, hint))
             if line.strip()]
 
 
@@ -215,7 +223,7 @@ def json_records(path: str | Path, strict: bool = True, text: str | None = None
     if text.lstrip().startswith("["):
         yield from _json_list(Path(path), text, strict)
         return
-    for n, raw in enumerate(text.splitlines(), start=1):
+    for n, raw in jsonl_lines(text):
         if raw.strip():
             yield n, decode_json(raw, path, line=n, strict=strict)
 

@@ -36,6 +36,11 @@ def write_valid(root: Path) -> None:
         "données/évaluation ü.jsonl": _crlf([{**it, "context": it["context"] + " — café"}
                                               for it in items]),
         "bom-train.jsonl": BOM + _crlf(rows),
+        # raw line/paragraph separators inside strings, as json.dumps(ensure_ascii=False)
+        # and pandas write them: valid JSON, not line ends
+        "separators.jsonl": _crlf([{**it, "context": it["context"] + " \u2028 \u2029 \x85"}
+                                   for it in items]),
+        "separators-train.jsonl": _crlf([{**r, "input": r["input"] + "\u2028"} for r in rows]),
         "bom-prompts.jsonl": BOM + _crlf([{"prompt": "The capital of France is",
                                            "subject": "France", "answer": "Paris"}]),
     }
@@ -51,8 +56,10 @@ VALID = [
     Case(f"{EVAL} long.csv", 0, "results: out"),
     Case(f"eval {M} --scoring loglik --no-known-filter --out résultats --data "
          "'données/évaluation ü.jsonl'", 0, "results: résultats"),
+    Case(f"{EVAL} separators.jsonl", 0, "results: out"),
     Case("augment --data bom-train.jsonl --out 'données/augmenté.jsonl'", 0,
          "counterfactual"),
+    Case("augment --data separators-train.jsonl --out sep.jsonl", 0, "counterfactual"),
     Case(f"sft {M} --data bom-train.jsonl --steps 1 --batch-size 4 --no-track "
          "--max-length 512 --runs-dir 'données/runs'", 0, "run directory"),
     Case(f"probe knockout {M} --data bom-prompts.jsonl --window 1 --all --out 'sondé ü'", 0,

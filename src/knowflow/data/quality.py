@@ -14,6 +14,8 @@ import json
 import logging
 from pathlib import Path
 
+from knowflow.io import jsonl_lines
+
 log = logging.getLogger(__name__)
 
 
@@ -42,7 +44,7 @@ def duplicate_key_lines(path: Path, text: str | None = None) -> list[int]:
         except (ValueError, RecursionError):
             return []
         return sorted(found)
-    for n, raw in enumerate(text.splitlines(), start=1):
+    for n, raw in jsonl_lines(text):
         if raw.strip():
             try:
                 json.loads(raw, object_pairs_hook=_hook(found, n))
