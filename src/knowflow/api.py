@@ -20,6 +20,7 @@ removed if the run is refused) and finished with its figures and report, as the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from knowflow.config import config_to_dict, resolve_config
 from knowflow.data.facts import Instruction
 from knowflow.data.instruction_rows import load_instructions, parse_instruction, save_instructions
 from knowflow.data.instructions import MixtureConfig
+from knowflow.data.prompts import resolve_format
 from knowflow.data.suites import get_suite, list_suites
 from knowflow.errors import ConfigError
 from knowflow.evaluation.run import EvalResult
@@ -195,6 +197,9 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
     config.json first, then records.jsonl, figures, summary.json and report.html. Bad input
     found once the folder is made (a window larger than the model) or Ctrl-C removes it."""
     arch = arch_of(model)
+    if "prompt_format" in type(cfg).__dataclass_fields__:  # auto: chat with a template
+        cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format,
+                                                                    tokenizer))
     config = {"probe": kind, "model": model_name, "data": data_label,
               "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
               "config": config_to_dict(cfg)}
@@ -276,6 +281,7 @@ def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenize
     cfg = resolve_config(CurateConfig, config, overrides)
     rows = instruction_rows(data, seed)
     model, tokenizer, _ = _model(model, tokenizer, device, dtype)
+    cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     kept, scores = curate_examples(model, tokenizer, rows, cfg, progress)
     summary = {"n_rows": len(rows), "n_kept": len(kept),
                "cutoff": _cutoff(scores, cfg, len(kept))}

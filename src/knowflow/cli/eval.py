@@ -23,7 +23,8 @@ from knowflow.errors import ConfigError
 PROMPT_FLAGS = (
     flag("scoring", "scoring", str, "generate, loglik or both.", "both"),
     flag("prompt_format", "prompt_format", str,
-         "chat (the model's template), alpaca, tulu or plain.", "chat"),
+         "auto (chat if the tokenizer has a chat template, else plain), chat (the model's "
+         "template), alpaca, tulu or plain.", "auto"),
     flag("no_context", "use_context", bool, "Ask the question alone (what the model knows).",
          switch=False),
     flag("context_only", "context_only", bool, 'Add "Answer based on the context only."',
@@ -94,6 +95,7 @@ def eval_cmd(
     from knowflow.api import evaluate
     from knowflow.config import resolve_config
     from knowflow.data.presets import get_preset
+    from knowflow.data.prompts import format_note
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.options import EvalConfig
     from knowflow.lens.load import check_device, check_model
@@ -125,6 +127,7 @@ def eval_cmd(
         show_conditions(result.conditions, result.out_dir)
     for name, used in result.config.get("presets", {}).items():
         console.print(f"{name}: columns read with the {used} preset", highlight=False)
+    console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_seconds.items())
     console.print(f"results: {result.out_dir}  ({result.seconds:.1f} s: {stages})",
                   highlight=False)

@@ -59,7 +59,8 @@ def explain_cmd(
     limit: Annotated[int | None, Opt(help="Items of --data/--suite (seeded sample).")] = None,
     offset: Annotated[int, Opt(help="Skip the first N items of the seeded order (held-out "
                                     "samples: --offset 60 --limit 60).")] = 0,
-    prompt_format: Annotated[str, Opt(help="chat, alpaca, tulu or plain.")] = "chat",
+    prompt_format: Annotated[str, Opt(help="auto (chat with a chat template, else plain), "
+                                           "chat, alpaca, tulu or plain.")] = "auto",
     out: Annotated[Path | None, Opt(help="Output folder (default: RUNS_DIR/explain/TIME).")
                    ] = None,
     runs_dir: RunsOpt = Path("runs"), set_: SetOpt = None, seed: Annotated[int, Opt()] = 0,
@@ -68,6 +69,7 @@ def explain_cmd(
     """Explain answers: source verdict, sentence attribution and mechanism."""
     from knowflow.api import explain
     from knowflow.config import resolve_config
+    from knowflow.data.prompts import format_note
     from knowflow.data.tables import parse_fields
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.run import load_explain_items
@@ -96,6 +98,7 @@ def explain_cmd(
     report = run_dir / "report.html"
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
+    console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)
     print_paths(run_dir, report, result.seconds)
 
 

@@ -66,7 +66,8 @@ def heads_cmd(
     rank_by: Annotated[str | None, typer.Option(
         "--rank-by", help="The ablation that ranks the heads (mean).")] = None,
     prompt_format: Annotated[str | None, typer.Option(
-        "--prompt-format", help="chat, alpaca, tulu or plain (chat).")] = None,
+        "--prompt-format", help="auto (chat with a chat template, else plain), chat, alpaca, "
+                                "tulu or plain (auto).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --limit sample.")] = 0,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
@@ -77,6 +78,7 @@ def heads_cmd(
     when the head's output is zeroed, replaced by its mean, or its attention to the context is
     blocked; 95% bootstrap intervals over items.
     """
+    from knowflow.data.prompts import format_note
     from knowflow.evaluation.items import load_suites
     from knowflow.io import check_output_dir
     from knowflow.lens.load import check_device, check_model
@@ -107,6 +109,8 @@ def heads_cmd(
     half = summary.get("half_effect_heads", {})
     console.print(f"heads carrying half of the total effect: context {half.get('context')}, "
                   f"memory {half.get('memory')}", highlight=False)
+    used = result.config["config"]["prompt_format"]
+    console.print(format_note(cfg.prompt_format, used), highlight=False)
     _done(run_dir)
 
 

@@ -68,7 +68,7 @@ SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared 
     flag("batch_size", "sft.batch_size", int, "Examples per step."),
     flag("max_length", "sft.max_length", int, "Longest example in tokens."),
     flag("prompt_format", ("sft.prompt_format", "track.prompt_format"), str,
-         "chat, alpaca, tulu or plain."),
+         "auto (chat with a chat template, else plain), chat, alpaca, tulu or plain."),
     flag("seed", ("sft.seed", "mixture.seed"), int, "Seed (data order, init, mixture)."),
     flag("track", "track.suites", str, "Suites to track, comma-separated."),
     flag("track_every", "track.every", int, "Evaluate every N steps."),
@@ -133,6 +133,13 @@ def sft_cmd(
                   fmt(s.get("attn_context_start")), fmt(s.get("attn_context_final")),
                   f"{s['seconds']:.0f}")
     console.print(table)
+    if "prompt_format" in s:  # the model's choices where none was given
+        from knowflow.data.prompts import format_note
+
+        asked = result.config.get("sft", {}).get("prompt_format", s["prompt_format"])
+        targets = f"; LoRA targets: {', '.join(s['lora_targets'])}" if "lora_targets" in s \
+            else ""
+        console.print(format_note(asked, s["prompt_format"]) + targets, highlight=False)
     if "curation_rescorings" in s:
         console.print(f"dynamic curation: {s['curation_rescorings']} re-scorings "
                       f"({s['curation_seconds']:.0f} s), {s['curation_final_dropped']} rows "
@@ -145,7 +152,8 @@ CURATE_FLAGS = (  # CurateConfig's fields, one to one
     flag("drop", "drop", float, "Share of examples to drop.", 0.25),
     flag("by", "by", str, "no_context_loss (the paper's rule) or criticality.",
          "no_context_loss"),
-    flag("prompt_format", "prompt_format", str, "chat, alpaca, tulu or plain.", "chat"),
+    flag("prompt_format", "prompt_format", str, "auto (chat with a chat template, else plain), "
+         "chat, alpaca, tulu or plain.", "auto"),
     flag("batch_size", "batch_size", int, "Examples per forward pass.", 8),
 )
 

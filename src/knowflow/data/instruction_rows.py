@@ -18,7 +18,7 @@ from pathlib import Path
 
 from knowflow.data.facts import Instruction
 from knowflow.data.loaders import json_records
-from knowflow.data.prompts import FORMATS, instruction_prompt
+from knowflow.data.prompts import instruction_prompt, resolve_format
 from knowflow.data.quality import duplicate_key_lines
 from knowflow.errors import ConfigError, DataError
 from knowflow.io import atomic_write_jsonl, read_text
@@ -122,8 +122,7 @@ def prompt_and_response(tokenizer, ex: Instruction, fmt: str, context: bool = Tr
     """(prompt text, whether the tokenizer adds special tokens to it, response text).
 
     `context=False` drops Alpaca's `input` (what curation scores against)."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"{fmt!r} is not one of {', '.join(FORMATS)}", "prompt_format")
+    fmt = resolve_format(fmt, tokenizer)  # auto: chat with a template, else plain
     if ex.messages:
         if fmt != "chat":
             raise ConfigError("chat 'messages' data needs --prompt-format chat",

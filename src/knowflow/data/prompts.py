@@ -2,10 +2,13 @@
 
 A prompt is rendered from an item in one of four formats: the model's own chat template
 (`tokenizer.apply_chat_template`; knowflow never writes chat templates by hand), Alpaca,
-TULU, or plain text. `render` returns the prompt and the text placed between the prompt and an
-answer when the answer is scored as a continuation (" " after "Answer:", "" after a chat
-turn). For completion items (MemoTrap style) the prompt ends with the text to complete, also
-inside a chat turn, so generation and log-likelihood both score the word that follows it.
+TULU, or plain text. The default, "auto", follows the tokenizer (`resolve_format`): its
+chat template when it has one, plain text otherwise (a base model); entry points resolve it
+once, when the tokenizer is known, and record the format they used. `render` returns the
+prompt and the text placed between the prompt and an answer when the answer is scored as a
+continuation (" " after "Answer:", "" after a chat turn). For completion items (MemoTrap
+style) the prompt ends with the text to complete, also inside a chat turn, so generation and
+log-likelihood both score the word that follows it.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from knowflow.data.facts import ConflictItem
-from knowflow.errors import KnowflowError
+from knowflow.errors import ConfigError, KnowflowError
 
-PromptFormat = Literal["chat", "alpaca", "tulu", "plain"]
-FORMATS: tuple[str, ...] = ("chat", "alpaca", "tulu", "plain")
+PromptFormat = Literal["auto", "chat", "alpaca", "tulu", "plain"]
+FORMATS: tuple[str, ...] = ("auto", "chat", "alpaca", "tulu", "plain")
 
 CONTEXT_ONLY = "Answer based on the context only."
 SHORT_ANSWER = "Answer in a few words."
@@ -33,9 +36,37 @@ _ALPACA = ("Below is an instruction that describes a task. Write a response that
 _TULU = "<|user|>\n{body}\n<|assistant|>\n"
 
 
+def has_chat_template(tokenizer) -> bool:
+    return getattr(tokenizer, "chat_template", None) is not None
+
+
+def resolve_format(fmt: str, tokenizer, field: str = "prompt_format") -> str:
+    """The format prompts are rendered in: "auto" is "chat" when `tokenizer` has a chat
+    template and "plain" when it has none; "chat" without a template is refused (a
+    ConfigError naming `field`); the others stay as they are."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"{fmt!r} is not one of {', '.join(FORMATS)}", field)
+    if fmt == "auto":
+        return "chat" if has_chat_template(tokenizer) else "plain"
+    if fmt == "chat" and not has_chat_template(tokenizer):
+        raise ConfigError("chat, but this model's tokenizer has no chat template", field,
+                          "use auto (plain for a base model), plain, alpaca or tulu")
+    return fmt
+
+
+def format_note(requested: str, used: str) -> str:
+    """The line a command shows for the format it rendered in (`used`) when `requested`
+    was asked: "prompt format: plain (auto: the tokenizer has no chat template)"."""
+    if requested != "auto":
+        return f"prompt format: {used}"
+    why = "the tokenizer's chat template" if used == "chat" else \
+        "the tokenizer has no chat template"
+    return f"prompt format: {used} (auto: {why})"
+
+
 @dataclass(frozen=True)
 class PromptConfig:
-    format: PromptFormat = "chat"
+    format: PromptFormat = "auto"
     use_context: bool = True           # False: the question alone (what the model knows)
     context_only: bool = False         # add "Answer based on the context only."
     opinion: bool = False              # recast the context as a person's statement (Zhou 2023)
@@ -60,7 +91,7 @@ def _complete_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
 
 
 def _chat(tokenizer, body: str) -> str:
-    if getattr(tokenizer, "chat_template", None) is None:
+    if not has_chat_template(tokenizer):
         raise KnowflowError("this model's tokenizer has no chat template; use --prompt-format "
                             "plain, alpaca or tulu")
     return tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
@@ -84,6 +115,7 @@ def instruction_prompt(tokenizer, instruction: str, context: str, fmt: str) -> P
     """
     if fmt not in FORMATS:
         raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    fmt = resolve_format(fmt, tokenizer) if fmt == "auto" else fmt
     if fmt == "alpaca":
         if context:
             return Prompt(_ALPACA_INPUT.format(instruction=instruction, input=context), "", True)
@@ -118,6 +150,7 @@ def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
     fmt = cfg.format
     if fmt not in FORMATS:
         raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
+    fmt = resolve_format(fmt, tokenizer) if fmt == "auto" else fmt
     if cfg.opinion and cfg.use_context:
         item = opinion_item(item)
     if item.task == "complete":

@@ -59,7 +59,7 @@ def split_items(by_suite: dict[str, list[ConflictItem]], share: float, seed: int
 
 
 @torch.no_grad()
-def rank_heads(model, tokenizer, items: list[ConflictItem], prompt_format: str = "chat",
+def rank_heads(model, tokenizer, items: list[ConflictItem], prompt_format: str = "auto",
                batch_size: int = 64, progress: Progress | None = None) -> np.ndarray:
     """Mean zero-ablation effect of every head on the log-odds, (layers, heads)."""
     n_layers, n_heads, head_dim = head_shape(model)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from knowflow.data.facts import ConflictItem
 from knowflow.data.loaders import json_records
-from knowflow.data.prompts import PromptConfig, render
+from knowflow.data.prompts import PromptConfig, render, resolve_format
 from knowflow.errors import DataError
 from knowflow.evaluation.items import choice
 from knowflow.evaluation.metrics import memorization_ratio
@@ -93,8 +93,11 @@ def task_docs(items: Sequence[ConflictItem], tokenizer, prompt_format: str) -> l
 
 
 def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: str | Path,
-                   prompt_format: str = "chat") -> dict[str, Path]:
-    """Write one lm-eval task per suite into `out_dir`; returns {task name: YAML path}."""
+                   prompt_format: str = "auto") -> dict[str, Path]:
+    """Write one lm-eval task per suite into `out_dir`; returns {task name: YAML path}.
+    "auto" resolves by `tokenizer` (chat with a template, else plain; no tokenizer: plain)."""
+    if prompt_format == "auto":
+        prompt_format = resolve_format("auto", tokenizer)
     out = Path(out_dir)
     atomic_write_text(out / f"{LOADER}.py", _LOADER_SOURCE)
     tasks: dict[str, Path] = {}

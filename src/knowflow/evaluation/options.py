@@ -20,7 +20,7 @@ MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", 
 @dataclass(frozen=True)
 class EvalConfig:
     scoring: Scoring = "both"
-    prompt_format: PromptFormat = "chat"
+    prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
     use_context: bool = True            # False: --no-context, the question alone
     context_only: bool = False          # add "Answer based on the context only."
     limit: int | None = None            # items per suite (a seeded sample)

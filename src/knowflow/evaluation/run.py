@@ -27,6 +27,7 @@ from pathlib import Path
 
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
+from knowflow.data.prompts import resolve_format
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.conditions import Sweep, Swept
 from knowflow.evaluation.heads_calibration import calibrate as calibrate_heads
@@ -109,6 +110,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
         timings["load"] = time.perf_counter() - loaded
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    # auto: chat with a template, else plain; the config records the format used
+    cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     _check_window(model, tokenizer, by_suite, cfg)  # before any run folder exists
     if cfg.batch_size == 0:
         cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))

@@ -19,7 +19,7 @@ DESIGNS = ("random", "balanced")
 class ExplainConfig:
     target: Target = "generated"        # the answer explained: the model's own, or an item's
     levels: tuple[str, ...] = LEVELS     # what to compute (source always)
-    prompt_format: PromptFormat = "chat"
+    prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
     max_new_tokens: int = 16             # longest generated answer
     # source verdict
     context_ratio: float = 2.0           # the context supports the answer: it multiplies its

@@ -23,6 +23,7 @@ from pathlib import Path
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import is_hub
+from knowflow.data.prompts import resolve_format
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.evaluation.generate import generate
@@ -75,6 +76,8 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
         model, tokenizer = load_model(str(model), device=device, dtype=dtype)
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    # auto: chat with a template, else plain; the config records the format used
+    cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     start = time.perf_counter()
     records = explain_items(model, tokenizer, items, cfg, answer, progress)
     config_dict = {"explain": True, "model": str(name),

@@ -199,17 +199,22 @@ def _register() -> str:
 @contextmanager
 def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
     """The model switched to the trie attention, and its last MLP run on `rows[0]` (the
-    chunk's scored positions) only: the other positions' last-layer output is never read."""
+    chunk's scored positions) only: the other positions' last-layer output is never read.
+    An MLP that sees flat rows (OPT's fc2: (C, d_ff) in, (C, d) out) is cut on its rows."""
     original = model.config._attn_implementation
     full: list[torch.Size] = []
 
     def only_rows(_module, args):
         full[:] = [args[0].shape]
-        return (args[0][:, rows[0]],)                                   # (1, R, d)
+        flat = args[0].dim() == 2                                       # (C, d_ff): OPT
+        return (args[0][rows[0]] if flat else args[0][:, rows[0]],)     # (1, R, d) or (R, d)
 
     def scatter(_module, _args, result):
-        out = result.new_zeros(full[0])                                  # (1, C, d)
-        out[:, rows[0]] = result
+        out = result.new_zeros((*full[0][:-1], result.shape[-1]))       # (1, C, d) or (C, d)
+        if out.dim() == 2:
+            out[rows[0]] = result
+        else:
+            out[:, rows[0]] = result
         return out
 
     hooks = [last_mlp.register_forward_pre_hook(only_rows),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import torch
 from torch import nn
 
 from knowflow.errors import KnowflowError
@@ -174,3 +175,14 @@ def out_weight(proj: nn.Module):
     """An output projection's weight as (d_model, heads * head_dim) (GPT-2's Conv1D stores it
     transposed)."""
     return proj.weight if isinstance(proj, nn.Linear) else proj.weight.T
+
+
+def fused_value_features(arch: Arch) -> torch.Tensor:
+    """(out_features,) bool over a fused qkv projection's outputs: True where a feature is a
+    value, per the family's layout: [q | k | v] ("split": n_heads query heads, then the key and
+    value heads, GQA included) or per head [q_h k_h v_h] ("heads", GPT-NeoX)."""
+    d = arch.head_dim
+    if arch.paths.qkv_layout == "heads":
+        return (torch.arange(3 * d) >= 2 * d).repeat(arch.n_heads)
+    qk = (arch.n_heads + arch.n_kv_heads) * d
+    return torch.arange(qk + arch.n_kv_heads * d) >= qk

@@ -57,7 +57,7 @@ class HeadsConfig:
     ablations: tuple[str, ...] = ABLATIONS  # which edits to sweep
     rank_by: str = "mean"                    # the edit whose effects rank the heads
     top: int = 10                            # heads listed per side in the summary
-    prompt_format: str = "chat"              # how items are rendered (as `knowflow eval`)
+    prompt_format: str = "auto"              # how items are rendered (as `knowflow eval`)
     batch_size: int = 64                     # variant rows per forward pass
     n_bootstrap: int = 1000
     seed: int = 0
@@ -95,7 +95,7 @@ def first_answer_word(answer: str) -> str:
     return answer.split(";")[0].strip() or answer.strip()
 
 
-def conflict_prompt(item: ConflictItem, tokenizer, prompt_format: str = "chat"
+def conflict_prompt(item: ConflictItem, tokenizer, prompt_format: str = "auto"
                     ) -> ConflictPrompt | None:
     """The sweep's view of `item`; None when no token tells its two answers apart."""
     prompt = render(item, tokenizer, PromptConfig(prompt_format))

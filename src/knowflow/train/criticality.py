@@ -60,7 +60,7 @@ def register_no_context(data_type: type) -> Callable:
 class CurateConfig:
     drop: float = bounded(0.25, ge=0, lt=1)    # share of examples dropped
     by: str = bounded("no_context_loss", one_of=BY)  # the paper's rule, or "criticality"
-    prompt_format: str = bounded("chat", one_of=FORMATS)
+    prompt_format: str = bounded("auto", one_of=FORMATS)
     batch_size: int = bounded(8, ge=1)
 
 
@@ -134,7 +134,7 @@ def instruction_rows_no_context(tokenizer, examples: Sequence[Instruction], prom
     return [encode(tokenizer, ex, prompt_format, context=False) for ex in examples]
 
 
-def no_context_loss(model, data, tokenizer=None, prompt_format: str = "chat",
+def no_context_loss(model, data, tokenizer=None, prompt_format: str = "auto",
                     batch_size: int = 8) -> torch.Tensor:
     """Each example's answer loss with its context removed, under `model` as it is now. (n,)
 

@@ -27,9 +27,9 @@ from knowflow.data.instruction_rows import IGNORE
 from knowflow.data.prompts import FORMATS
 from knowflow.errors import ConfigError
 from knowflow.lens.adapt import (
-    DEFAULT_LORA_TARGETS,
     TrainableConfig,
     TrainMode,
+    check_qk_weight_decay,
     count_trainable,
     prepare_trainable,
 )
@@ -56,7 +56,7 @@ class SFTConfig:
     train: TrainMode = "lora"        # full | lora | qk_only
     lora_r: int = 8
     lora_alpha: int = 16
-    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_targets: tuple[str, ...] = ()  # empty: the family's (lens.adapt.lora_targets)
     lr: float = 2e-4
     steps: int = 100                 # optimizer steps
     batch_size: int = 8
@@ -68,7 +68,7 @@ class SFTConfig:
     optim: str | None = None         # a transformers optimizer name (sgd: the theory's GD);
                                      # None: transformers' default AdamW
     max_length: int = 256            # longer examples are dropped (and counted)
-    prompt_format: str = "chat"
+    prompt_format: str = "auto"      # auto: chat with a template, else plain
     save_every: int = 50             # Trainer checkpoint interval (steps)
     save_limit: int | None = 2       # checkpoints kept
     log_every: int = 5
@@ -216,6 +216,7 @@ def train_model(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_d
     out_dir = Path(out_dir)
     set_seed(cfg.seed)
     model = prepare_trainable(model, cfg.trainable())
+    check_qk_weight_decay(model, cfg.weight_decay)
     trainable, total = count_trainable(model)
     log.info("training %s of %s parameters (%s)", f"{trainable:,}", f"{total:,}", cfg.train)
     if tokenizer.pad_token is None:

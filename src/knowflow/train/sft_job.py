@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from knowflow.config import require
@@ -23,9 +23,10 @@ from knowflow.data.instruction_rows import (
     save_instructions,
 )
 from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
+from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
-from knowflow.lens.adapt import check_targets
+from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
@@ -98,6 +99,16 @@ def logged_loss(history: list[dict], sft) -> dict:
                                "steps over the whole run (log_history)"}
 
 
+def resolved(cfg: SFTJobConfig, model, tokenizer) -> SFTJobConfig:
+    """`cfg` with what depends on the model made explicit: the prompt format ("auto": chat
+    when the tokenizer has a chat template, else plain) and the LoRA targets (none given:
+    the family's, `lens.adapt.lora_targets`)."""
+    fmt = resolve_format(cfg.sft.prompt_format, tokenizer, "sft.prompt_format")
+    sft = replace(cfg.sft, prompt_format=fmt,
+                  lora_targets=tuple(lora_targets(model, cfg.sft.lora_targets)))
+    return replace(cfg, sft=sft, track=replace(cfg.track, prompt_format=fmt))
+
+
 def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | None = None,
                 model=None, tokenizer=None) -> dict:
     """Run the job into `out_dir` (continuing from its checkpoints if it has any)."""
@@ -108,6 +119,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
         # trainable weights stay float32 unless asked; the Trainer adds bf16 autocast on GPU
         dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
         model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype)
+    cfg = resolved(cfg, model, tokenizer)
     if cfg.sft.train == "lora":
         check_targets(model, cfg.sft.lora_targets)
     save_instructions(out_dir / "data.jsonl", rows)
@@ -137,7 +149,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     summary = {"steps": result.steps, **logged_loss(result.log_history, cfg.sft),
                "seconds": round(seconds, 1), "n_examples": len(encoded),
                "n_dropped_too_long": len(dropped), "trainable_params": result.trainable_params,
-               "total_params": result.total_params}
+               "total_params": result.total_params, "prompt_format": cfg.sft.prompt_format,
+               **({"lora_targets": list(cfg.sft.lora_targets)} if cfg.sft.train == "lora"
+                  else {})}
     if tracker is not None:
         summary.update(tracker.summary())
         summary["tracking_seconds"] = round(sum(r["eval_seconds"] for r in tracker.records), 1)

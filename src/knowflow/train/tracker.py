@@ -80,7 +80,7 @@ class TrackerConfig:
     suites: tuple[str, ...] = ("cf-capitals", "cf-world")
     every: int = 20                  # evaluate every N optimizer steps (and at 0 and the end)
     limit: int | None = 32           # items per suite (a seeded sample); None: all
-    prompt_format: str = "chat"      # render as the training data is rendered
+    prompt_format: str = "auto"      # render as the training data is rendered
     scoring: str = "loglik"          # "loglik" (cheap, FSDP-safe), "generate" or "both"
     attention: bool = True           # attention mass on the context
     batch_size: int = 16
