@@ -35,8 +35,10 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 
 def _parse(value: Any, tp: Any, key: str) -> Any:
-    """Coerce `value` (a string from the command line, or a JSON value) to type `tp`."""
+    """Coerce `value` (a string from the command line, or a JSON value) to type `tp`. What
+    `knowflow config` prints parses back: a JSON string ("gd") or list (["a", "b"])."""
     origin = get_origin(tp)
+    value = _json_literal(value)
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
         if type(None) in options and (value is None or value in ("none", "None", "null")):
@@ -76,10 +78,11 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
                 return False
             raise ValueError(value)
         if tp is int:
+            if isinstance(value, str) and any(c in value.lower() for c in ".e"):
+                value = float(value)  # 1e3, 3.0; 5e-1 and 2.5 are refused just below
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) and "e" in value.lower() \
-                else int(value)
+            return int(value)
         if tp is float:
             number = float(value)
             if isinstance(value, bool) or not math.isfinite(number):
@@ -93,6 +96,20 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
         shown = value if not isinstance(value, (str, int)) or len(str(value)) <= 40 else \
             f"{str(value)[:20]}... ({len(str(value))} characters)"
         raise ConfigError(f"cannot parse {shown!r} as {name}", key) from None
+    return value
+
+
+def _json_literal(value: Any) -> Any:
+    """A command-line string that is a JSON string or list literal, decoded; else as given."""
+    if isinstance(value, str) and len(value) >= 2 and (value[0], value[-1]) in (('"', '"'),
+                                                                                ("[", "]")):
+        try:
+            decoded = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        if isinstance(decoded, str) or (isinstance(decoded, list) and
+                                        all(isinstance(v, str | int | float) for v in decoded)):
+            return decoded
     return value
 
 
