@@ -48,12 +48,16 @@ def test_all_arms_write_records(tmp_path, model_dir):
     # trainable parameters by hand from the model folder: QK-only = the query and key
     # projections; LoRA = r * (in + out) per adapted projection
     from transformers import AutoModelForCausalLM
+
+    from knowflow.lens.adapt import lora_targets
     ref = AutoModelForCausalLM.from_pretrained(model_dir)
     sft = build_config("inversion-smollm2", [f"model={model_dir}"]).sft
     qk = sum(p.numel() for n, p in ref.named_parameters()
              if n.endswith(("q_proj.weight", "k_proj.weight")))
+    targets = lora_targets(ref, sft.lora_targets)  # none given: the family's (q/k/v/o_proj)
+    assert targets == ["q_proj", "k_proj", "v_proj", "o_proj"]
     lora = sum(sft.lora_r * (m.in_features + m.out_features) for n, m in ref.named_modules()
-               if n.rsplit(".", 1)[-1] in sft.lora_targets)
+               if n.rsplit(".", 1)[-1] in targets)
     assert summary["qk_only"]["trainable_params"] == qk
     assert summary["lora"]["trainable_params"] == lora
     assert (result.out_dir / "figures" / "reliance.png").exists()
