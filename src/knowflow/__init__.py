@@ -18,7 +18,9 @@ writes), `Result.load(dir)` and `.to_pandas()` (see knowflow.api):
     knowflow.list_suites(), knowflow.get_suite("cf-capitals", limit=5)
     knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", runs_root="runs")
 
-`RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning.
+`RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning,
+on built-in suites or on your own items (`RelianceTracker(tokenizer, items=
+knowflow.load_items("my_conflicts.jsonl"))`); `knowflow report <its folder>` draws the curves.
 
 Every public name is a plain function or class, loaded on first use (importing knowflow does
 not import torch or matplotlib).
@@ -40,6 +42,7 @@ _API = {
     "get_suite": "knowflow.data.suites:get_suite",
     "list_experiments": "knowflow.experiments.registry:list_experiments",
     "list_suites": "knowflow.data.suites:list_suites",
+    "load_items": "knowflow.train.tracker:load_items",
     "load_model": "knowflow.lens.load:load_model",
     "probe": "knowflow.api:probe",
     "run_experiment": "knowflow.experiments.runner:run_experiment",

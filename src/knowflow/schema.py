@@ -52,6 +52,30 @@ def named_curve(metric: str, steps: Sequence[int], values: Sequence[float]) -> d
     return {f"{metric}_{part}": v for part, v in curve_summary(steps, values).items()}
 
 
+@dataclass(frozen=True)
+class InversionCriterion:
+    """When a counterfactual-accuracy curve *inverts* (context-parametric inversion): it
+    rises by at least `rise` from its start to its peak, then falls by at least `fall` from
+    its peak to the end; a context-only control counts as steady while it falls less than
+    `no_fall`. The experiments' thresholds are `THEORY` and `TINY` (experiments.mitigations)."""
+
+    rise: float      # peak minus start, at least
+    fall: float      # peak minus final, at least
+    no_fall: float   # the context-only control's fall, below
+
+    def inverts(self, rise: float, fall: float) -> bool:
+        return rise >= self.rise and fall >= self.fall
+
+    def steady(self, fall: float) -> bool:
+        """The control did not fall."""
+        return fall < self.no_fall
+
+
+THEORY = InversionCriterion(rise=0.2, fall=0.15, no_fall=0.05)   # cpi-toy, inversion-smollm2,
+#                                                                  and any tracker folder
+TINY = InversionCriterion(rise=0.3, fall=0.2, no_fall=0.05)      # inversion-tiny (issue 12)
+
+
 # Student t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -67,6 +91,18 @@ def seed_interval(values: Sequence[float]) -> list[float] | None:
     sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
     half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / n ** 0.5
     return [mean - half, mean + half]
+
+
+def wilson_interval(share: float, n: int, z: float = 1.96) -> list[float] | None:
+    """95% Wilson score interval of a proportion `share` observed on `n` items, [low, high]
+    (unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or 1);
+    None for n < 1."""
+    if n < 1:
+        return None
+    denom = 1 + z * z / n
+    centre = (share + z * z / (2 * n)) / denom
+    half = z * (share * (1 - share) / n + z * z / (4 * n * n)) ** 0.5 / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
 MAX_MIXTURE = 1_000_000  # rows of a generated mixture (the built-in one makes 40,000 in 0.8 s)

@@ -94,13 +94,24 @@ def report_cmd(
         help="Output file (default: RUN_DIR/report.html for one run, ./report.html for many)."
     )] = None,
 ) -> None:
-    """Write a self-contained report.html (figures embedded, config, summary tables)."""
+    """Write a self-contained report.html (figures embedded, config, summary tables); several
+    runs' reliance curves overlaid. A folder a RelianceTracker wrote (metrics.jsonl, no
+    config.json) gets its curves, intervals, peak, fall and verdict."""
     from knowflow.outputs import check_out_files
     from knowflow.report.html import write_report
+    from knowflow.report.tracker_run import read_tracker_records, tracker_figure, tracker_summary
+    from knowflow.runs import CONFIG
 
     target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    check_run_folders(run_dirs)
+    trackers = [d for d in run_dirs if not (d / CONFIG).exists()]
+    check_run_folders([d for d in run_dirs if d not in trackers])
+    records = {d: read_tracker_records(d) for d in trackers}  # every folder checked first
     check_out_files({"report": target})
+    for folder, recs in records.items():
+        tracker_figure(folder, recs)
     path = write_report(run_dirs, target)
+    for folder, recs in records.items():
+        console.print(f"{folder}: {tracker_summary(recs)['findings']['verdict']}",
+                      highlight=False)
     console.print(f"report: {path}", highlight=False)
 

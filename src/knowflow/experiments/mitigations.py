@@ -4,9 +4,10 @@ criterion, and the goal a mitigation must meet.
 **Criterion.** A curve *inverts* when counterfactual accuracy (M_C for the theory model) rises
 by at least `rise` from its start to its peak and then falls by at least `fall` from its peak
 to the end, while the context-only control falls by less than `no_fall`. Each experiment keeps
-the thresholds it was calibrated with: the theory model (`cpi-toy`) and SmolLM2
-(`inversion-smollm2`) use `THEORY` (0.2 / 0.15), the tiny transformer (`inversion-tiny`,
-judged on every seed) uses `TINY` (0.3 / 0.2).
+the thresholds it was calibrated with (`schema.InversionCriterion`, beside the curve summary,
+so that `knowflow report` judges tracker folders by the same rule): the theory model
+(`cpi-toy`) and SmolLM2 (`inversion-smollm2`) use `THEORY` (0.2 / 0.15), the tiny
+transformer (`inversion-tiny`, judged on every seed) uses `TINY` (0.3 / 0.2).
 
 **Goal.** A mitigation meets the goal when it removes at least `GOAL_REMOVED` of the
 unmitigated arm's fall (`fall_removed`) and keeps in-distribution accuracy within
@@ -19,29 +20,10 @@ unmitigated arm's fall (`fall_removed`) and keeps in-distribution accuracy withi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from knowflow.config import require
+from knowflow.schema import THEORY, TINY, InversionCriterion  # noqa: F401  (the experiments')
 from knowflow.train.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.train.curation import DynamicCurationConfig
-
-
-@dataclass(frozen=True)
-class InversionCriterion:
-    rise: float      # peak minus start, at least
-    fall: float      # peak minus final, at least
-    no_fall: float   # the context-only control's fall, below
-
-    def inverts(self, rise: float, fall: float) -> bool:
-        return rise >= self.rise and fall >= self.fall
-
-    def steady(self, fall: float) -> bool:
-        """The control did not fall."""
-        return fall < self.no_fall
-
-
-THEORY = InversionCriterion(rise=0.2, fall=0.15, no_fall=0.05)   # cpi-toy, inversion-smollm2
-TINY = InversionCriterion(rise=0.3, fall=0.2, no_fall=0.05)      # inversion-tiny (issue 12)
 
 GOAL_REMOVED, GOAL_INDIST = 0.8, 0.02
 

@@ -18,6 +18,7 @@ from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
+from knowflow.train.tracker import is_data, tracked_items
 
 
 def check(cfg: SFTJobConfig) -> None:
@@ -33,9 +34,12 @@ def check(cfg: SFTJobConfig) -> None:
     if cfg.tracking:
         known = list_suites()
         for suite in t.suites:
-            require(suite in known, "track.suites",
-                    f"unknown suite {suite!r} (known: {', '.join(known)})")
+            require(suite in known or is_data(suite), "track.suites",
+                    f"unknown suite {suite!r} and no such file (suites: {', '.join(known)})")
         require(len(t.suites) > 0, "track.suites", "name at least one suite (or --no-track)")
+        files = [s for s in t.suites if is_data(s)]
+        if files:  # a malformed tracked file fails here, before the run folder exists
+            tracked_items(files, t.fields, t.limit, t.seed, t.preset or None)
     else:
         require(not t.keep_peak, "track.keep_peak",
                 "--keep-peak needs tracking; drop --no-track or --keep-peak")

@@ -21,13 +21,18 @@ def subplots(ncols: int, nrows: int = 1, width: float = 4.2, height: float = 3.2
     return fig, axes
 
 
-def save(fig, path: Path) -> Path:
-    """Render `fig` to PNG and write it atomically."""
+def png(fig) -> bytes:
+    """Render `fig` to PNG bytes and close it (a page can embed them without a file)."""
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def save(fig, path: Path) -> Path:
+    """Render `fig` to PNG and write it atomically."""
+    return atomic_write_bytes(path, png(fig))
 
 
 def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:

@@ -5,6 +5,12 @@ The page opens with each run's verdict, one sentence taken from `summary["findin
 as a key/value list, its figures (sorted by filename, so `1_*.png` leads), its summary tables
 (rounded, transposed or scrolled to fit the page; see `report.tables`) and its config, folded.
 Figures are embedded as base64 PNG, so the page can be mailed or archived alone.
+
+A folder a `RelianceTracker` wrote in someone's own Trainer (`metrics.jsonl`, no config.json)
+is a run too: its summary and verdict are derived from its records (`report.tracker_run`:
+curve, Wilson intervals, the inversion criterion). When two or more of the runs hold one
+reliance curve each (tracker folders, `knowflow sft` runs), the page opens with their curves
+overlaid in one figure, one colour per run, named by folder.
 """
 
 from __future__ import annotations
@@ -17,8 +23,15 @@ from pathlib import Path
 
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_text, read_json
+from knowflow.report.reliance import reliance_png
 from knowflow.report.tables import key_values, summary_tables
-from knowflow.runs import CONFIG, SUMMARY
+from knowflow.report.tracker_run import (
+    curve_records,
+    is_tracker_folder,
+    read_tracker_records,
+    tracker_summary,
+)
+from knowflow.runs import CONFIG, METRICS, SUMMARY
 
 NO_VERDICT = "no verdict recorded"
 UNFINISHED = "unfinished run: no summary.json yet"
@@ -63,8 +76,12 @@ class RunView:
 def load_run(run_dir: str | Path) -> RunView:
     """Read a run directory: an experiment's, an eval's or a probe's (see `run_name`)."""
     run_dir = Path(run_dir)
+    if is_tracker_folder(run_dir):
+        summary = tracker_summary(read_tracker_records(run_dir))
+        return RunView(run_dir, f"tracker {run_dir.resolve().name}", {}, summary)
     if not (run_dir / CONFIG).exists():
-        raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG})")
+        raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG}) nor a "
+                        f"RelianceTracker folder (no {METRICS})")
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else None
     config = read_json(run_dir / CONFIG)
     return RunView(run_dir, run_name(run_dir, config), config, summary)
@@ -120,14 +137,42 @@ def _run_section(run: RunView, index: int) -> str:
     return "\n".join(parts)
 
 
+def run_labels(run_dirs: list[Path]) -> list[str]:
+    """A short, distinct name per run folder: its name, with its parent's where two share
+    one (runs/sft/<time> and runs/other/<time>), else its index."""
+    names = [d.resolve().name or str(d) for d in run_dirs]
+    if len(set(names)) < len(names):
+        names = [f"{d.resolve().parent.name}/{d.resolve().name}" for d in run_dirs]
+    if len(set(names)) < len(names):
+        names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
+    return names
+
+
+def overlay_section(run_dirs: list[Path]) -> str:
+    """The runs' reliance curves in one figure (one colour per run), or "" for fewer than
+    two runs with a curve."""
+    curves = {name: recs for name, d in zip(run_labels(run_dirs), run_dirs, strict=True)
+              if (recs := curve_records(d)) is not None}
+    if len(curves) < 2:
+        return ""
+    data = base64.b64encode(reliance_png(curves)).decode("ascii")
+    return ('<section id="overlay"><h2>Reliance curves, overlaid</h2>'
+            f'<figure><img alt="reliance curves of {len(curves)} runs" '
+            f'src="data:image/png;base64,{data}"><figcaption>one colour per run (legend: '
+            "folder names); star: each run's peak counterfactual accuracy; shaded: 95% Wilson "
+            "score intervals over the items scored at each step</figcaption></figure>"
+            "</section>")
+
+
 def render_report(run_dirs: list[str | Path], title: str = "knowflow report") -> str:
     """The report page for `run_dirs` as an HTML string."""
     runs = [load_run(d) for d in run_dirs]
     sections = [_run_section(run, i) for i, run in enumerate(runs)]
+    overlay = overlay_section([Path(d) for d in run_dirs])
     return (f"<!doctype html><html><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>{_verdicts(runs)}" + "\n".join(sections)
+            f"<h1>{html.escape(title)}</h1>{_verdicts(runs)}{overlay}" + "\n".join(sections)
             + "</body></html>\n")
 
 

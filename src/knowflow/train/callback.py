@@ -4,7 +4,12 @@ One callback serves every tracker in knowflow: it calls an *evaluator* (`model -
 step 0, every `every` optimizer steps and at the last step, appends the record (with `step`,
 `epoch`, the latest logged `train_loss` and `eval_seconds`) to `records`, rewrites
 `<out_dir>/metrics.jsonl` atomically (main process only), and forwards the record's numbers to
-the Trainer's loggers (W&B, TensorBoard, ...). On `--resume` it keeps the saved records up to
+the Trainer's loggers (whatever `report_to` names: TensorBoard, W&B, ...) as `Trainer.log`
+does: appended to `state.log_history` and passed to every callback's `on_log`. Attached with
+`attach(trainer)` it calls `trainer.log`; passed as `Trainer(callbacks=[tracker])` it has no
+trainer, so it keeps the Trainer's callback handler, the object that calls its events (found
+once, at `on_train_begin`, as the caller of that event), and calls the handler's `on_log`
+itself. On `--resume` it keeps the saved records up to
 the resumed step and continues from there, so an interrupted run ends with the same records
 as an uninterrupted one. Subclasses add behaviour after each record (`on_record`).
 
@@ -14,11 +19,13 @@ as an uninterrupted one. Subclasses add behaviour after each record (`on_record`
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
 
 from knowflow.io import atomic_write_jsonl, read_jsonl
 from knowflow.runs import METRICS
@@ -30,6 +37,7 @@ class EvalCallback(TrainerCallback):
     """Records `evaluator(model)` every `every` steps; see the module docstring."""
 
     log_prefix = "eval"
+    unlogged = ("step", "epoch", "train_loss", "eval_seconds")  # record keys not forwarded
 
     def __init__(self, evaluator: Evaluator, every: int, out_dir: str | Path | None = None):
         if every < 1:
@@ -38,6 +46,8 @@ class EvalCallback(TrainerCallback):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.records: list[dict] = []
         self.trainer = None
+        self._handler: CallbackHandler | None = None  # without a trainer: who calls on_log
+        self._args = None
         self._last_loss: float | None = None
 
     def attach(self, trainer) -> EvalCallback:
@@ -52,6 +62,8 @@ class EvalCallback(TrainerCallback):
 
     # -- callback events ------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.trainer is None:
+            self._args, self._handler = args, _calling_handler()
         self._reload(state.global_step)
         self._due(model, state, control)
 
@@ -101,7 +113,7 @@ class EvalCallback(TrainerCallback):
         self.records.append(record)
         self.on_record(record, model, state, control)
         self._write(state)
-        self._log(record, state)
+        self._log(record, state, control)
         return record
 
     def _write(self, state) -> None:
@@ -111,16 +123,38 @@ class EvalCallback(TrainerCallback):
     def on_record(self, record: dict, model, state, control) -> None:
         """Hook for subclasses: runs after each new record, before it is written."""
 
-    def _log(self, record: dict, state) -> None:
-        flat = {f"{self.log_prefix}/{k}": v for k, v in scalars(record).items()
-                if k not in ("step", "epoch", "train_loss", "eval_seconds")}
+    def _log(self, record: dict, state, control=None) -> None:
+        flat = {f"{self.log_prefix}/{k}": v for k, v in scalars(
+            {k: v for k, v in record.items() if k not in self.unlogged}).items()}
         if self.trainer is not None:
             control = self.trainer.control
             should_log = control.should_log  # Trainer.log clears it: keep the loss log due now
             self.trainer.log(flat)
             control.should_log = should_log
-        else:
-            state.log_history.append({**flat, "step": state.global_step})
+            return
+        if self._handler is not None and state.epoch is not None:
+            flat["epoch"] = state.epoch  # as Trainer.log adds it
+        state.log_history.append({**flat, "step": state.global_step})
+        if self._handler is not None and control is not None:  # what Trainer.log does next
+            should_log = control.should_log
+            self._handler.on_log(self._args, state, control, flat)
+            control.should_log = should_log
+
+
+def _calling_handler(depth: int = 6) -> CallbackHandler | None:
+    """The Trainer's `CallbackHandler` calling the current event: the nearest caller, within
+    `depth` frames (its `call_event` calls the event method, perhaps through a subclass's
+    `super()`), whose `self` is one; None when something else drives the callback (a test
+    calling the events by hand)."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            break
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, CallbackHandler):
+            return caller
+        frame = frame.f_back
+    return None
 
 
 def scalars(record: dict, prefix: str = "") -> dict[str, float]:

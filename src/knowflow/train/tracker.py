@@ -10,11 +10,17 @@ and heads; with `scoring="both"`, generation's accuracies too as `cf_acc_gen` an
 atomically; per-suite numbers as `<suite>/cf_acc`, ..., so `pandas.read_json(path,
 lines=True)` gives one column each), forwards the numbers to the Trainer's loggers, marks the
 step of peak counterfactual accuracy, and can keep that checkpoint or stop training after a
-given drop from the peak. It works on `transformers.Trainer` and `trl.SFTTrainer` alike.
+given drop from the peak (the record where it stopped says why, in `stopped`, and so does
+`summary()`). It works on `transformers.Trainer` and `trl.SFTTrainer` alike.
 
     tracker = RelianceTracker(tokenizer, TrackerConfig(every=50), out_dir="runs/my-sft")
     tracker.attach(trainer)      # one line: adds the callback and logs through the trainer
     trainer.train()
+
+What it scores: `TrackerConfig.suites` names built-in suites, data files (any file `knowflow
+eval --data` reads: JSONL, JSON, CSV, parquet, a `save_to_disk` folder) or `hf:` datasets,
+with `fields` mapping their columns; or pass `items=` (`knowflow.load_items(path)`, a list of
+`ConflictItem`s, or a dict of them by suite). `knowflow report <out_dir>` draws the curves.
 
 Under `accelerate launch` / torchrun every process scores an equal share of the items and the
 results are gathered (so FSDP's collective forwards stay in step); only the main process
@@ -34,8 +40,11 @@ from pathlib import Path
 import torch
 
 from knowflow.data.facts import ConflictItem
+from knowflow.data.loaders import load_items as read_items
+from knowflow.data.suites import get_suite, sample
+from knowflow.data.tables import parse_fields
 from knowflow.errors import ConfigError
-from knowflow.evaluation.items import evaluate_items, load_suites
+from knowflow.evaluation.items import evaluate_items
 from knowflow.evaluation.options import EvalConfig
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
@@ -75,9 +84,50 @@ def evaluation_precision(model, dtype: str):
     return torch.autocast(param.device.type, dtype=torch.bfloat16)
 
 
+def is_data(entry: str | Path) -> bool:
+    """Whether a tracked entry names data (an existing file or folder, or an `hf:` dataset)
+    rather than a built-in suite."""
+    return isinstance(entry, Path) or str(entry).startswith("hf:") or Path(entry).exists()
+
+
+def load_items(path: str | Path, fields: Mapping[str, str] | str | None = None, *,
+               preset: str | None = None, limit: int | None = None, seed: int = 0
+               ) -> list[ConflictItem]:
+    """The knowledge-conflict items of a data file, for `RelianceTracker(items=...)` (or
+    `knowflow.evaluate`): any file `knowflow eval --data` reads (JSONL, JSON, CSV, parquet, a
+    `save_to_disk` folder, `hf:ORG/NAME[:CONFIG][@SPLIT]`), by the same loader. `fields` maps
+    knowflow's fields to the file's columns (a dict, or `--fields`' text
+    "context=COL,question=COL,answer=COL,memory_answer=COL"); `preset` names a published
+    layout (`--preset`); `limit` keeps a seeded sample. The items' suite is the file's stem.
+    A malformed file raises a `DataError` naming the file, line and field."""
+    mapping = parse_fields(fields) if isinstance(fields, str) else dict(fields or {})
+    items = read_items(path, mapping, **({"preset": preset} if preset else {}))
+    return sample(items, limit, seed, items[0].suite)
+
+
+def tracked_items(entries: Sequence[str | Path], fields: Mapping[str, str] | str | None = None,
+                  limit: int | None = None, seed: int = 0, preset: str | None = None
+                  ) -> dict[str, list[ConflictItem]]:
+    """The items of `entries` by suite: built-in suite names and data (`is_data`) mixed, each
+    file read by `load_items` (its suite is the file's stem), a seeded sample of `limit` per
+    suite."""
+    out: dict[str, list[ConflictItem]] = {}
+    for entry in entries:
+        if is_data(entry):
+            items = load_items(entry, fields, preset=preset, limit=limit, seed=seed)
+            out[items[0].suite] = items
+        else:
+            out[str(entry)] = get_suite(str(entry), seed=seed, limit=limit)
+    if not out:
+        raise ConfigError("nothing to track", "track.suites", "give a suite name or a data file")
+    return out
+
+
 @dataclass(frozen=True)
 class TrackerConfig:
-    suites: tuple[str, ...] = ("cf-capitals", "cf-world")
+    suites: tuple[str, ...] = ("cf-capitals", "cf-world")  # suite names and/or data files
+    fields: str = ""                 # the data files' columns: context=COL,answer=COL,...
+    preset: str = ""                 # the data files' published layout (e.g. nq-swap)
     every: int = 20                  # evaluate every N optimizer steps (and at 0 and the end)
     limit: int | None = 32           # items per suite (a seeded sample); None: all
     prompt_format: str = "auto"      # render as the training data is rendered
@@ -101,6 +151,10 @@ class TrackerConfig:
             raise ConfigError(f"{self.dtype!r} is not one of {', '.join(DTYPES)}", "track.dtype")
         if self.stop_drop is not None and not 0 < self.stop_drop <= 1:
             raise ConfigError("must lie in (0, 1]", "track.stop_drop")
+        try:
+            parse_fields(self.fields)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, "track.fields", exc.hint) from None
         EvalConfig(scoring=self.scoring, prompt_format=self.prompt_format, limit=self.limit,
                    batch_size=self.batch_size).validate()
 
@@ -143,16 +197,17 @@ class RelianceTracker(EvalCallback):
     """Scores context reliance every `cfg.every` steps; see the module docstring."""
 
     log_prefix = "reliance"
+    unlogged = (*EvalCallback.unlogged, "stopped")
     one_pass = True  # loglik + attention from one prompt pass (False: a second attention pass)
 
     def __init__(self, tokenizer, cfg: TrackerConfig = TrackerConfig(),
                  out_dir: str | Path | None = None,
-                 items: Mapping[str, list[ConflictItem]] | None = None):
+                 items: Mapping[str, list[ConflictItem]] | Sequence[ConflictItem] | None = None):
         cfg.validate()
         super().__init__(self.measure, cfg.every, out_dir)
         self.tokenizer, self.cfg = tokenizer, cfg
-        self.items = dict(items) if items is not None else \
-            load_suites(list(cfg.suites), limit=cfg.limit, seed=cfg.seed)
+        self.items = by_suite(items) if items is not None else \
+            tracked_items(cfg.suites, cfg.fields, cfg.limit, cfg.seed, cfg.preset or None)
         if not any(self.items.values()):
             raise ConfigError("no evaluation items", "track.suites")
 
@@ -161,16 +216,23 @@ class RelianceTracker(EvalCallback):
         """The record of highest counterfactual accuracy so far (earliest on ties)."""
         return max(self.records, key=lambda r: (r["cf_acc"], -r["step"]), default=None)
 
+    @property
+    def stopped(self) -> dict | None:
+        """Why `stop_drop` stopped training (`stop_reason`); None while it has not."""
+        return next((r["stopped"] for r in self.records if r.get("stopped")), None)
+
     def summary(self) -> dict:
         if not self.records:
             return {}
         first, last = self.records[0], self.records[-1]
         steps = [r["step"] for r in self.records]
+        stopped = self.stopped
         return {**named_curve("cf_acc", steps, [r["cf_acc"] for r in self.records]),
                 "param_acc_start": first["param_acc"], "param_acc_final": last["param_acc"],
                 "attn_context_start": first.get("attn_context"),
                 "attn_context_final": last.get("attn_context"),
-                "final_step": last["step"], "n_evaluations": len(self.records)}
+                "final_step": last["step"], "n_evaluations": len(self.records),
+                **({"stopped_early": stopped} if stopped else {})}
 
     def measure(self, model) -> dict:
         """Counterfactual/parametric accuracy per suite and attention mass, on this process's
@@ -220,6 +282,7 @@ class RelianceTracker(EvalCallback):
             cf_all += cf
             par_all += par
             out.update({f"{name}/{key}": value for key, value in block.items()})
+        out["n"] = len(cf_all)
         out["cf_acc"] = sum(cf_all) / len(cf_all)
         out["param_acc"] = sum(par_all) / len(par_all)
         if gen_all:
@@ -253,9 +316,8 @@ class RelianceTracker(EvalCallback):
         peak = self.peak
         if self.cfg.stop_drop is not None and peak["cf_acc"] - record["cf_acc"] >= \
                 self.cfg.stop_drop - 1e-12:
-            log.info("stopping at step %d: cf accuracy %.3f is %.3f below its peak %.3f "
-                     "(step %d)", state.global_step, record["cf_acc"],
-                     peak["cf_acc"] - record["cf_acc"], peak["cf_acc"], peak["step"])
+            record["stopped"] = stop_reason(record, peak, self.cfg.stop_drop)
+            log.info("%s", record["stopped"]["reason"])
             control.should_training_stop = True
 
     def _save_peak(self, model) -> None:
@@ -272,3 +334,28 @@ class RelianceTracker(EvalCallback):
         if rank == 0:
             _replace_folder(target, tmp)
 
+
+def by_suite(items: Mapping[str, list[ConflictItem]] | Sequence[ConflictItem]
+             ) -> dict[str, list[ConflictItem]]:
+    """Items grouped by suite: a mapping as it is, a list (`knowflow.load_items`) by each
+    item's `suite`."""
+    if isinstance(items, Mapping):
+        return {name: list(group) for name, group in items.items()}
+    out: dict[str, list[ConflictItem]] = {}
+    for item in items:
+        if not isinstance(item, ConflictItem):
+            raise ConfigError(f"items holds a {type(item).__name__}, not a ConflictItem",
+                              "items", "give knowflow.load_items(path) or a suite's items")
+        out.setdefault(item.suite, []).append(item)
+    return out
+
+
+def stop_reason(record: dict, peak: dict, stop_drop: float) -> dict:
+    """Why `stop_drop` stopped training at `record`: the step, the accuracy, its peak (and
+    the peak's step), the drop, and one sentence saying so."""
+    drop = peak["cf_acc"] - record["cf_acc"]
+    return {"step": record["step"], "cf_acc": record["cf_acc"], "peak": peak["cf_acc"],
+            "peak_step": peak["step"], "drop": drop, "stop_drop": stop_drop,
+            "reason": f"stopped at step {record['step']}: counterfactual accuracy "
+                      f"{record['cf_acc']:.2f} fell {drop:.2f} below its peak "
+                      f"{peak['cf_acc']:.2f} (step {peak['step']}); --stop-drop {stop_drop:g}"}
