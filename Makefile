@@ -38,7 +38,7 @@ test: setup lint docs
 # The optional extras too (lm-eval, TRL, parquet/datasets/pandas), torch kept at 2.13.0.
 EXTRAS := $(VENV)/.knowflow-extras
 $(EXTRAS): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,data]' torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,data,tensorboard,wandb]' torch==2.13.0
 	touch $(EXTRAS)
 
 test-all: setup $(EXTRAS)
