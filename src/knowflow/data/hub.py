@@ -21,7 +21,7 @@ from knowflow.errors import DataError
 PREFIX = "hf:"
 EVAL_SPLITS = ("test", "validation", "dev")  # read in this order when no split is given
 _SPEC = re.compile(r"hf:(?P<repo>[^/:@\s]+/[^/:@\s]+)(?::(?P<config>[^:@\s]+))?"
-                   r"(?:@(?P<split>[^:@\s]+))?")
+                   r"(?:@(?P<split>[^@\s]+))?")
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,14 @@ def hub_table(spec: HubSpec):
     except ImportError:
         raise DataError(spec, "reading a hub dataset needs the datasets package",
                         hint="pip install 'knowflow[data]'") from None
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity_error()  # its cache notes; download bars stay on
     try:
         loaded = datasets.load_dataset(spec.repo, spec.config, split=spec.split)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the dataset
         raise _load_error(spec, exc) from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     if isinstance(loaded, datasets.DatasetDict):
         loaded = loaded[_pick_split(spec, list(loaded))]
     return loaded.data

@@ -44,7 +44,13 @@ def lay_out_hub_dataset(hf_home: str | Path, repo_id: str,
             pq.write_table(pa.Table.from_pylist(list(split_rows)), files[key])
         builder = datasets.load_dataset_builder("parquet", data_files=files,
                                                 cache_dir=str(Path(scratch) / "cache"))
-        builder.download_and_prepare()
+        quiet = datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # library code shows no bars of its own making
+        try:
+            builder.download_and_prepare()
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
         built = Path(builder.cache_dir)
         if target.exists():
             shutil.rmtree(target)
