@@ -31,14 +31,17 @@ def lm_eval_cmd(
         help="--data layout: nq-swap, conflictqa, memotrap or clasheval (default: recognised)."
     )] = None,
     prompt_format: Annotated[str, typer.Option(
-        help="chat (the model's template), alpaca, tulu or plain.")] = "chat",
+        help="auto (chat if the tokenizer has a chat template, else plain), chat (the "
+             "model's template), alpaca, tulu or plain.")] = "auto",
     model: Annotated[str, typer.Option(
-        help="Whose chat template renders --prompt-format chat (only its tokenizer loads).")
+        help="Whose chat template renders --prompt-format chat or auto (only its tokenizer "
+             "loads).")
     ] = "smollm2-135m-instruct",
     limit: Annotated[int | None, typer.Option(help="Items per suite (seeded sample).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
 ) -> None:
     """Write lm-eval tasks (YAML + data) that score each suite as knowflow's loglik does."""
+    from knowflow.data.prompts import format_note, resolve_format
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.items import load_suites
     from knowflow.evaluation.lm_eval_task import export_lm_eval
@@ -51,16 +54,18 @@ def lm_eval_cmd(
     check_output_dir(out, "task folder")
     by_suite = load_suites(suite, data, limit, seed, fields=mapping, preset=preset)
     tokenizer = None
-    if prompt_format == "chat":
+    if prompt_format in ("chat", "auto"):  # auto: chat when the tokenizer has a template
         from transformers import AutoTokenizer
 
         from knowflow.lens.load import check_model, model_folder
 
         check_model(model)
         tokenizer = AutoTokenizer.from_pretrained(model_folder(model), local_files_only=True)
-    tasks = export_lm_eval(by_suite, tokenizer, out, prompt_format)
+    used = resolve_format(prompt_format, tokenizer)  # chat without a template: refused
+    tasks = export_lm_eval(by_suite, tokenizer, out, used)
     for (task, path), items in zip(tasks.items(), by_suite.values(), strict=True):
         console.print(f"{task}: {len(items)} items -> {path}", highlight=False)
+    console.print(format_note(prompt_format, used), highlight=False)
     console.print(f"run: lm_eval --model hf --model_args pretrained=MODEL --include_path {out} "
                   f"--tasks {','.join(tasks)} --log_samples --output_path OUT", highlight=False)
     console.print("then: knowflow eval --from-lm-eval OUT/<model>/samples_<task>_<time>.jsonl",
