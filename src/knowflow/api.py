@@ -39,9 +39,9 @@ from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
 from knowflow.lens.arch import arch_of
 from knowflow.lens.load import load_model
+from knowflow.outputs import check_out_files
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
 from knowflow.probes.mass import mean_attention_mass
-from knowflow.outputs import check_out_files
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
 from knowflow.report.eval_run import eval_figures
@@ -247,6 +247,8 @@ class CurateResult(Result, commands=("curate",)):
         """`knowflow curate --out OUT`'s files: OUT (the kept rows, JSONL), OUT.scores.jsonl
         and OUT.png (the score histogram with the cutoff)."""
         out = Path(out)
+        check_out_files({"kept rows": out, "scores": out.with_suffix(".scores.jsonl"),
+                         "figure": out.with_suffix(".png")}, inputs=self.inputs)
         save_instructions(out, self.kept)
         scores = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), self.records)
         return out, scores, curation_figure(self.records, self.config["by"], self.cutoff,
@@ -255,8 +257,6 @@ class CurateResult(Result, commands=("curate",)):
     def _write(self, run: RunFolder) -> None:
         """curated.scores.jsonl (the records), curated.jsonl (the rows kept), curated.png."""
         run.write_records("curated.jsonl", [r.to_dict() for r in self.kept])
-        check_out_files({"kept rows": out, "scores": out.with_suffix(".scores.jsonl"),
-                         "figure": out.with_suffix(".png")}, inputs=self.inputs)
         super()._write(run)
         curation_figure(self.records, self.config["by"], self.cutoff,
                         run.path / "curated.png")
