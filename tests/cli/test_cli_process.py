@@ -69,3 +69,35 @@ def test_ctrl_c_exits_130_and_the_run_resumes(tmp_path):
     assert res.returncode == 0, res.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert {"inversion", "c_only"} <= set(summary)
+
+
+def test_closed_stdout_runs_without_a_traceback(tmp_path):
+    res = subprocess.run([str(Path(sys.executable).parent / "knowflow"), "list"], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         timeout=300, pass_fds=(), close_fds=True,
+                         preexec_fn=lambda: os.close(1))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_deleted_working_folder_is_one_line_exit_2(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = ("import os, subprocess, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+            "r = subprocess.run([sys.argv[2], 'list'], capture_output=True, text=True); "
+            "sys.stdout.write(str(r.returncode) + '\\n' + r.stderr)")
+    res = subprocess.run([sys.executable, "-c", code, str(gone),
+                          str(Path(sys.executable).parent / "knowflow")],
+                         capture_output=True, text=True, timeout=300)
+    rc, *err = res.stdout.splitlines()
+    assert rc == "2" and "oneMKL" not in res.stdout
+    assert " ".join(err).startswith("error: the working folder no longer exists")
+
+
+def test_ascii_only_output_still_finishes_with_exit_0(tmp_path, tiny_model_dir):
+    res = knowflow("explain", "--model", str(tiny_model_dir), "--context",
+                   "The Eiffel Tower is in Rome. It is tall.", "--question", "Where is it?",
+                   "--answer", "Rômé", "--out", "résumé", cwd=tmp_path,
+                   env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert res.returncode == 0, res.stderr
+    assert "r\\xe9sum\\xe9" in res.stdout
+    assert (tmp_path / "résumé" / "summary.json").is_file()

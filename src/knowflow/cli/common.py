@@ -23,8 +23,12 @@ from knowflow.errors import ConfigError, DataError
 
 # Results go to stdout, wide enough for result tables when the output is a file or a pipe
 # (rich assumes 80 columns); errors, logs and progress bars go to stderr.
-console = Console(width=None if sys.stdout.isatty() else 150)
-err_console = Console(stderr=True)
+# A closed stream (`knowflow run x >&-`) is None in Python: what would be shown is dropped and
+# the command still runs and writes its files.
+_NOWHERE = open(os.devnull, "w") if sys.stdout is None or sys.stderr is None else None  # noqa: SIM115
+console = Console(width=None if sys.stdout and sys.stdout.isatty() else 150,
+                  file=None if sys.stdout else _NOWHERE)
+err_console = Console(stderr=True, file=None if sys.stderr else _NOWHERE)
 
 Opt = typer.Option
 ThreadsOpt = Annotated[int, Opt("--threads", help="torch CPU threads.")]

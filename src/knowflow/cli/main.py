@@ -7,6 +7,7 @@ runs inside `knowflow.cli.errors.guard`, the one error boundary.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Annotated
 
@@ -30,6 +31,16 @@ def main(verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Log progress; on an error, show the full traceback.")] = False
          ) -> None:
     Settings.verbose = verbose
+    for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: é shown as \xe9
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        os.getcwd()  # torch's libraries fail to load (a oneMKL fatal error) without one
+    except FileNotFoundError:
+        err_console.print("error: the working folder no longer exists (deleted or moved); "
+                          "cd to an existing folder and run the command again",
+                          highlight=False, markup=False)
+        raise typer.Exit(2) from None
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=err_console, show_path=False)])
 
