@@ -170,9 +170,50 @@ CSV_FIELD_LIMIT = 2**31 - 1  # csv's default is 131,072 characters: far below a 
 _LONG_NUMBER = re.compile(r"\d{4000,}")
 
 
+# Leading bytes of files that are not text, so a refusal says what the file is
+_NOT_TEXT = ((b"\x1f\x8b", "a gzip-compressed file", "decompress it first (gunzip FILE)"),
+             (b"BZh", "a bzip2-compressed file", "decompress it first (bunzip2 FILE)"),
+             (b"\xfd7zXZ\x00", "an xz-compressed file", "decompress it first (unxz FILE)"),
+             (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", "decompress it first (unzstd FILE)"),
+             (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook is one)",
+              "unzip it, or save the sheet as CSV (UTF-8)"),
+             (b"\xd0\xcf\x11\xe0", "an old Excel/Office file (.xls)", "save the sheet as CSV "
+              "(UTF-8)"),
+             (b"PAR1", "a parquet file with another extension", "name it FILE.parquet"))
+READS = "knowflow reads JSONL, JSON, CSV and parquet files and datasets save_to_disk folders"
+
+
+def input_file(path: str | Path, what: str = "no such file") -> Path:
+    """`path` as an input file that can be read twice (checked, then loaded); else a
+    `DataError` saying what it is: standard input (`-`), a pipe (a FIFO, /dev/stdin or a
+    shell's `<(...)`), a folder or nothing (`what`: the message for nothing)."""
+    path = Path(path)
+    if str(path) == "-":
+        raise DataError(path, "standard input is not read", hint="save the data to a file "
+                        "and give its path (knowflow reads a file twice: to check it, then "
+                        "to load it)")
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise DataError(path, what) from None
+    except OSError as exc:
+        raise DataError(path, f"cannot be read ({exc.strerror})") from None
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode):
+        raise DataError(path, "a pipe or device (a FIFO, /dev/stdin or <(...)), not a file",
+                        hint="save the data to a file and give its path (knowflow reads a "
+                        "file twice: to check it, then to load it)")
+    if not stat.S_ISREG(mode):
+        raise DataError(path, "a folder, not a file" if stat.S_ISDIR(mode) else "not a file")
+    return path
+
+
 def read_text(path: str | Path, hint: str | None = None) -> str:
-    """The UTF-8 text of `path` without a leading byte-order mark."""
+    """The UTF-8 text of `path` without a leading byte-order mark; a compressed file, an
+    archive or a workbook is a `DataError` saying what it is and what is read."""
     data = Path(path).read_bytes()
+    for magic, what, fix in _NOT_TEXT:
+        if data.startswith(magic):
+            raise DataError(path, f"{what}, not text; {READS}", hint=fix)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -77,6 +77,9 @@ EVAL_CASES = [
     C(f"{EVAL.replace('items.jsonl', 'missing.jsonl')}", 2, "missing.jsonl: no such file"),
     C(f"{EVAL.replace('items.jsonl', 'trunc.json')}", 2, "trunc.json, line 2"),
     C(f"{EVAL.replace('items.jsonl', 'latin1.jsonl')}", 2, "not UTF-8"),
+    C(f"{EVAL.replace('items.jsonl', 'items.jsonl.gz')}", 2, "a gzip-compressed file, not text"),
+    C(f"{EVAL.replace('items.jsonl', 'items.xlsx')}", 2, "a zip archive"),
+    C("augment --data items.jsonl.gz --out aug.jsonl", 2, "gunzip"),
     C(f"{EVAL.replace('items.jsonl', 'empty.jsonl')}", 2, "empty.jsonl: no records"),
     C(f"{EVAL.replace('items.jsonl', 'noquestion.jsonl')}", 2, "field 'question': missing"),
     C(f"{EVAL.replace('items.jsonl', 'wrongtype.jsonl')}", 2, "expected a string"),
@@ -233,6 +236,9 @@ for kind in ("knockout", "sublayer", "project", "attention"):
         C(f"probe {kind} {M} --data prompts.jsonl --suite cf-capitals", 2, "not both"),
     ]
 PROBE_CASES += [
+    C(f"probe knockout {M} --data - --runs-dir out", 2, "standard input is not read"),
+    C(f"probe knockout {M} --data a.fifo --runs-dir out", 2, "a pipe or device"),
+    C(f"probe knockout {M} --data adir --runs-dir out", 2, "adir: a folder, not a file"),
     C(f"probe knockout {M} --runs-dir out --set window=0", 2, "'window': the window must hold"),
     C(f"probe knockout {M} --runs-dir out --window 99", 2, "larger than the model"),
     C(f"probe knockout {M} --runs-dir out --window 1 --source nowhere", 2, "nowhere"),

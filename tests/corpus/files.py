@@ -4,6 +4,7 @@ damaged in the ways an interrupted disk or a careless edit damages them."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -71,6 +72,10 @@ def write_inputs(root: Path) -> None:
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
     os.mkfifo(root / "fifo")
+    # files that are not text: say what they are and what is read (issue 43)
+    os.mkfifo(root / "a.fifo")  # a named pipe with no writer: never opened
+    (root / "items.jsonl.gz").write_bytes(gzip.compress(_jsonl(_items()).encode()))
+    (root / "items.xlsx").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
     (root / "latin1.jsonl").write_bytes('{"instruction": "caf\xe9", "output": "x"}\n'
                                         .encode("latin-1"))
     (root / "adir").mkdir()

@@ -21,7 +21,7 @@ from knowflow.data.loaders import json_records
 from knowflow.data.prompts import instruction_prompt, resolve_format
 from knowflow.data.quality import duplicate_key_lines
 from knowflow.errors import ConfigError, DataError
-from knowflow.io import atomic_write_jsonl, read_text
+from knowflow.io import atomic_write_jsonl, input_file, read_text
 
 IGNORE = -100  # label of tokens that carry no loss
 _ROLES = ("system", "user", "assistant")
@@ -85,9 +85,7 @@ def read_instruction_file(path: str | Path) -> InstructionFile:
     field). The last file read is kept while it is unchanged (same path, inode, size and
     modification time), so `knowflow sft --data F` reads F once: its checks, the job that
     trains on its rows and the summary's duplicate-key count share one reading."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "no such file")
+    path = input_file(path)
     st = os.stat(path)
     identity = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
     if _LAST[0] == identity:

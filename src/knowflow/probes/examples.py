@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.errors import DataError, KnowflowError
-from knowflow.io import json_records, read_text
+from knowflow.io import input_file, json_records, read_text
 
 FIELDS = ("id", "prompt", "subject", "relation", "attributes", "answer", "context")
 
@@ -93,9 +93,7 @@ def as_example(item: ProbeExample | Mapping[str, Any]) -> ProbeExample:
 
 def load_examples(path: str | Path) -> list[ProbeExample]:
     """Read a prompts file (.jsonl, or .json holding a list); errors name file, line, field."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "no such file")
+    path = input_file(path)
     if path.suffix == ".json" and not read_text(path).lstrip().startswith("["):
         raise DataError(path, "a .json prompts file must hold a list of objects")
     rows = list(json_records(path))  # the one reader: BOM, line numbers, huge numbers
