@@ -184,3 +184,26 @@ def test_demo_script_lays_out_nq_swap_mini(tmp_path):
     assert json.loads(res.stdout)["hf:knowflow-test/nq-swap-mini"] == {
         "suite": "nq-swap-mini", "n": 6, "preset": "nq-swap",
         "first": ["Jane Austen", "Mary Shelley"]}
+
+
+@pytest.mark.parametrize("exc, message", [
+    (RuntimeError("Dataset scripts are no longer supported, but found ConflictQA.py"),
+     "hf:osunlp/ConflictQA: could not be loaded (Dataset scripts are no longer supported, but "
+     "found ConflictQA.py); download one of its data files and give it to --data (the presets "
+     "read files too)"),
+    (type("DatasetNotFoundError", (Exception,), {})("Dataset 'osunlp/ConflictQA' doesn't "
+                                                     "exist on the Hub"),
+     "hf:osunlp/ConflictQA: not found on the Hub (Dataset 'osunlp/ConflictQA' doesn't exist "
+     "on the Hub); check ORG/NAME; a gated dataset needs `hf auth login`"),
+    (ValueError("BuilderConfig 'x' not found. Available: ['a', 'b']"),
+     "hf:osunlp/ConflictQA: no such config (BuilderConfig 'x' not found. Available: ['a', "
+     "'b']); name one: hf:osunlp/ConflictQA:CONFIG"),
+    (OSError("Connection reset by peer\nmore"),
+     "hf:osunlp/ConflictQA: could not be loaded (OSError: Connection reset by peer)"),
+])
+def test_load_failures_are_one_line_naming_the_dataset(monkeypatch, exc, message):
+    from knowflow.data.hub import _load_error
+
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert str(_load_error(parse_spec("hf:osunlp/ConflictQA"), exc)) == message

@@ -22,7 +22,8 @@ def lm_eval_cmd(
         help="Built-in suites, comma-separated (default: all four unless --data is given)."
     )] = None,
     data: Annotated[list[Path] | None, typer.Option(
-        help="External file or save_to_disk folder, as for `knowflow eval` (repeatable).")
+        help="External file, save_to_disk folder or hub dataset (hf:ORG/NAME), as for "
+             "`knowflow eval` (repeatable).")
     ] = None,
     fields: Annotated[str | None, typer.Option(
         help="--data column mapping: context=COL,question=COL,answer=COL,memory_answer=COL."

@@ -103,6 +103,10 @@ def _load_error(spec: HubSpec, exc: Exception) -> DataError:
     if type(exc).__name__ == "DatasetNotFoundError":
         return DataError(spec, f"not found on the Hub ({text})",
                          hint="check ORG/NAME; a gated dataset needs `hf auth login`")
+    if "Dataset scripts are no longer supported" in text:
+        return DataError(spec, f"could not be loaded ({text})",
+                         hint="download one of its data files and give it to --data (the "
+                              "presets read files too)")
     if "Unknown split" in text or "Bad split" in text:
         return DataError(spec, f"no such split ({text})")
     if "BuilderConfig" in text or "Config name is missing" in text:
