@@ -13,6 +13,7 @@ import contextlib
 import errno
 import functools
 import json
+import shutil
 import signal
 import threading
 import traceback
@@ -34,8 +35,18 @@ _OS_ERRORS = {
     errno.ENOTDIR: ("a part of the path is a file, not a folder", "give a folder path"),
     errno.EEXIST: ("already exists (as a file)", "give a folder path or remove the file"),
     errno.ENOSPC: ("no space left on the device", "free some space or write elsewhere"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or write elsewhere"),
     errno.EROFS: ("read-only file system", "write somewhere else"),
 }
+
+
+def _free_space(path: Path) -> str:
+    """How much room the file system holding `path` has left, in words."""
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(folder).free
+            return f"{free / 2**20:.1f} MiB free there"
+    return "free space unknown"
 
 
 def describe(exc: BaseException) -> tuple[str, int] | None:
@@ -46,6 +57,8 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         what, fix = _OS_ERRORS.get(exc.errno, (exc.strerror or type(exc).__name__,
                                                "check the path"))
         where = exc.filename if exc.filename is not None else "file system"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.filename is not None:
+            what += f" ({_free_space(Path(exc.filename))}; the file was not written)"
         return f"{where}: {what}; {fix}", 2
     if isinstance(exc, UnicodeDecodeError):
         return (f"input: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
