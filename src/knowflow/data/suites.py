@@ -18,6 +18,7 @@ from knowflow.data.conditions import text_key as _key
 from knowflow.data.facts import ConflictItem, read_table, split_aliases, templates
 from knowflow.data.needle import needle_items
 from knowflow.data.numeric import numeric_items
+from knowflow.data.phrasing import phrasing_items
 from knowflow.errors import KnowflowError
 
 SuiteFn = Callable[[int], list[ConflictItem]]
@@ -103,6 +104,13 @@ def capitals_suite(seed: int) -> list[ConflictItem]:
             subject=row["country"],
             meta=_agreeing(context, fields, row["capital"])))
     return items
+
+
+@register_suite("cf-phrasing", "the cf-capitals facts asked in 4 phrasings (name alone, full "
+                               "sentence, 'Y is where', 'According to the passage'), the answer "
+                               "early or late in the context (data/phrasing.py)")
+def phrasing_suite(seed: int) -> list[ConflictItem]:
+    return phrasing_items(seed, capitals_suite(seed))
 
 
 @register_suite("cf-world", "world facts across 8 relations (landmarks, founders, inventors, "

@@ -37,6 +37,7 @@ import torch
 from knowflow.errors import ConfigError
 from knowflow.evaluation.coiecd import coiecd_logits
 from knowflow.evaluation.generate import (
+    StopTable,
     Stream,
     _eos_ids,
     clean_output,
@@ -120,6 +121,12 @@ class Method:
         """The scores generation picks the next token from: `logits` within the plausible
         set of the with-context distribution (beta; all tokens at beta 0), -inf elsewhere."""
         return plausible(z_ctx, self.logits(z_ctx, z_base), self.beta)
+
+    def pick(self, z_ctx: torch.Tensor, z_base: torch.Tensor, last: torch.Tensor,
+             table: StopTable) -> torch.Tensor:
+        """One generation step: each live row's token, (live,), from the with-context and
+        no-context logits (live, vocab) and each row's previous token `last` (live,)."""
+        return self.next_logits(z_ctx, z_base).argmax(-1)
 
 
 def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:
@@ -245,7 +252,7 @@ def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, tabl
     logits of the with-context and no-context streams."""
     streams = (Stream(model, seqs, prefixes[0], pad_id), Stream(model, base_seqs, prefixes[1],
                                                                  pad_id))
-    return decode(streams, lambda z_ctx, z_base: method.next_logits(z_ctx, z_base).argmax(-1),
+    return decode(streams, lambda z_ctx, z_base, last: method.pick(z_ctx, z_base, last, table),
                   max_new_tokens, table)
 
 

@@ -29,6 +29,33 @@ class StopTable:
     newline: torch.Tensor      # (vocab,) bool: the token contains a newline
     text_first: torch.Tensor   # (vocab,) bool: non-blank text before the token's first newline
     blank: torch.Tensor        # (vocab,) bool: whitespace only (or nothing)
+    punct: torch.Tensor        # (vocab,) bool: non-blank, no letter or digit (".", ",", ").")
+    word_piece: torch.Tensor   # (vocab,) bool: starts with a letter or digit (continues a word)
+    word_end: torch.Tensor     # (vocab,) bool: ends with a letter or digit (a word may go on)
+
+    @property
+    def stops(self) -> torch.Tensor:
+        """(vocab,) bool: tokens that end or punctuate an answer (eos, newline, punctuation)."""
+        return self.eos | self.newline | self.punct
+
+
+def token_table(texts: Sequence[str], eos_ids: Sequence[int] = ()) -> StopTable:
+    """The per-token flags of a vocabulary given as each token's decoded text."""
+    eos = torch.zeros(len(texts), dtype=torch.bool)
+    for i in eos_ids:
+        if 0 <= i < len(texts):
+            eos[i] = True
+
+    def flags(test) -> torch.Tensor:
+        return torch.tensor([bool(test(t)) for t in texts], dtype=torch.bool)
+
+    return StopTable(
+        eos=eos, newline=flags(lambda t: "\n" in t),
+        text_first=flags(lambda t: t.split("\n", 1)[0].strip() != ""),
+        blank=flags(lambda t: t.strip() == ""),
+        punct=flags(lambda t: t.strip() != "" and not any(c.isalnum() for c in t)),
+        word_piece=flags(lambda t: t[:1].isalnum()),
+        word_end=flags(lambda t: t[-1:].isalnum()))
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -45,15 +72,9 @@ def stop_table(tokenizer, vocab_size: int, extra_eos: Sequence[int] = ()) -> Sto
         return cached[1]
     n = min(len(tokenizer), vocab_size)
     texts = tokenizer.batch_decode([[i] for i in range(n)]) + [""] * (vocab_size - n)
-    eos = torch.zeros(vocab_size, dtype=torch.bool)
-    for i in {tokenizer.eos_token_id, *extra_eos, *tokenizer.all_special_ids} - {None}:
-        if 0 <= i < vocab_size:  # any special token (end of turn, a new turn) ends the answer
-            eos[i] = True
-    table = StopTable(
-        eos=eos,
-        newline=torch.tensor(["\n" in t for t in texts]),
-        text_first=torch.tensor([t.split("\n", 1)[0].strip() != "" for t in texts]),
-        blank=torch.tensor([t.strip() == "" for t in texts]))
+    # any special token (end of turn, a new turn) ends the answer
+    table = token_table(texts, sorted({tokenizer.eos_token_id, *extra_eos,
+                                       *tokenizer.all_special_ids} - {None}))
     with contextlib.suppress(TypeError):  # tokenizers that cannot be weakly referenced
         _TABLES[tokenizer] = (key, table)
     return table
@@ -90,19 +111,21 @@ class Stream:
 @torch.no_grad()
 def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new_tokens: int,
            table: StopTable) -> list[list[int]]:
-    """The one step loop: each step `pick(*logits)` chooses every live row's token from the
-    streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
-    combination of the with- and without-context streams); a row stops at end-of-sequence or
-    at a newline after some text, and leaves every stream's batch."""
+    """The one step loop: each step `pick(*logits, last)` chooses every live row's token from
+    the streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
+    combination of the with- and without-context streams) and `last`, each live row's
+    previous answer token (-1 before the first); a row stops at end-of-sequence or at a
+    newline after some text, and leaves every stream's batch."""
     device = streams[0].logits.device
     eos, newline = table.eos.to(device), table.newline.to(device)
     text_first, blank = table.text_first.to(device), table.blank.to(device)
     n = len(streams[0].logits)
     rows = torch.arange(n, device=device)                      # original row of each live row
     has_text = torch.zeros(n, dtype=torch.bool, device=device)
+    last = torch.full((n,), -1, dtype=torch.long, device=device)
     out: list[list[int]] = [[] for _ in range(n)]
     for step in range(max_new_tokens):
-        token = pick(*(s.logits for s in streams))              # (live,)
+        token = pick(*(s.logits for s in streams), last)        # (live,)
         ends = eos[token]
         stop = ends | (newline[token] & (has_text | text_first[token]))
         for r, t, e in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
@@ -116,12 +139,13 @@ def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new
             for stream in streams:
                 stream.keep(keep)
             rows, has_text, token = rows[keep], has_text[keep], token[keep]
+        last = token
         for stream in streams:
             stream.advance(token)
     return out
 
 
-def greedy(logits: torch.Tensor) -> torch.Tensor:
+def greedy(logits: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
     return logits.argmax(-1)                                    # (live, vocab) -> (live,)
 
 

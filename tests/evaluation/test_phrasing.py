@@ -1,0 +1,120 @@
+"""cf-phrasing (the cf-capitals facts in four phrasings) and the generation step that must not
+end or garble an answer because of the contrast on function words (issue 42)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from knowflow.data.phrasing import PHRASINGS
+from knowflow.data.suites import get_suite, list_suites
+from knowflow.evaluation.decoding import Method
+from knowflow.evaluation.generate import decode, token_table
+
+# a toy vocabulary: the model answers "Nepal is Pokhara." (context) or "... Kathmandu."
+VOCAB = ["<eos>", ".", " is", " Pok", "hara", " Kathmandu", "Nepal", "k", " The", ","]
+ID = {t: i for i, t in enumerate(VOCAB)}
+TABLE = token_table(VOCAB, [0])
+
+
+# next-token distributions after each answer prefix (token texts joined), with the context
+# and without it: the no-context model is sure of " is" and of Kathmandu, so a contrast
+# penalises " is" (the full stop wins) and, inside " Pok|hara", favours the stray "k"
+CTX = {(): {"Nepal": 0.9}, ("Nepal",): {" is": 0.55, ".": 0.4},
+       ("Nepal", " is"): {" Pok": 0.5, " Kathmandu": 0.45},
+       ("Nepal", " is", " Pok"): {"hara": 0.6, "k": 0.3},
+       ("Nepal", " is", " Pok", "hara"): {".": 0.9}}
+BASE = {(): {"Nepal": 0.9}, ("Nepal",): {" is": 0.97, ".": 0.01},
+        ("Nepal", " is"): {" Kathmandu": 0.9, " Pok": 0.02},
+        ("Nepal", " is", " Pok"): {"hara": 0.6, "k": 0.001},
+        ("Nepal", " is", " Pok", "hara"): {".": 0.9}}
+
+
+class ScriptStream:
+    """A stand-in for `generate.Stream`: next-token logits from a table of answer prefixes."""
+
+    def __init__(self, script: dict, rows: int = 1):
+        self.script = script
+        self.prefixes: list[tuple[str, ...]] = [()] * rows
+        self.logits = self._now()
+
+    def _now(self) -> torch.Tensor:                                # (live, vocab)
+        rows = []
+        for p in self.prefixes:
+            probs = self.script.get(p, {"<eos>": 0.95})
+            named = {ID[k]: v for k, v in probs.items()}
+            rest = (1.0 - sum(named.values())) / (len(VOCAB) - len(named))
+            rows.append([math.log(named.get(i, rest)) for i in range(len(VOCAB))])
+        return torch.tensor(rows)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.prefixes = [self.prefixes[i] for i in rows.tolist()]
+        self.logits = self._now()
+
+    def advance(self, token: torch.Tensor) -> None:
+        self.prefixes = [p + (VOCAB[t],) for p, t in zip(self.prefixes, token.tolist(),
+                                                          strict=True)]
+        self.logits = self._now()
+
+
+def _answer(method: Method) -> str:
+    streams = (ScriptStream(CTX), ScriptStream(BASE))
+    out = decode(streams, lambda zc, zb, last: method.pick(zc, zb, last, TABLE), 12, TABLE)
+    return "".join(VOCAB[t] for t in out[0])
+
+
+def test_greedy_names_the_context_answer_in_a_sentence():
+    assert _answer(Method("greedy")) == "Nepal is Pokhara."
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42: the contrast decides stops and word pieces")
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("cad", 1.0),
+                                    Method("adacad", beta=0.3), Method("coiecd")],
+                         ids=lambda m: m.label)
+def test_contrast_does_not_stop_before_the_answer(method):
+    """Plain CAD ends with "Nepal." here: the contrast with the no-context model (sure of
+    " is") lifts the full stop over " is". End and punctuation are the with-context model's
+    call, so every contrastive method goes on to the name."""
+    answer = _answer(method)
+    assert answer != "Nepal."
+    assert answer.startswith("Nepal is ")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42: the contrast decides stops and word pieces")
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("adacad", beta=0.3)],
+                         ids=lambda m: m.label)
+def test_contrast_picks_the_context_name_and_never_splices_it(method):
+    """The contrast picks the name (" Pok" over " Kathmandu"); inside the word the
+    with-context model finishes it ("hara", not the stray "k" the contrast favours)."""
+    assert _answer(method) == "Nepal is Pokhara."
+
+
+def test_token_table_flags():
+    assert TABLE.punct[ID["."]] and TABLE.punct[ID[","]] and not TABLE.punct[ID[" is"]]
+    assert TABLE.word_piece[ID["hara"]] and not TABLE.word_piece[ID[" Pok"]]
+    assert TABLE.word_end[ID[" Pok"]] and not TABLE.word_end[ID["."]]
+    assert TABLE.stops[ID["<eos>"]] and TABLE.stops[ID["."]] and not TABLE.stops[ID["hara"]]
+
+
+def test_phrasing_suite_asks_every_country_in_every_phrasing():
+    assert "cf-phrasing" in list_suites()
+    items = get_suite("cf-phrasing")
+    capitals = {it.subject: it for it in get_suite("cf-capitals")}
+    assert len(items) == len(PHRASINGS) * len(capitals)
+    per = Counter(it.meta["phrasing"] for it in items)
+    assert set(per) == set(PHRASINGS) and len(set(per.values())) == 1
+    assert Counter(it.meta["answer_position"] for it in items).keys() == {"early", "late"}
+    for it in items:  # the same facts and counterfactual answers as cf-capitals
+        cap = capitals[it.subject]
+        assert (it.counterfactual_answer, it.parametric_answer) == \
+            (cap.counterfactual_answer, cap.parametric_answer)
+        assert it.counterfactual_answer in it.context
+        assert it.parametric_answer not in it.context.replace(it.subject, "")
+        if it.meta["answer_position"] == "late":
+            assert it.context.rstrip(".").endswith(it.counterfactual_answer)
+    assert get_suite("cf-phrasing", seed=3) != items
+    assert [i.id for i in get_suite("cf-phrasing", limit=20)] == \
+        [i.id for i in get_suite("cf-phrasing", limit=20)]
