@@ -18,9 +18,9 @@ from pathlib import Path
 
 from knowflow.data.facts import Instruction
 from knowflow.data.loaders import json_records
-from knowflow.data.prompts import instruction_prompt, resolve_format
+from knowflow.data.prompts import check_plain_text, instruction_prompt, resolve_format
 from knowflow.data.quality import duplicate_key_lines
-from knowflow.errors import ConfigError, DataError
+from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.io import atomic_write_jsonl, input_file, read_text
 
 IGNORE = -100  # label of tokens that carry no loss
@@ -121,6 +121,10 @@ def prompt_and_response(tokenizer, ex: Instruction, fmt: str, context: bool = Tr
 
     `context=False` drops Alpaca's `input` (what curation scores against)."""
     fmt = resolve_format(fmt, tokenizer)  # auto: chat with a template, else plain
+    for role, text in ex.messages:
+        check_plain_text(tokenizer, text, f"messages ({role})")
+    for name in ("instruction", "input", "output"):
+        check_plain_text(tokenizer, getattr(ex, name), name)
     if ex.messages:
         if fmt != "chat":
             raise ConfigError("chat 'messages' data needs --prompt-format chat",
@@ -157,7 +161,10 @@ def encode_all(tokenizer, examples: Sequence[Instruction], fmt: str, max_length:
     (never truncated: cutting the prompt would cut the context the answer depends on)."""
     kept, dropped = [], []
     for i, ex in enumerate(examples):
-        enc = encode(tokenizer, ex, fmt, context)
+        try:
+            enc = encode(tokenizer, ex, fmt, context)
+        except KnowflowError as exc:  # a row the tokenizer cannot take: say which
+            raise KnowflowError(f"row {i + 1}: {exc.message}", exc.hint) from None
         if len(enc["input_ids"]) <= max_length:
             kept.append(enc)
         else:

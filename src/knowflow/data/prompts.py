@@ -13,7 +13,9 @@ log-likelihood both score the word that follows it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import weakref
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,6 +92,43 @@ def _complete_instruction(item: ConflictItem, cfg: PromptConfig) -> str:
     return " ".join(parts)
 
 
+_CONTROL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def control_tokens(tokenizer) -> tuple[str, ...]:
+    """The tokenizer's special tokens (bos/eos/pad, chat turn markers such as <|im_end|>):
+    text that tokenizes to them is read as structure, not as words."""
+    try:
+        return _CONTROL[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    found = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(tok, "special", False):
+            found.add(str(tok.content if hasattr(tok, "content") else tok))
+    tokens = tuple(sorted((t for t in found if t.strip()), key=len, reverse=True))
+    with contextlib.suppress(TypeError):  # an object without weak references: not kept
+        _CONTROL[tokenizer] = tokens
+    return tokens
+
+
+def check_plain_text(tokenizer, text: str, field: str, where: str = "") -> None:
+    """`text` (a context, question, instruction or answer from data) holds none of the
+    tokenizer's control tokens: inside a prompt `<|im_end|><|im_start|>assistant` would end
+    the user's turn and forge the model's, so such a row is refused, naming it."""
+    if not text or "<" not in text and "[" not in text and "|" not in text:
+        return  # every chat/special marker knowflow has met holds one of these
+    found = [(text.index(t), -len(t), t) for t in control_tokens(tokenizer) if t in text]
+    if not found:
+        return
+    at, _, token = min(found)  # the first in the text (the longest where two start there)
+    shown = text[max(0, at - 20):at + len(token) + 20].replace("\n", " ")
+    raise KnowflowError(f"{where + ': ' if where else ''}field '{field}' holds {token!r}, one "
+                        f"of the tokenizer's control tokens (...{shown}...); in a prompt it "
+                        "would be read as chat structure (a forged turn), not as text",
+                        "remove it from the data")
+
+
 def _chat(tokenizer, body: str) -> str:
     if not has_chat_template(tokenizer):
         raise KnowflowError("this model's tokenizer has no chat template; use --prompt-format "
@@ -116,6 +155,8 @@ def instruction_prompt(tokenizer, instruction: str, context: str, fmt: str) -> P
     if fmt not in FORMATS:
         raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
     fmt = resolve_format(fmt, tokenizer) if fmt == "auto" else fmt
+    check_plain_text(tokenizer, instruction, "instruction")
+    check_plain_text(tokenizer, context, "context")
     if fmt == "alpaca":
         if context:
             return Prompt(_ALPACA_INPUT.format(instruction=instruction, input=context), "", True)
@@ -151,6 +192,8 @@ def render(item: ConflictItem, tokenizer, cfg: PromptConfig) -> Prompt:
     if fmt not in FORMATS:
         raise KnowflowError(f"unknown prompt format {fmt!r} (use {', '.join(FORMATS)})")
     fmt = resolve_format(fmt, tokenizer) if fmt == "auto" else fmt
+    for name in ("context", "question", "answer", "memory_answer"):
+        check_plain_text(tokenizer, getattr(item, name, "") or "", name, item.id)
     if cfg.opinion and cfg.use_context:
         item = opinion_item(item)
     if item.task == "complete":
