@@ -138,3 +138,115 @@ def test_sft_reads_its_data_file_once(tmp_path, model_dir, data_file, monkeypatc
     (run,) = (tmp_path / "runs" / "sft").iterdir()
     assert read_json(run / "summary.json")["n_duplicate_keys"] == 1
     assert len(read_jsonl(run / "data.jsonl")) == 12
+
+
+# --- issue 38 part 4: your own conflict file, the Trainer's loggers, why it stopped --------
+
+TRACK_FIELDS = "context=passage,question=q,answer=ctx_answer,memory_answer=true_answer"
+
+
+@pytest.fixture(scope="module")
+def base_gpt2_dir(tmp_path_factory):
+    """A tiny random GPT-2 whose tokenizer has no chat template (a base model)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from helpers import byte_bpe, save_model_folder
+
+    tok = byte_bpe()
+    assert tok.chat_template is None
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4,
+                                       n_positions=1024, bos_token_id=0, eos_token_id=1,
+                                       pad_token_id=2))
+    return save_model_folder(tmp_path_factory.mktemp("base-gpt2"), model, tok)
+
+
+@pytest.fixture(scope="module")
+def conflict_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("conflicts") / "my_conflicts.csv"
+    rows = [("France", "Paris", "Lyon"), ("Italy", "Rome", "Milan"),
+            ("Japan", "Tokyo", "Osaka"), ("Spain", "Madrid", "Seville")]
+    path.write_text("passage,q,ctx_answer,true_answer\n" + "".join(
+        f"The capital of {c} is {fake}.,What is the capital of {c}?,{fake},{true}\n"
+        for c, true, fake in rows))
+    return path
+
+
+def test_sft_tracks_a_users_file_and_reports_to_tensorboard(tmp_path, base_gpt2_dir,
+                                                            conflict_csv, data_file):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    res = runner.invoke(app, ["sft", "--model", str(base_gpt2_dir), "--data", str(data_file),
+                              "--train", "full", "--prompt-format", "plain", "--steps", "4",
+                              "--batch-size", "4", "--track", f"{conflict_csv},cf-capitals",
+                              "--track-fields", TRACK_FIELDS, "--track-every", "2",
+                              "--track-limit", "3", "--report-to", "tensorboard",
+                              "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (run,) = (tmp_path / "sft").iterdir()
+    records = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 2, 4]
+    assert all(r["my_conflicts/n"] == 3 and r["cf-capitals/n"] == 3 and r["n"] == 6
+               for r in records)
+    config = read_json(run / "config.json")
+    assert config["report_to"] == ["tensorboard"] and config["track"]["fields"] == TRACK_FIELDS
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/reliance/cf_acc")] == [
+        (r["step"], pytest.approx(r["cf_acc"])) for r in records]
+    assert [e.step for e in events.Scalars("train/reliance/my_conflicts/cf_acc")] == [0, 2, 4]
+    assert events.Scalars("train/loss")
+    # two runs overlaid on one page: the sft run and a copy of its tracker records
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text())
+    page = tmp_path / "both.html"
+    res = runner.invoke(app, ["report", str(run), str(other), "--out", str(page)])
+    assert res.exit_code == 0, res.output
+    assert 'id="overlay"' in page.read_text() and "tracker other" in page.read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--report-to", "nope"], "config field 'report_to': unknown logger 'nope'"),
+    (["--report-to", "none,tensorboard"], "'none' goes alone"),
+    (["--track", "no-such-suite"], "unknown suite 'no-such-suite' and no such file"),
+    (["--track-fields", "context"], "config field 'track.fields'"),
+])
+def test_sft_refuses_bad_tracking_and_loggers(tmp_path, model_dir, data_file, args, message):
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
+                              "--runs-dir", str(tmp_path / "runs"), *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sft_refuses_a_malformed_tracked_file(tmp_path, model_dir, data_file):
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text(json.dumps({"context": "c", "question": "q", "answer": "a",
+                               "memory_answer": "b"}) + "\n{\"context\": \"c\", \"answer\": 1}\n")
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
+                              "--track", str(bad), "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 2 and "mine.jsonl, line 2: field" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sft_says_when_and_why_it_stopped(tmp_path, monkeypatch):
+    """The CLI prints the summary's `stopped_early` reason (the tracker's own test,
+    tests/train/test_tracker_own_trainer.py, checks the rule and the sentence)."""
+    from types import SimpleNamespace
+
+    import knowflow.experiments.runner as runner_module
+
+    why = ("stopped at step 40: counterfactual accuracy 0.31 fell 0.22 below its peak 0.53 "
+           "(step 20); --stop-drop 0.2")
+    summary = {"steps": 40, "train_loss": 1.0, "seconds": 1.0, "cf_acc_start": 0.4,
+               "cf_acc_peak": 0.53, "cf_acc_peak_step": 20, "cf_acc_final": 0.31,
+               "stopped_early": {"step": 40, "reason": why}}
+    monkeypatch.setattr(runner_module, "run_experiment", lambda *a, **k: SimpleNamespace(
+        summary=summary, out_dir=tmp_path, config={}))
+    res = runner.invoke(app, ["sft", "--stop-drop", "0.2", "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert why in " ".join(res.output.split())

@@ -70,7 +70,13 @@ SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared 
     flag("prompt_format", ("sft.prompt_format", "track.prompt_format"), str,
          "auto (chat with a chat template, else plain), chat, alpaca, tulu or plain."),
     flag("seed", ("sft.seed", "mixture.seed"), int, "Seed (data order, init, mixture)."),
-    flag("track", "track.suites", str, "Suites to track, comma-separated."),
+    flag("track", "track.suites", str, "What to track, comma-separated: built-in suites and/or "
+                                       "data files (any file eval --data reads)."),
+    flag("track_fields", "track.fields", str, "The tracked files' columns: "
+                                              "context=COL,question=COL,answer=COL,"
+                                              "memory_answer=COL (as eval --fields)."),
+    flag("track_preset", "track.preset", str, "The tracked files' published layout (as eval "
+                                              "--preset: nq-swap, conflictqa, ...)."),
     flag("track_every", "track.every", int, "Evaluate every N steps."),
     flag("track_limit", "track.limit", int, "Tracked items per suite."),
     flag("no_track", "tracking", bool, "Do not track reliance.", switch=False),
@@ -78,6 +84,8 @@ SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared 
                                                "accuracy.", switch=True),
     flag("stop_drop", "track.stop_drop", float, "Stop when cf accuracy falls this far below "
                                                 "its peak."),
+    flag("report_to", "report_to", str, "The Trainer's loggers, comma-separated: tensorboard "
+                                        "(event files in RUN/tensorboard), wandb, or none."),
     flag("curate", "curate.mode", str, "none, or dynamic: re-score every training row's "
                                        "no-context loss during finetuning and drop the lowest "
                                        "share."),
@@ -133,6 +141,8 @@ def sft_cmd(
                   fmt(s.get("attn_context_start")), fmt(s.get("attn_context_final")),
                   f"{s['seconds']:.0f}")
     console.print(table)
+    if s.get("stopped_early"):
+        console.print(s["stopped_early"]["reason"], highlight=False)
     if "prompt_format" in s:  # the model's choices where none was given
         from knowflow.data.prompts import format_note
 

@@ -183,9 +183,10 @@ def placement(model=None) -> dict:
 
 def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, model=None, **overrides):
     """TrainingArguments (or a subclass, e.g. TRL's SFTConfig) for `cfg`, training `model`
-    where it is (see `placement`)."""
+    where it is (see `placement`); no loggers unless `report_to` is among `overrides`."""
     from transformers import TrainingArguments
 
+    overrides = {"report_to": [], **overrides}
     return (args_class or TrainingArguments)(
         output_dir=str(out_dir / CHECKPOINTS), max_steps=cfg.steps,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
@@ -193,7 +194,7 @@ def training_args(cfg: SFTConfig, out_dir: Path, args_class=None, model=None, **
         weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         logging_steps=cfg.log_every, logging_first_step=True,
         save_strategy="steps", save_steps=cfg.save_every, save_total_limit=cfg.save_limit,
-        seed=cfg.seed, data_seed=cfg.seed, report_to=[], disable_tqdm=True,
+        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True,
         remove_unused_columns=False, **placement(model),
         **({"optim": cfg.optim} if cfg.optim else {}), **overrides)
 

@@ -4,13 +4,19 @@ reliance tracker, save the model, and summarize the reliance curve.
 The run directory gets `data.jsonl` (the exact training rows), `metrics.jsonl` (one tracker
 record per evaluation), `checkpoints/` (Trainer checkpoints, for resuming), `model/` (the final
 weights: only the adapter for LoRA), with `track.keep_peak`, `peak/`, and with
-`curate.mode=dynamic`, `curation.jsonl` (the rows dropped at each re-scoring).
+`curate.mode=dynamic`, `curation.jsonl` (the rows dropped at each re-scoring), and with
+`report_to` naming TensorBoard, `tensorboard/` (its event files: the Trainer's losses and the
+tracker's `reliance/...` numbers; W&B's offline files go to `wandb/`). `track.suites` may name
+data files (any file `knowflow eval --data` reads) beside built-in suites.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,11 +37,13 @@ from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
 from knowflow.train.sft import SFTConfig, StepProgress, train_model
-from knowflow.train.tracker import RelianceTracker, TrackerConfig
+from knowflow.train.tracker import RelianceTracker, TrackerConfig, is_data, tracked_items
 
 log = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
+TENSORBOARD, WANDB = "tensorboard", "wandb"
+EXTRAS = {TENSORBOARD: "tensorboard", WANDB: "wandb"}  # report_to name -> knowflow's extra
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class SFTJobConfig:
     # curated or augmented ones); "suites" = track.suites
     track_items: str = "auto"
     save_model: bool = True
+    # TrainingArguments.report_to: the Trainer's loggers (tensorboard, wandb, ... or none),
+    # which receive the training loss and the tracker's numbers
+    report_to: tuple[str, ...] = ()
     sft: SFTConfig = field(default_factory=SFTConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     track: TrackerConfig = field(default_factory=TrackerConfig)
@@ -64,6 +75,7 @@ class SFTJobConfig:
                 f"{self.dtype!r} is not one of auto, float32, bfloat16, float16")
         require(self.track_items in ("auto", "heldout", "suites"), "track_items",
                 f"{self.track_items!r} is not one of auto, heldout, suites")
+        check_report_to(self.report_to)
         require(self.track.prompt_format == self.sft.prompt_format, "track.prompt_format",
                 f"{self.track.prompt_format!r} differs from sft.prompt_format "
                 f"{self.sft.prompt_format!r}: track in the layout you train in")
@@ -79,12 +91,58 @@ def load_rows(data: str, mixture: MixtureConfig) -> list[Instruction]:
     return builtin_mixture(mixture) if data == BUILTIN else load_instructions(data)
 
 
-def tracked_items(cfg: SFTJobConfig):
+def check_report_to(report_to: tuple[str, ...]) -> None:
+    """Each logger is one transformers knows and is installed (`none` alone, or nothing)."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    names = [n for n in report_to if n != "none"]
+    require("none" not in report_to or not names, "report_to",
+            "'none' goes alone: drop it or the other loggers")
+    for name in names:
+        require(name in INTEGRATION_TO_CALLBACK, "report_to",
+                f"unknown logger {name!r} (known: none, "
+                f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))})")
+        extra = EXTRAS.get(name)
+        require(name in get_available_reporting_integrations(), "report_to",
+                f"{name!r} is not installed; " + (f"pip install 'knowflow[{extra}]'" if extra
+                                                  else f"install {name}"))
+
+
+def job_tracked_items(cfg: SFTJobConfig):
     """The counterfactual items to track: for the built-in mixture (or `track_items=heldout`),
-    the held-out subjects' items (never in the training data); else the named suites."""
+    the held-out subjects' items of the named suites (never in the training data), with any
+    data files' items as they are; else the named suites and files (`tracker.tracked_items`)."""
     if cfg.track_items == "heldout" or (cfg.track_items == "auto" and cfg.data == BUILTIN):
-        return heldout_items(cfg.mixture, cfg.track.suites, cfg.track.limit)
+        names = tuple(s for s in cfg.track.suites if not is_data(s))
+        files = [s for s in cfg.track.suites if is_data(s)]
+        items = heldout_items(cfg.mixture, names, cfg.track.limit) if names else {}
+        if files:
+            items.update(tracked_items(files, cfg.track.fields, cfg.track.limit,
+                                       cfg.track.seed, cfg.track.preset or None))
+        return items
     return None  # the tracker loads cfg.track.suites itself
+
+
+@contextmanager
+def logger_folders(report_to: tuple[str, ...], out_dir: Path) -> Iterator[None]:
+    """TensorBoard's event files in `<out_dir>/tensorboard` and W&B's files in `<out_dir>`
+    (`wandb/`), unless the environment already says where (TENSORBOARD_LOGGING_DIR,
+    WANDB_DIR); the variables are restored afterwards."""
+    wanted = {}
+    if TENSORBOARD in report_to:
+        wanted["TENSORBOARD_LOGGING_DIR"] = str(out_dir / "tensorboard")
+    if WANDB in report_to:
+        wanted["WANDB_DIR"] = str(out_dir)
+    added = [k for k in wanted if k not in os.environ]
+    os.environ.update({k: wanted[k] for k in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def logged_loss(history: list[dict], sft) -> dict:
@@ -130,7 +188,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     callbacks = []
     tracker = None
     if cfg.tracking:
-        tracker = RelianceTracker(tokenizer, cfg.track, out_dir, items=tracked_items(cfg))
+        tracker = RelianceTracker(tokenizer, cfg.track, out_dir, items=job_tracked_items(cfg))
         callbacks.append(tracker)
     curation = None
     if cfg.curate.mode == "dynamic":
@@ -139,7 +197,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if progress is not None:
         callbacks.append(StepProgress(progress))
     start = time.time()
-    result = train_model(model, tokenizer, encoded, cfg.sft, out_dir, callbacks, resume=True)
+    with logger_folders(cfg.report_to, out_dir):
+        result = train_model(model, tokenizer, encoded, cfg.sft, out_dir, callbacks,
+                             resume=True, report_to=[n for n in cfg.report_to if n != "none"])
     seconds = time.time() - start
     if cfg.save_model:
         def write(folder: Path) -> None:
