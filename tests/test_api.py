@@ -26,6 +26,7 @@ PUBLIC = {
     "get_suite": ("knowflow.data.suites", "get_suite"),
     "list_experiments": ("knowflow.experiments.registry", "list_experiments"),
     "list_suites": ("knowflow.data.suites", "list_suites"),
+    "load_items": ("knowflow.train.tracker", "load_items"),
     "load_model": ("knowflow.lens.load", "load_model"),
     "probe": ("knowflow.api", "probe"),
     "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
