@@ -53,9 +53,19 @@ def test_beta_one_is_greedy_with_context(setup, base):
     assert got == generate(model, tok, seqs, batch_size=3, max_new_tokens=NEW)
 
 
-def _naive(model, tok, seq, base, alpha, beta, adaptive):
-    """One prompt, full forward passes, the eligible set by hand: p >= beta * max p."""
+def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
+    """One prompt, full forward passes, the eligible set by hand: p >= beta * max p; with
+    `guard`, the guard's rule (guard.py) applied to each token's text by hand."""
     table = stop_table(tok, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
+    n_vocab = model.get_output_embeddings().weight.shape[0]
+    text = [tok.decode([i]) if i < len(tok) else "" for i in range(n_vocab)]
+    special = set(tok.all_special_ids) | set(_eos_ids(model))
+
+    def ends(i):  # end of sequence, a newline, or punctuation only
+        t = text[i]
+        return i in special or "\n" in t or (t.strip() != "" and
+                                               not any(c.isalnum() for c in t))
+
     out: list[int] = []
     has_text = False
     for _ in range(NEW):
@@ -67,6 +77,16 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive):
         p = z_c.softmax(-1)
         scores[p < beta * p.max()] = -np.inf
         t = int(scores.argmax())
+        if guard:
+            top = int(z_c.argmax())
+            mid = bool(out) and text[out[-1]][-1:].isalpha()
+            if ends(top) or (mid and text[top][:1].isalpha()):
+                t = top
+            else:
+                for i in range(n_vocab):
+                    if ends(i) or (mid and text[i][:1].isalpha()):
+                        scores[i] = -np.inf
+                t = int(scores.argmax())
         if table.eos[t]:
             break
         out.append(t)
@@ -76,12 +96,14 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive):
     return clean_output(tok.decode(out, skip_special_tokens=True))
 
 
+@pytest.mark.parametrize("guard", [False, True], ids=["plain", "guarded"])
 @pytest.mark.parametrize("base", ["cad", "adacad"])
-def test_constrained_matches_naive_loop(setup, base):
+def test_constrained_matches_naive_loop(setup, base, guard):
     tok, model, _, seqs, bases = setup
-    got = generate_contrastive(model, tok, seqs[:3], bases[:3], Method(base, 2.0, beta=0.2),
+    got = generate_contrastive(model, tok, seqs[:3], bases[:3],
+                               Method(base, 2.0, beta=0.2, guard=guard),
                                batch_size=2, max_new_tokens=NEW)
-    want = [_naive(model, tok, s, b, 2.0, 0.2, base == "adacad")
+    want = [_naive(model, tok, s, b, 2.0, 0.2, base == "adacad", guard)
             for s, b in zip(seqs[:3], bases[:3], strict=True)]
     assert got == want
 
@@ -111,10 +133,13 @@ def test_scoring_ignores_beta(setup):
 
 
 def test_beta_registry():
-    ms = parse_methods("greedy,cad,adacad,coiecd", "1", "0,0.1")
+    ms = parse_methods("greedy,cad,adacad,coiecd,cocoa", "1", "0,0.1")
     assert [m.label for m in ms] == ["greedy", "cad(a=1)", "cad(a=1,b=0.1)", "adacad",
-                                     "adacad(b=0.1)", "coiecd"]
-    assert [m.beta for m in ms] == [0.0, 0.0, 0.1, 0.0, 0.1, 0.0]
+                                     "adacad(b=0.1)", "coiecd", "cocoa", "cocoa(b=0.1)"]
+    assert [m.beta for m in ms] == [0.0, 0.0, 0.1, 0.0, 0.1, 0.0, 0.0, 0.1]
+    assert all(m.guard for m in ms)
+    assert [m.label for m in parse_methods("greedy,cad", 1, 0, guard=False)] == \
+        ["greedy", "cad(a=1)[unguarded]"]
     for bad in ("x", "-0.1", "1.5", "nan", ""):
         with pytest.raises(ConfigError):
             parse_methods("cad", 1.0, bad)

@@ -70,7 +70,6 @@ def test_greedy_names_the_context_answer_in_a_sentence():
     assert _answer(Method("greedy")) == "Nepal is Pokhara."
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42: the contrast decides stops and word pieces")
 @pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("cad", 1.0),
                                     Method("adacad", beta=0.3), Method("coiecd")],
                          ids=lambda m: m.label)
@@ -83,7 +82,6 @@ def test_contrast_does_not_stop_before_the_answer(method):
     assert answer.startswith("Nepal is ")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42: the contrast decides stops and word pieces")
 @pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("adacad", beta=0.3)],
                          ids=lambda m: m.label)
 def test_contrast_picks_the_context_name_and_never_splices_it(method):

@@ -1,12 +1,14 @@
-"""Decoding methods, one registry: greedy, context-aware decoding (CAD), AdaCAD, COIECD, opinion
-prompts.
+"""Decoding methods, one registry: greedy, context-aware decoding (CAD), AdaCAD, COIECD, CoCoA,
+opinion prompts, head steering.
 
 CAD (Shi et al. 2023) contrasts the next-token logits with the context and without it:
 `(1 + alpha) z(y | c, x) - alpha z(y | x)`; alpha 0 is greedy. AdaCAD (Wang et al. 2025) sets
 alpha per token to the Jensen-Shannon divergence between the two next-token distributions
 (in bits, so 0 <= alpha_t <= 1): little correction where context and memory agree, more where
 they conflict. COIECD (Yuan et al. 2024; `coiecd.py`) applies the contrast only to the tokens
-that fail an entropy-based conflict test. Opinion prompting (Zhou et al. 2023) is a prompt
+that fail an entropy-based conflict test; CoCoA (Khandelwal et al. 2025; `cocoa.py`) sets the
+per-token weight from a Renyi-1/2 conflict, the entropy gap and the context's top-2 margin.
+Opinion prompting (Zhou et al. 2023) is a prompt
 transform (`prompts.opinion_item`) and combines with any method (`opinion` alone is opinion +
 greedy; `opinion+cad`, ...).
 
@@ -24,6 +26,11 @@ model's plausible tokens but never promote a token that model finds implausible 
 garbled names like "Benggazi"). beta 0 is off (plain CAD), beta 1 leaves only the with-context
 model's top token (greedy). Teacher-forced scoring ignores beta: the candidate's tokens are
 given, and masking them would give -inf scores rather than a ranking.
+
+In generation every contrastive method runs under the guard (`guard.py`): ending and
+punctuation, and the rest of a word once begun, are the with-context model's choice, so the
+contrast picks content (which name) but never ends an answer early or splices a name
+(`guard=False`, label `[unguarded]`, is the plain method).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.errors import ConfigError
+from knowflow.evaluation.cocoa import cocoa_logits
 from knowflow.evaluation.coiecd import coiecd_logits
 from knowflow.evaluation.generate import (
     StopTable,
@@ -45,6 +53,7 @@ from knowflow.evaluation.generate import (
     generate,
     stop_table,
 )
+from knowflow.evaluation.guard import guarded_argmax
 from knowflow.evaluation.steer_heads import NAME as HEADS
 from knowflow.evaluation.steer_heads import HeadSteering, parse_spec, steered
 from knowflow.lens.batching import pad_id, right_pad
@@ -58,6 +67,8 @@ BASES = {"greedy": "the model's own next-token logits (default)",
          "adacad": "CAD with alpha_t = JSD(p(.|c,x) || p(.|x)) per token (Wang et al. 2025)",
          "coiecd": "the contrast only where the contextual information-entropy test finds a "
                    "conflict (Yuan et al. 2024; coiecd.py)",
+         "cocoa": "CAD with alpha_t from the Renyi-1/2 conflict, the entropy gap and the "
+                  "context's top-2 margin (Khandelwal et al. 2025; cocoa.py)",
          HEADS: "scale the top-k context heads by gamma or prune the top-k memory heads, k and "
                 "gamma chosen on a calibration split (steer_heads.py)"}
 OPINION = "opinion"
@@ -67,14 +78,16 @@ METHODS = {**BASES, OPINION: "opinion-based prompt with an instruction to answer
 
 @dataclass(frozen=True)
 class Method:
-    """One decoding method: a base (greedy, cad, adacad, coiecd), CAD's alpha, the plausibility
-    constraint's beta (cad and adacad, generation only), the opinion prompt."""
+    """One decoding method: a base (greedy, cad, adacad, coiecd, cocoa, heads), CAD's alpha,
+    the plausibility constraint's beta (cad, adacad, cocoa; generation only), the opinion
+    prompt, the generation guard of the contrastive methods (guard.py)."""
 
     base: str = "greedy"
     alpha: float = 1.0          # cad only
     opinion: bool = False
     heads: str = ""             # heads only: its steering spec (steer_heads.py); "" to calibrate
-    beta: float = 0.0           # cad and adacad: adaptive plausibility constraint (0: off)
+    beta: float = 0.0           # cad, adacad, cocoa: adaptive plausibility constraint (0: off)
+    guard: bool = True          # generation: stops and word pieces by the context model (guard.py)
 
     @property
     def contrastive(self) -> bool:
@@ -103,6 +116,8 @@ class Method:
         if self.beta > 0:
             name = f"{name[:-1]},b={self.beta:g})" if name.endswith(")") else \
                 f"{name}(b={self.beta:g})"
+        if self.contrastive and not self.guard:
+            name = f"{name}[unguarded]"
         if self.opinion:
             return OPINION if self.base == "greedy" else f"{OPINION}+{name}"
         return name
@@ -115,6 +130,8 @@ class Method:
             return cad_logits(z_ctx, z_base, jsd(z_ctx, z_base)[..., None])
         if self.base == "coiecd":
             return coiecd_logits(z_ctx, z_base)
+        if self.base == "cocoa":
+            return cocoa_logits(z_ctx, z_base)
         return z_ctx
 
     def next_logits(self, z_ctx: torch.Tensor, z_base: torch.Tensor) -> torch.Tensor:
@@ -125,8 +142,12 @@ class Method:
     def pick(self, z_ctx: torch.Tensor, z_base: torch.Tensor, last: torch.Tensor,
              table: StopTable) -> torch.Tensor:
         """One generation step: each live row's token, (live,), from the with-context and
-        no-context logits (live, vocab) and each row's previous token `last` (live,)."""
-        return self.next_logits(z_ctx, z_base).argmax(-1)
+        no-context logits (live, vocab) and each row's previous token `last` (live,): the
+        method's choice under the guard (guard.py), or its plain argmax without it."""
+        scores = self.next_logits(z_ctx, z_base)                        # (live, vocab)
+        if not self.guard:
+            return scores.argmax(-1)
+        return guarded_argmax(z_ctx, scores, last, table)
 
 
 def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:
@@ -156,6 +177,7 @@ def jsd(z_p: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
 
 
 MAX_ALPHA = 1000.0
+BETA_METHODS = ("cad", "adacad", "cocoa")  # the methods --beta constrains
 BETA = 0.3  # the default plausibility constraint (a sweep; docs/commands/eval-decoding.md)
 
 
@@ -203,10 +225,11 @@ def parse_betas(beta) -> tuple[float, ...]:
     return out
 
 
-def parse_methods(method: str, alpha=1.0, beta=0.0) -> list[Method]:
-    """--method NAME[,NAME...] (greedy, cad, adacad, coiecd, opinion, opinion+BASE); `cad` runs
-    once per alpha of --alpha, `cad` and `adacad` once per beta of --beta. Raises ConfigError
-    for an unknown name."""
+def parse_methods(method: str, alpha=1.0, beta=0.0, guard: bool = True) -> list[Method]:
+    """--method NAME[,NAME...] (greedy, cad, adacad, coiecd, cocoa, opinion, opinion+BASE);
+    `cad` runs once per alpha of --alpha, `cad`, `adacad` and `cocoa` once per beta of --beta;
+    `guard`: the contrastive methods' generation guard (guard.py). Raises ConfigError for an
+    unknown name."""
     alphas, betas = parse_alphas(alpha), parse_betas(beta)
     names = [n.strip() for n in str(method).split(",")]
     out: list[Method] = []
@@ -226,8 +249,8 @@ def parse_methods(method: str, alpha=1.0, beta=0.0) -> list[Method]:
                               f"give one or more of {', '.join(METHODS)} (or opinion+cad, "
                               "opinion+adacad), comma-separated")
         for a in (alphas if base == "cad" else (1.0,)):
-            for b in (betas if base in ("cad", "adacad") else (0.0,)):
-                m = Method(base, a, opinion, out_heads, b)
+            for b in (betas if base in BETA_METHODS else (0.0,)):
+                m = Method(base, a, opinion, out_heads, b, bool(guard))
                 if m not in out:
                     out.append(m)
     return out
@@ -235,12 +258,13 @@ def parse_methods(method: str, alpha=1.0, beta=0.0) -> list[Method]:
 
 def methods_of(cfg) -> list[Method]:
     """The methods of an `EvalConfig` (its method, alpha and beta fields)."""
-    return parse_methods(cfg.method, cfg.alpha, getattr(cfg, "beta", 0.0))
+    return parse_methods(cfg.method, cfg.alpha, getattr(cfg, "beta", 0.0),
+                         getattr(cfg, "guard", True))
 
 
-def single_method(method: str, alpha=1.0, beta=0.0) -> Method:
+def single_method(method: str, alpha=1.0, beta=0.0, guard: bool = True) -> Method:
     """The one method of a spec that names exactly one (an evaluation pass runs one)."""
-    methods = parse_methods(method, alpha, beta)
+    methods = parse_methods(method, alpha, beta, guard)
     if len(methods) != 1:
         raise ConfigError("one evaluation pass runs one method", "method")
     return methods[0]

@@ -30,8 +30,8 @@ class StopTable:
     text_first: torch.Tensor   # (vocab,) bool: non-blank text before the token's first newline
     blank: torch.Tensor        # (vocab,) bool: whitespace only (or nothing)
     punct: torch.Tensor        # (vocab,) bool: non-blank, no letter or digit (".", ",", ").")
-    word_piece: torch.Tensor   # (vocab,) bool: starts with a letter or digit (continues a word)
-    word_end: torch.Tensor     # (vocab,) bool: ends with a letter or digit (a word may go on)
+    word_piece: torch.Tensor   # (vocab,) bool: starts with a letter (continues a word)
+    word_end: torch.Tensor     # (vocab,) bool: ends with a letter (the word may go on)
 
     @property
     def stops(self) -> torch.Tensor:
@@ -54,8 +54,8 @@ def token_table(texts: Sequence[str], eos_ids: Sequence[int] = ()) -> StopTable:
         text_first=flags(lambda t: t.split("\n", 1)[0].strip() != ""),
         blank=flags(lambda t: t.strip() == ""),
         punct=flags(lambda t: t.strip() != "" and not any(c.isalnum() for c in t)),
-        word_piece=flags(lambda t: t[:1].isalnum()),
-        word_end=flags(lambda t: t[-1:].isalnum()))
+        word_piece=flags(lambda t: t[:1].isalpha()),
+        word_end=flags(lambda t: t[-1:].isalpha()))
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -93,7 +93,7 @@ def load_data(data=None, limit: int | None = None, seed: int = 0,
 
 
 def render_prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
-    opinion = single_method(cfg.method, cfg.alpha, cfg.beta).opinion
+    opinion = single_method(cfg.method, cfg.alpha, cfg.beta, cfg.guard).opinion
     pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only, opinion)
     prompts = [render(it, tokenizer, pcfg) for it in items]
     seqs = encode_prompts(tokenizer, [p.text for p in prompts],
@@ -107,7 +107,7 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
     """Per-item records of one suite; `timings`, if given, accumulates seconds per stage
     ("generate", "loglik", "known facts")."""
     clock = _Clock(timings)
-    method = single_method(cfg.method, cfg.alpha, cfg.beta)
+    method = single_method(cfg.method, cfg.alpha, cfg.beta, cfg.guard)
     prompts, seqs = render_prompts(items, tokenizer, cfg, cfg.use_context)
     base = render_prompts(items, tokenizer, cfg, False)[1] if method.contrastive else None
     golds = [(alternatives(it.counterfactual_answer, it.counterfactual_aliases),

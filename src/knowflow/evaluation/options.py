@@ -35,6 +35,8 @@ class EvalConfig:
     alpha: float | str | tuple[float, ...] = 1.0  # CAD's alpha; several: a sweep
     beta: float | str | tuple[float, ...] = BETA  # plausibility constraint (cad, adacad; 0: off)
     conditions: str | tuple[str, ...] = "conflicting"  # context conditions (conditions.py)
+    guard: bool = True                  # contrastive generation: stops, word pieces by the
+    #                                     with-context model (guard.py); False: plain methods
 
     def validate(self) -> None:
         if self.scoring not in MODES:
