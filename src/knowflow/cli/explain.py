@@ -10,6 +10,8 @@ records.jsonl, summary.json, figures/, report.html) is written at the end.
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +31,7 @@ from knowflow.cli.common import (
     set_threads,
 )
 from knowflow.cli.progress import Bars
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, KnowflowError
 
 
 def explain_cmd(
@@ -51,8 +53,9 @@ def explain_cmd(
     target: Annotated[str, Opt(help="The answer explained: generated (the model's own), "
                                     "counterfactual (the context's) or parametric (memory's)."
                                )] = "generated",
-    levels: Annotated[str, Opt(help="What to compute: source, sentences, mechanism "
-                                    "(comma-separated; source is always on).")
+    levels: Annotated[str, Opt(help="What to compute: source, sentences, mechanism, tokens "
+                                    "(per-token attribution of the whole generation; "
+                                    "comma-separated; source is always on).")
                       ] = "source,sentences,mechanism",
     ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
     holdout: Annotated[int, Opt(help="Held-out subsets for the LDS.")] = 16,
@@ -67,6 +70,7 @@ def explain_cmd(
     device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
 ) -> None:
     """Explain answers: source verdict, sentence attribution and mechanism."""
+    started = time.perf_counter()      # the printed time is the whole command's
     from knowflow.api import explain
     from knowflow.config import resolve_config
     from knowflow.data.prompts import format_note
@@ -91,7 +95,7 @@ def explain_cmd(
     check_output_dir(target_dir, "output folder")
     check_model(model)
     set_threads(threads)
-    with Bars("explain") as progress:
+    with Bars("explain") as progress, _hidden_on_error(progress):
         result = explain(model, source, question, answer, config=cfg, fields=mapping,
                          preset=preset, device=device, dtype=dtype, progress=progress)
     run_dir = result.save(out, runs_root=runs_dir)
@@ -99,7 +103,20 @@ def explain_cmd(
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
     console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)
-    print_paths(run_dir, report, result.seconds)
+    print_paths(run_dir, report, time.perf_counter() - started)
+
+
+@contextmanager
+def _hidden_on_error(bars: Bars):
+    """Bad input found once the bars run (an answer the model cannot produce, a prompt
+    longer than its window) still prints as its one line: the bars are cleared first."""
+    try:
+        yield
+    except KnowflowError:
+        for task in list(bars.tasks.values()):
+            bars.bars.remove_task(task)
+        bars.bars.live.transient = True
+        raise
 
 
 def _source(context, question, answer, data, suite):
@@ -125,13 +142,16 @@ def _source(context, question, answer, data, suite):
 
 def _table(records: list[dict]) -> None:
     table = Table(title="explain: one row per item")
-    for name in ("item", "answer", "without context", "verdict", "expected", "top sentence",
-                 "LDS"):
+    for name in ("item", "answer", "explained", "without context", "verdict", "expected",
+                 "top sentence", "LDS"):
         table.add_column(name)
     for r in records[:40]:
         top = r.get("top_sentence")
         text = r["sentences"][top]["text"] if top is not None else ""
-        table.add_row(r["id"], r["answer"][:30], r["answer_no_context"][:30], r["verdict"],
+        if text and r["sentences"][top]["attribution"] <= 0:   # nothing raises the answer
+            text = "(none raises it)"
+        table.add_row(r["id"], r["answer"][:30], r["explained"].strip()[:30],
+                      r["answer_no_context"][:30], r["verdict"],
                       r["expected_verdict"] or "", f"{top}: {text[:40]}" if text else "",
                       "" if r.get("lds") is None else f"{r['lds']:.2f}")
     console.print(table)

@@ -38,6 +38,7 @@ from knowflow.lens.batching import model_device
 from knowflow.lens.scorer import score_continuations
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
+from knowflow.runs import Progress
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,26 @@ class Attribution:
 
 
 def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
-                masks: torch.Tensor, continuation: str, cfg: ExplainConfig, lead: str = ""
-                ) -> torch.Tensor:
+                masks: torch.Tensor, continuation: str | Sequence[str], cfg: ExplainConfig,
+                lead: str = "", progress: Progress | None = None) -> torch.Tensor:
     """The continuation's log-probability after the prompt (and `lead`) under each mask:
-    (ablations,)."""
-    seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format, lead)
-    scores = score_continuations(model, tokenizer, seqs, [[continuation]] * len(seqs),
-                                 strategy="trie")
-    return torch.tensor([s[0][0] for s in scores], dtype=torch.float64)
+    (ablations,); for a list of continuations, (ablations, continuations). The masks are
+    scored `cfg.score_chunk` at a time, so memory grows with the chunk, not the count;
+    `progress` hears of each chunk (stage "ablations")."""
+    conts = [continuation] if isinstance(continuation, str) else list(continuation)
+    rows: list[list[float]] = []
+    if progress is not None:
+        progress(0, len(masks), "ablations")
+    for lo in range(0, len(masks), cfg.score_chunk):
+        seqs = ablated_prompts(item, sentences, masks[lo:lo + cfg.score_chunk], tokenizer,
+                               cfg.prompt_format, lead)
+        scores = score_continuations(model, tokenizer, seqs, [conts] * len(seqs),
+                                     strategy="trie")
+        rows += [[c[0] for c in s] for s in scores]
+        if progress is not None:
+            progress(len(rows), len(masks), "ablations")
+    out = torch.tensor(rows, dtype=torch.float64).reshape(len(masks), len(conts))
+    return out[:, 0] if isinstance(continuation, str) else out   # (ablations[, conts])
 
 
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,
@@ -82,13 +95,13 @@ def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torc
 
 
 def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
-              continuation: str, logprob_full: float, cfg: ExplainConfig, lead: str = ""
-              ) -> Attribution:
+              continuation: str, logprob_full: float, cfg: ExplainConfig, lead: str = "",
+              progress: Progress | None = None) -> Attribution:
     """Ablation attribution of the continuation to each sentence (see the module docstring)."""
     n = len(sentences)
     fit_masks, held = ablation_masks(n, cfg, item.id + item.context)
     targets = score_masks(model, tokenizer, item, sentences, torch.cat([fit_masks, held]),
-                          continuation, cfg, lead)
+                          continuation, cfg, lead, progress)
     surrogate = fit_surrogate(fit_masks, targets[:len(fit_masks)], cfg.cv_folds, cfg.seed)
     weights = surrogate.weights
     lds = spearman(surrogate.predict(held), targets[len(fit_masks):]) if len(held) > 1 \

@@ -10,7 +10,8 @@ from knowflow.errors import ConfigError
 
 Target = Literal["generated", "counterfactual", "parametric"]
 TARGETS = ("generated", "counterfactual", "parametric")
-LEVELS = ("source", "sentences", "mechanism")
+LEVELS = ("source", "sentences", "mechanism", "tokens")
+DEFAULT_LEVELS = ("source", "sentences", "mechanism")
 Design = Literal["random", "balanced"]
 DESIGNS = ("random", "balanced")
 
@@ -18,7 +19,8 @@ DESIGNS = ("random", "balanced")
 @dataclass(frozen=True)
 class ExplainConfig:
     target: Target = "generated"        # the answer explained: the model's own, or an item's
-    levels: tuple[str, ...] = LEVELS     # what to compute (source always)
+    levels: tuple[str, ...] = DEFAULT_LEVELS  # what to compute (source always; tokens:
+    #                                      per-token attribution of the whole generation)
     prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
     max_new_tokens: int = 16             # longest generated answer
     # source verdict
@@ -38,6 +40,7 @@ class ExplainConfig:
     window: int = 1                      # layers blocked together, centred on each layer
     n_heads: int = 5                     # heads with the most attention to the top sentence
     batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
+    score_chunk: int = 64                # ablated prompts scored per trie pass (bounds memory)
     seed: int = 0
     limit: int | None = None             # items per suite or file (a seeded sample)
     offset: int = 0                      # first skip this many of the same seeded order
@@ -48,14 +51,18 @@ class ExplainConfig:
         bad = [lv for lv in self.levels if lv not in LEVELS]
         if bad or "source" not in self.levels:
             raise ConfigError(f"{','.join(self.levels)!r}: give source and any of sentences, "
-                              "mechanism", "levels")
+                              "mechanism, tokens", "levels")
         if "mechanism" in self.levels and "sentences" not in self.levels:
             raise ConfigError("mechanism blocks the top sentence, so it needs sentences",
                               "levels")
+        if "tokens" in self.levels and "sentences" not in self.levels:
+            raise ConfigError("tokens attributes each token to sentences, so it needs "
+                              "sentences", "levels")
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
-        for name in ("max_new_tokens", "n_ablations", "window", "batch_size", "cv_folds"):
+        for name in ("max_new_tokens", "n_ablations", "window", "batch_size", "cv_folds",
+                     "score_chunk"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
         if self.n_ablations < 8:
@@ -83,3 +90,7 @@ class ExplainConfig:
     @property
     def mechanism(self) -> bool:
         return "mechanism" in self.levels
+
+    @property
+    def tokens(self) -> bool:
+        return "tokens" in self.levels

@@ -38,7 +38,6 @@ from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
 from knowflow.explanation.source import (
-    answer_span,
     first_clause,
     names,
     produced_label,
@@ -48,6 +47,8 @@ from knowflow.explanation.source import (
 )
 from knowflow.explanation.splitter import split_sentences
 from knowflow.explanation.summary import summarize
+from knowflow.explanation.target import explained_span
+from knowflow.explanation.tokens import token_attribution
 from knowflow.lens.load import load_model
 from knowflow.lens.scorer import score_continuations
 from knowflow.result import Result
@@ -72,13 +73,15 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
         raise ConfigError("an answer explains one item; give --context and --question",
                           "answer")
     name = model if isinstance(model, (str, Path)) else type(model).__name__
+    start = time.perf_counter()                       # the run's time includes the load
     if isinstance(model, (str, Path)):
+        _report(progress, 0, 1, "load model")
         model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+        _report(progress, 1, 1, "load model")
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
     # auto: chat with a template, else plain; the config records the format used
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
-    start = time.perf_counter()
     records = explain_items(model, tokenizer, items, cfg, answer, progress)
     config_dict = {"explain": True, "model": str(name),
                    "data": data if isinstance(data, (str, Path)) else "items",
@@ -87,6 +90,11 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     config_dict["data"] = str(config_dict["data"]) if question is None else "context"
     return Result(records, summarize(records), config_dict, "explain",
                   seconds=time.perf_counter() - start)
+
+
+def _report(progress: Progress | None, done: int, total: int, stage: str) -> None:
+    if progress is not None:
+        progress(done, total, stage)
 
 
 def load_explain_items(data, question: str | None, cfg: ExplainConfig,
@@ -192,20 +200,27 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     for it, s in zip(items, seqs, strict=True):
         check_window(model, _where(it), len(s) + (cfg.max_new_tokens if answer is None else 1))
     clock = time.perf_counter()
-    gen = dict(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
-    said = generate(model, tokenizer, seqs, **gen)
-    said_bare = generate(model, tokenizer, bare, **gen)
+    gen = dict(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
+               progress=progress)
+    _report(progress, 0, len(items), "generate with context")   # the bar shows from now
+    said = generate(model, tokenizer, seqs, stage="generate with context", **gen)
+    _report(progress, 0, len(items), "generate without context")
+    said_bare = generate(model, tokenizer, bare, stage="generate without context", **gen)
     targets = [answer if answer is not None else _target(it, out, cfg)
                for it, out in zip(items, said, strict=True)]
     for it, a, s in zip(items, targets, seqs, strict=True):
         _check_answer(model, tokenizer, it, a, len(s))
-    spans = [answer_span(it, a) if answer is None and cfg.target == "generated" else ("", a)
-             for it, a in zip(items, targets, strict=True)]
+    # the answer span weighed: the named labelled answer, else the span after the lead-in
+    # (target.py); a given --answer or a labelled target is weighed whole
+    ruled = [explained_span(it, a) if answer is None and cfg.target == "generated"
+             else ("", a, "given") for it, a in zip(items, targets, strict=True)]
+    spans = [(lead, span) for lead, span, _ in ruled]
     led = [with_lead(p, lead) for p, (lead, _) in zip(with_ctx, spans, strict=True)]
     led_bare = [with_lead(p, lead) for p, (lead, _) in zip(without, spans, strict=True)]
     conts = [[p.answer_prefix + span] for p, (_, span) in zip(led, spans, strict=True)]
     seqs_led, bare_led = encode(tokenizer, led), encode(tokenizer, led_bare)
     run = dict(batch_size=cfg.batch_size)
+    _report(progress, 0, len(items), "score answers")
     scored = score_continuations(model, tokenizer, seqs_led, conts, **run)
     scored_bare = score_continuations(model, tokenizer, bare_led, conts, **run)
     memory = [[p.answer_prefix + (m or " ")] for p, m in zip(with_ctx, said_bare, strict=True)]
@@ -215,6 +230,7 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     for i, (lead, _) in enumerate(spans):
         if not lead and said_bare[i].strip():                 # no lead: the no-context answer
             rivals[i] = (said_bare[i], memory_ctx[i][0][0], memory_bare[i][0][0])
+    _report(progress, len(items), len(items), "score answers")
     shared = (time.perf_counter() - clock) / len(items)
     records = []
     for i, it in enumerate(items):
@@ -225,10 +241,17 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
         rec = _source_record(it, cfg, targets[i], spans[i], said[i], said_bare[i],
                              (scored[i][0], memory_ctx[i][0]),
                              (scored_bare[i][0], memory_bare[i][0]), rivals[i])
+        rec["span_rule"] = ruled[i][2]
         rec["seconds"] = {"source": shared}
         if cfg.sentences:
             rec.update(_sentences(model, tokenizer, it, seqs_led[i], conts[i][0], lp_ctx, cfg,
-                                  rec["seconds"], spans[i][0]))
+                                  rec["seconds"], spans[i][0], progress))
+            if cfg.tokens and said[i]:
+                clock_t = time.perf_counter()
+                rec["tokens"] = token_attribution(model, tokenizer, it,
+                                                  split_sentences(it.context),
+                                                  with_ctx[i].answer_prefix + said[i], cfg)
+                rec["seconds"]["tokens"] = time.perf_counter() - clock_t
         records.append(rec)
         if progress is not None:
             progress(i + 1, len(items), "explain")
@@ -296,12 +319,14 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
 
 
 def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], continuation: str,
-               lp_ctx: float, cfg: ExplainConfig, seconds: dict, lead: str) -> dict:
+               lp_ctx: float, cfg: ExplainConfig, seconds: dict, lead: str,
+               progress: Progress | None = None) -> dict:
     """The sentence and mechanism levels of one record; `prompt_ids` end with `lead`, the
     answer's text before the explained `continuation`."""
     sentences = split_sentences(item.context)
     clock = time.perf_counter()
-    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead)
+    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
+                     progress)
     seconds["ablation"] = time.perf_counter() - clock
     clock = time.perf_counter()
     spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)
