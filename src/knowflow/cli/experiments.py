@@ -103,7 +103,7 @@ def report_cmd(
     from knowflow.runs import CONFIG
 
     target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    trackers = [d for d in run_dirs if not (d / CONFIG).exists()]
+    trackers = [d for d in run_dirs if d.is_dir() and not (d / CONFIG).exists()]
     check_run_folders([d for d in run_dirs if d not in trackers])
     records = {d: read_tracker_records(d) for d in trackers}  # every folder checked first
     check_out_files({"report": target})
