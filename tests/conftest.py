@@ -2,9 +2,16 @@
 Llama factory, reference checks, tiny-world sizes) live in helpers.py: import them from there,
 never from conftest."""
 
-import pytest
-import torch
-from hypothesis import settings
+import os
+
+# Tests never touch the network: huggingface_hub and transformers read this at import (before
+# any test module imports them), and every subprocess a test starts inherits it. A test that
+# needs the online code path patches it (tests/lens/test_load_hub.py).
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from helpers import byte_tokenizer, save_model_folder, tiny_llama
 

@@ -9,6 +9,10 @@ path, or items already in memory (None: the entry point's built-in default); `co
 entry point's frozen config (`EvalConfig`, `KnockoutConfig`, ..., `CurateConfig`,
 `AugmentConfig`, `SFTJobConfig`) and `overrides` set its fields. `augment` needs no model
 (`augment(data, ...)`), nor does `run_experiment(name, ...)`: an experiment builds its own.
+A named model loads as transformers loads it (`knowflow.lens.hub`): `revision=` (a hub id's
+branch, tag or commit), `trust_remote_code=` (False unless given) and `offline=` (the Hugging
+Face cache only) go with it, in every entry point that takes a model (`finetune`: as
+`SFTJobConfig` fields).
 
 Every entry point returns a `knowflow.result.Result`: records, summary and config, with
 `.save(dir)` (the run folder `knowflow <command>` writes: config.json, the records,
@@ -38,6 +42,7 @@ from knowflow.experiments.runner import run_experiment
 from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
 from knowflow.lens.arch import arch_of
+from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.outputs import check_out_files
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
@@ -56,10 +61,17 @@ from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.sft_job import BUILTIN, load_rows
 
 
-def _model(model, tokenizer, device: str, dtype: str):
+def _source(revision: str | None, trust_remote_code: bool, offline: bool) -> ModelSource:
+    """How a named model loads (checked: a bad revision is one line)."""
+    source = ModelSource(revision, trust_remote_code, offline)
+    source.validate()
+    return source
+
+
+def _model(model, tokenizer, device: str, dtype: str, source: ModelSource | None = None):
     """(model, tokenizer, the name the run folder records) for a name, a path or a model."""
     if isinstance(model, (str, Path)):
-        loaded, tok = load_model(str(model), device=device, dtype=dtype)
+        loaded, tok = load_model(str(model), device=device, dtype=dtype, source=source)
         return loaded, tok, str(model)
     if tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
@@ -82,7 +94,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
              device: str = "auto", dtype: str = "auto", out_dir: str | Path | None = None,
              runs_root: str | Path | None = None, progress: Progress | None = None,
              fields: dict[str, str] | None = None, preset: str | None = None,
-             **overrides) -> EvalResult:
+             revision: str | None = None, trust_remote_code: bool = False,
+             offline: bool = False, **overrides) -> EvalResult:
     """Knowledge-conflict evaluation (`knowflow eval`). `data`: suite names (a list, or one
     comma-separated string), data files, hub datasets (`"hf:ORG/NAME[:CONFIG][@SPLIT]"`), or
     `ConflictItem`s; None: the four built-in suites. `fields` maps the files' columns,
@@ -90,7 +103,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     With `out_dir`/`runs_root` the run folder is written and finished as the CLI's is."""
     result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
                             dtype=dtype, out_dir=out_dir, runs_root=runs_root,
-                            progress=progress, fields=fields, preset=preset, **overrides)
+                            progress=progress, fields=fields, preset=preset,
+                            source=_source(revision, trust_remote_code, offline), **overrides)
     if result.out_dir is not None:
         finish_eval(result.out_dir)
     return result
@@ -106,11 +120,13 @@ def _finish_explain(result: Result, run: RunFolder) -> None:
 
 
 def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
-            answer: str | None = None, *, config=None, **overrides) -> Result:
+            answer: str | None = None, *, config=None, revision: str | None = None,
+            trust_remote_code: bool = False, offline: bool = False, **overrides) -> Result:
     """Where answers come from (`knowflow explain`): with `question`, `data` is one context
     and `answer` the answer to explain (default: the model's own); otherwise `data` is a suite
     name, a data file or `ConflictItem`s. See `knowflow.explanation.run.explain` for the rest."""
-    return explain_answers(model, data, question, answer, config=config, **overrides)
+    return explain_answers(model, data, question, answer, config=config,
+                           source=_source(revision, trust_remote_code, offline), **overrides)
 
 
 # ---- probe ------------------------------------------------------------------------------
@@ -160,6 +176,7 @@ def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | 
           tokenizer=None, device: str = "auto", dtype: str = "auto", limit: int | None = None,
           prompt_format: str | None = None, out_dir: str | Path | None = None,
           runs_root: str | Path | None = None, progress: Progress | None = None,
+          revision: str | None = None, trust_remote_code: bool = False, offline: bool = False,
           **overrides) -> Result:
     """Run one mechanistic probe (`knowflow probe <kind>`): `kind`, or the one whose config
     `config` is (default: knockout); `overrides` set its fields. `prompt_format` renders a
@@ -174,7 +191,8 @@ def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | 
     if prompt_format is not None and "prompt_format" in cls.__dataclass_fields__:
         overrides = {"prompt_format": prompt_format, **overrides}
     cfg = resolve_config(cls, config, overrides)
-    model, tokenizer, name = _model(model, tokenizer, device, dtype)
+    model, tokenizer, name = _model(model, tokenizer, device, dtype,
+                                    _source(revision, trust_remote_code, offline))
     examples = probe_examples(kind, data, tokenizer, limit, kind == "attention",
                               prompt_format or "plain")
     return run_probe(kind, model, tokenizer, examples, cfg, name, _label(data), out_dir,
@@ -275,12 +293,15 @@ def _cutoff(scores: list[dict], cfg: CurateConfig, n_kept: int) -> float | None:
 
 def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenizer=None,
            device: str = "auto", dtype: str = "auto", seed: int = 0,
-           progress: Progress | None = None, **overrides) -> CurateResult:
+           progress: Progress | None = None, revision: str | None = None,
+           trust_remote_code: bool = False, offline: bool = False,
+           **overrides) -> CurateResult:
     """Score every instruction row's context-criticality with `model` and drop the least
     critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows."""
     cfg = resolve_config(CurateConfig, config, overrides)
     rows = instruction_rows(data, seed)
-    model, tokenizer, _ = _model(model, tokenizer, device, dtype)
+    model, tokenizer, _ = _model(model, tokenizer, device, dtype,
+                                 _source(revision, trust_remote_code, offline))
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     kept, scores = curate_examples(model, tokenizer, rows, cfg, progress)
     summary = {"n_rows": len(rows), "n_kept": len(kept),

@@ -27,7 +27,7 @@ def test_sft_job_dtype_reaches_load_model(monkeypatch, tmp_path, given, loaded):
     class Stop(Exception):
         pass
 
-    def fake_load(name, device, dtype):
+    def fake_load(name, device, dtype, source=None):
         seen["dtype"] = dtype
         raise Stop
 

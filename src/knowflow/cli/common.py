@@ -37,6 +37,14 @@ DtypeOpt = Annotated[str, Opt("--dtype", help="auto, float32, bfloat16, float16.
 SetOpt = Annotated[list[str] | None, Opt("--set", help="Override a config field: key=value "
                                                        "(repeatable).")]
 RunsOpt = Annotated[Path, Opt("--runs-dir", help="Where run directories go.")]
+# How --model loads, beside every --model (knowflow.lens.hub.ModelSource; `model_source`)
+REVISION_HELP = "The hub id's branch, tag or commit (default: main)."
+TRUST_REMOTE_CODE_HELP = ("Let the model's repository run its own Python code (its auto_map); "
+                          "off unless given.")
+OFFLINE_HELP = "Only the Hugging Face cache, never the network (as HF_HUB_OFFLINE=1)."
+RevisionOpt = Annotated[str | None, Opt("--revision", help=REVISION_HELP)]
+TrustRemoteCodeOpt = Annotated[bool, Opt("--trust-remote-code", help=TRUST_REMOTE_CODE_HELP)]
+OfflineOpt = Annotated[bool, Opt("--offline", help=OFFLINE_HELP)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +110,18 @@ def config_flags(*layout: ConfigFlag | str) -> Callable[[Callable], Callable]:
         return command
 
     return wrap
+
+
+def model_source(revision: str | None, trust_remote_code: bool, offline: bool):
+    """The `ModelSource` of --revision, --trust-remote-code and --offline (checked)."""
+    from knowflow.lens.hub import ModelSource
+
+    source = ModelSource(revision, trust_remote_code, offline)
+    try:
+        source.validate()
+    except ConfigError as exc:
+        raise ConfigError(exc.message, "--revision", exc.hint) from None
+    return source
 
 
 def check_threads(threads: int) -> None:

@@ -7,12 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 from knowflow.cli.common import (
+    OfflineOpt,
     Opt,
+    RevisionOpt,
+    TrustRemoteCodeOpt,
     check_suites,
     check_threads,
     config_flags,
     console,
     flag,
+    model_source,
     set_threads,
 )
 from knowflow.cli.eval_tables import print_eval, print_strength, show_conditions
@@ -62,13 +66,17 @@ DECODING_FLAGS = (
 )
 
 
-@config_flags("model", "suite", "data", "fields", "preset", *PROMPT_FLAGS, "out", *BATCH_FLAGS,
+@config_flags("model", "revision", "trust_remote_code", "offline", "suite", "data", "fields",
+              "preset", *PROMPT_FLAGS, "out", *BATCH_FLAGS,
               "device", "dtype", *DECODING_FLAGS, "threads", "from_lm_eval")
 def eval_cmd(
     given: dict,
     model: Annotated[str, Opt(
         help="HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
     )] = "smollm2-135m-instruct",
+    revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    offline: OfflineOpt = False,
     suite: Annotated[str | None, Opt(
         help="Built-in suites, comma-separated: cf-capitals, cf-world, cf-bio, cf-quotes "
              "(default: all four unless --data is given).")] = None,
@@ -112,14 +120,16 @@ def eval_cmd(
     check_suites(suite)
     check_device(device)
     _check_out(out, data)
-    check_model(model)
+    source = model_source(revision, trust_remote_code, offline)
+    check_model(model, source)
     set_threads(threads)
     with holding(out), Bars("eval") as progress:
         # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
         result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
                           config=cfg, fields=mapping, preset=preset, device=device,
                           dtype=dtype, out_dir=out, runs_root=None if out else Path("runs"),
-                          progress=progress)
+                          progress=progress, revision=revision,
+                          trust_remote_code=trust_remote_code, offline=offline)
         report = result.out_dir / "report.html"
     print_eval(result.summary)
     print_strength(result.summary)

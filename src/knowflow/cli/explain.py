@@ -20,13 +20,17 @@ from rich.table import Table
 from knowflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
+    OfflineOpt,
     Opt,
+    RevisionOpt,
     RunsOpt,
     SetOpt,
     ThreadsOpt,
+    TrustRemoteCodeOpt,
     check_seed,
     check_threads,
     console,
+    model_source,
     print_paths,
     set_threads,
 )
@@ -37,6 +41,8 @@ from knowflow.errors import ConfigError, KnowflowError
 def explain_cmd(
     model: Annotated[str, Opt(help="HF id or local folder, or smollm2-135m-instruct.")
                      ] = "smollm2-135m-instruct",
+    revision: RevisionOpt = None, trust_remote_code: TrustRemoteCodeOpt = False,
+    offline: OfflineOpt = False,
     context: Annotated[str | None, Opt(help="The context: text, or a path to a text file.")
                        ] = None,
     question: Annotated[str | None, Opt(help="The question asked after the context.")] = None,
@@ -93,11 +99,13 @@ def explain_cmd(
     check_device(device)
     target_dir = out or runs_dir / "explain"
     check_output_dir(target_dir, "output folder")
-    check_model(model)
+    check_model(model, model_source(revision, trust_remote_code, offline))
     set_threads(threads)
     with Bars("explain") as progress, _hidden_on_error(progress):
         result = explain(model, source, question, answer, config=cfg, fields=mapping,
-                         preset=preset, device=device, dtype=dtype, progress=progress)
+                         preset=preset, device=device, dtype=dtype, progress=progress,
+                         revision=revision, trust_remote_code=trust_remote_code,
+                         offline=offline)
     run_dir = result.save(out, runs_root=runs_dir)
     report = run_dir / "report.html"
     _table(result.records)

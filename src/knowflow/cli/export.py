@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from knowflow.cli.common import check_suites, console
+from knowflow.cli.common import (
+    OfflineOpt,
+    RevisionOpt,
+    TrustRemoteCodeOpt,
+    check_suites,
+    console,
+    model_source,
+)
 from knowflow.cli.errors import guard
 
 export_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -38,6 +45,9 @@ def lm_eval_cmd(
         help="Whose chat template renders --prompt-format chat or auto (only its tokenizer "
              "loads).")
     ] = "smollm2-135m-instruct",
+    revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    offline: OfflineOpt = False,
     limit: Annotated[int | None, typer.Option(help="Items per suite (seeded sample).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for suites and sampling.")] = 0,
 ) -> None:
@@ -50,18 +60,16 @@ def lm_eval_cmd(
     from knowflow.io import check_output_dir
 
     mapping = parse_fields(fields)
+    source = model_source(revision, trust_remote_code, offline)
     EvalConfig(prompt_format=prompt_format, limit=limit, seed=seed).validate()
     check_suites(suite)
     check_output_dir(out, "task folder")
     by_suite = load_suites(suite, data, limit, seed, fields=mapping, preset=preset)
     tokenizer = None
     if prompt_format in ("chat", "auto"):  # auto: chat when the tokenizer has a template
-        from transformers import AutoTokenizer
+        from knowflow.lens.load import load_tokenizer
 
-        from knowflow.lens.load import check_model, model_folder
-
-        check_model(model)
-        tokenizer = AutoTokenizer.from_pretrained(model_folder(model), local_files_only=True)
+        tokenizer = load_tokenizer(model, source)  # checked and resolved as load_model does
     used = resolve_format(prompt_format, tokenizer)  # chat without a template: refused
     tasks = export_lm_eval(by_suite, tokenizer, out, used)
     for (task, path), items in zip(tasks.items(), by_suite.values(), strict=True):

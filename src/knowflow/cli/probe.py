@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -19,16 +19,23 @@ from rich.table import Table
 from knowflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
+    OfflineOpt,
+    RevisionOpt,
     RunsOpt,
     SetOpt,
     ThreadsOpt,
+    TrustRemoteCodeOpt,
     check_threads,
     console,
+    model_source,
     print_paths,
 )
 from knowflow.cli.errors import guard
 from knowflow.cli.progress import Bars
 from knowflow.errors import KnowflowError
+
+if TYPE_CHECKING:
+    from knowflow.lens.hub import ModelSource
 
 probe_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Mechanistic probes: attention knockout, sublayer knockout, "
@@ -58,6 +65,7 @@ class _Common:
     device: str
     dtype: str
     threads: int
+    source: ModelSource | None = None  # --revision, --trust-remote-code, --offline
 
 
 def _config(cls, fields: dict, overrides: list[str] | None):
@@ -71,13 +79,12 @@ def _config(cls, fields: dict, overrides: list[str] | None):
 
 def _load_model(common: _Common):
     import torch
-    from transformers.utils import logging as hf_logging
 
     from knowflow.lens.load import load_model
 
     torch.set_num_threads(common.threads)
-    hf_logging.disable_progress_bar()  # the CLI draws its own progress
-    return load_model(common.model, device=common.device, dtype=common.dtype)
+    return load_model(common.model, device=common.device, dtype=common.dtype,
+                      source=common.source)
 
 
 def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str = "plain"):
@@ -115,7 +122,7 @@ def _validate_data(common: _Common, kind: str | None = None) -> None:
     if common.out is not None and kind is not None:
         check_out_dir(common.out, f"probe-{kind}", inputs=[common.data])
     check_output_dir(common.out or common.runs_dir, "output folder")
-    check_model(common.model)
+    check_model(common.model, common.source)
 
 
 def _run(kind: str, common: _Common, cfg, with_context: bool = False,
@@ -168,14 +175,17 @@ def _done(out: Path) -> None:
     print_paths(out, out / "report.html")
 
 
-def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads) -> _Common:
-    return _Common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+def _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+            source: ModelSource | None = None) -> _Common:
+    return _Common(model, data, suite, limit, runs_dir, out, device, dtype, threads, source)
 
 
 @probe_app.command("knockout")
 @guard
 def knockout_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
     window: Annotated[int | None, typer.Option(help="Layers per knockout window (9).")] = None,
     source: Annotated[list[str] | None, typer.Option(
@@ -192,7 +202,8 @@ def knockout_cmd(
     """
     from knowflow.probes import KnockoutConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_,
                                    "sources": tuple(source) if source else None},
                   (set_ or []) + ([f"heads={heads}"] if heads else []))
@@ -204,7 +215,9 @@ def knockout_cmd(
 @probe_app.command("sublayer")
 @guard
 def sublayer_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
     window: Annotated[int | None, typer.Option(help="Layers per knockout window (9).")] = None,
     sublayer: Annotated[list[str] | None, typer.Option(
@@ -222,7 +235,8 @@ def sublayer_cmd(
     """
     from knowflow.probes import SublayerConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     cfg = _config(SublayerConfig, {
         "window": window, "known_only": not all_,
         "sublayers": tuple(sublayer) if sublayer else None,
@@ -235,7 +249,9 @@ def sublayer_cmd(
 @probe_app.command("project")
 @guard
 def project_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
     final_norm: Annotated[bool, typer.Option(
         "--final-norm/--no-final-norm", help="Apply the final norm before unembedding.")] = True,
@@ -252,7 +268,8 @@ def project_cmd(
     """
     from knowflow.probes import ProjectionConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     cfg = _config(ProjectionConfig, {"final_norm": final_norm, "top_k": top_k,
                                      "known_only": not all_}, set_)
     run_dir, _, summary = _run("project", common, cfg)
@@ -277,7 +294,9 @@ def project_cmd(
 @probe_app.command("attention")
 @guard
 def attention_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, set_: SetOpt = None,
     prompt_format: Annotated[str, typer.Option(
         "--prompt-format", help="With --suite: chat, alpaca, tulu or plain.")] = "plain",
@@ -291,7 +310,8 @@ def attention_cmd(
     """
     from knowflow.probes import AttentionMassConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     if data is None and suite is None:
         raise KnowflowError("the attention probe needs examples with a context: give "
                             "--data (with a `context` field) or --suite")

@@ -17,11 +17,15 @@ from rich.table import Table
 from knowflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
+    OfflineOpt,
+    RevisionOpt,
     RunsOpt,
     SetOpt,
+    TrustRemoteCodeOpt,
     check_suites,
     check_threads,
     console,
+    model_source,
 )
 from knowflow.cli.probe import (
     AllOpt,
@@ -59,7 +63,9 @@ def _heads_table(title: str, cells: list[dict]) -> None:
 
 
 def heads_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: ItemsOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: ItemsOpt = None,
     suite: ItemSuiteOpt = "cf-capitals", limit: LimitOpt = None, set_: SetOpt = None,
     ablation: Annotated[list[str] | None, typer.Option(
         "--ablation", help="zero, mean and/or block (repeatable; all three).")] = None,
@@ -84,7 +90,8 @@ def heads_cmd(
     from knowflow.lens.load import check_device, check_model
     from knowflow.probes import HeadsConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     cfg = _config(HeadsConfig, {"ablations": tuple(ablation) if ablation else None,
                                 "rank_by": rank_by, "prompt_format": prompt_format,
                                 "seed": seed}, set_)
@@ -97,7 +104,7 @@ def heads_cmd(
     by_suite = load_suites(None if data else suite, data, limit, seed)
     items = [it for its in by_suite.values() for it in its]
     check_output_dir(out or runs_dir, "output folder")
-    check_model(model)
+    check_model(model, common.source)
     loaded = _load_model(common)
     result = _write("heads", common, cfg, *loaded, items,
                     f"file:{data}" if data else f"suite:{suite}")
@@ -115,7 +122,9 @@ def heads_cmd(
 
 
 def head_project_cmd(
-    model: ModelOpt = "smollm2-135m-instruct", data: DataOpt = None, suite: SuiteOpt = None,
+    model: ModelOpt = "smollm2-135m-instruct", revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False, offline: OfflineOpt = False,
+    data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
@@ -128,7 +137,8 @@ def head_project_cmd(
     """
     from knowflow.probes import HeadProjectionConfig
 
-    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads)
+    common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
+                     model_source(revision, trust_remote_code, offline))
     cfg = _config(HeadProjectionConfig, {"known_only": not all_}, set_)
     _validate_data(common)
     loaded = _load_model(common)

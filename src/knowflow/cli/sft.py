@@ -9,13 +9,20 @@ from typing import Annotated
 from rich.table import Table
 
 from knowflow.cli.common import (
+    OFFLINE_HELP,
+    REVISION_HELP,
+    TRUST_REMOTE_CODE_HELP,
+    OfflineOpt,
     Opt,
+    RevisionOpt,
+    TrustRemoteCodeOpt,
     check_run_dir,
     check_seed,
     check_threads,
     config_flags,
     console,
     flag,
+    model_source,
     print_paths,
     set_threads,
 )
@@ -55,6 +62,9 @@ def _check_out(data: str, out: Path, derived: tuple[tuple[str, str], ...] = ()) 
 
 SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared once
     flag("model", "model", str, "HF id, local folder, or smollm2-135m-instruct."),
+    flag("revision", "revision", str, REVISION_HELP),
+    flag("trust_remote_code", "trust_remote_code", bool, TRUST_REMOTE_CODE_HELP, switch=True),
+    flag("offline", "offline", bool, OFFLINE_HELP, switch=True),
     flag("data", "data", str, "Instruction file (JSONL: instruction/input/output or messages), "
                               "or 'builtin' (the C/C+S/S mixture)."),
     flag("train", "sft.train", str, "full, lora or qk_only."),
@@ -168,13 +178,17 @@ CURATE_FLAGS = (  # CurateConfig's fields, one to one
 )
 
 
-@config_flags("data", "out", "model", *CURATE_FLAGS, "seed", "device", "dtype", "threads")
+@config_flags("data", "out", "model", "revision", "trust_remote_code", "offline", *CURATE_FLAGS,
+              "seed", "device", "dtype", "threads")
 def curate_cmd(
     given: dict,
     data: Annotated[str, Opt(help="Instruction file in Alpaca form, or 'builtin'.")],
     out: Annotated[Path, Opt(help="The filtered file to write (JSONL).")],
     model: Annotated[str, Opt(help="The model to be finetuned (scores the examples).")]
     = "smollm2-135m-instruct",
+    revision: RevisionOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    offline: OfflineOpt = False,
     seed: Annotated[int, Opt(help="Seed of the built-in mixture.")] = 0,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
@@ -191,7 +205,7 @@ def curate_cmd(
     check_seed(seed)
     _check_out(data, out, (("scores", ".scores.jsonl"), ("histogram", ".png")))
     check_device(device)
-    check_model(model)
+    check_model(model, model_source(revision, trust_remote_code, offline))
     set_threads(threads)
     rows = _rows(data, seed)
     if any(r.messages for r in rows):
@@ -199,7 +213,9 @@ def curate_cmd(
                             "their 'input'); chat 'messages' rows have no separate context",
                             "convert them to instruction/input/output rows")
     with Bars("scoring") as progress:
-        result = curate(model, rows, config=cfg, device=device, dtype=dtype, progress=progress)
+        result = curate(model, rows, config=cfg, device=device, dtype=dtype, progress=progress,
+                        revision=revision, trust_remote_code=trust_remote_code,
+                        offline=offline)
     _, scores_path, figure = result.write(out)  # the same files as knowflow.curate(...).write
     kept, scores = result.kept, result.records
     table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",

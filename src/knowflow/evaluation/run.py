@@ -37,6 +37,7 @@ from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluation.strength import by_strength
 from knowflow.io import read_json, read_jsonl
+from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.result import Result
@@ -88,11 +89,14 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
-             preset: str | None = None, **overrides) -> EvalResult:
+             preset: str | None = None, source: ModelSource | None = None,
+             **overrides) -> EvalResult:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
     knowledge-conflict suites and/or data files or hub datasets (`fields`: their column
     mapping; `preset`: their published layout, else recognised from the columns; the config
-    records the preset each suite was read with). `overrides` set `EvalConfig` fields.
+    records the preset each suite was read with; `source`: the hub revision,
+    trust_remote_code and offline use a named model loads with). `overrides` set `EvalConfig`
+    fields.
 
     Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
     to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
@@ -106,7 +110,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     timings: dict[str, float] = {}
     if isinstance(model, (str, Path)):
         loaded = time.perf_counter()
-        model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+        model, tokenizer = load_model(str(model), device=device, dtype=dtype, source=source)
         timings["load"] = time.perf_counter() - loaded
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
@@ -120,7 +124,9 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
                                                        progress=progress)
     sweep = Sweep.of(cfg)  # several methods/conditions: the first method's pass is the main one
     param = next(model.parameters())
-    config = {"model": str(model_name), "suites": list(by_suite), "device": str(param.device),
+    config = {"model": str(model_name),
+              **({"revision": source.revision} if source and source.revision else {}),
+              "suites": list(by_suite), "device": str(param.device),
               "dtype": str(param.dtype).removeprefix("torch."), **dataclasses.asdict(cfg),
               "fields": dict(fields or {}), "preset": preset,
               "presets": {n: q["preset"] for n, q in quality.items() if "preset" in q},

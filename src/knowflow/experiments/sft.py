@@ -52,7 +52,7 @@ def check(cfg: SFTJobConfig) -> None:
     else:
         require(s.trainer == "hf", "curate.mode", "dynamic curation needs --trainer hf")
     check_device(cfg.device)
-    check_model(cfg.model)
+    check_model(cfg.model, cfg.source)
     if cfg.data != BUILTIN:  # the file validate() read, not a second reading
         warn_duplicate_keys(Path(cfg.data), read_instruction_file(cfg.data).duplicate_key_lines)
 

@@ -49,6 +49,7 @@ from knowflow.explanation.splitter import split_sentences
 from knowflow.explanation.summary import summarize
 from knowflow.explanation.target import explained_span
 from knowflow.explanation.tokens import token_attribution
+from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.scorer import score_continuations
 from knowflow.result import Result
@@ -61,7 +62,8 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
             question: str | None = None, answer: str | None = None, *, tokenizer=None,
             config: ExplainConfig | None = None, fields: dict[str, str] | None = None,
             device: str = "auto", dtype: str = "auto", progress: Progress | None = None,
-            preset: str | None = None, **overrides) -> Result:
+            preset: str | None = None, source: ModelSource | None = None,
+            **overrides) -> Result:
     """Explain `model`'s answers. With `question`, `data` is one context (text) and `answer`
     the answer to explain (default: per `target`, the model's own); otherwise `data` is a
     built-in suite name, a data file or hub dataset (anything `knowflow eval` reads; `fields`
@@ -76,7 +78,7 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     start = time.perf_counter()                       # the run's time includes the load
     if isinstance(model, (str, Path)):
         _report(progress, 0, 1, "load model")
-        model, tokenizer = load_model(str(model), device=device, dtype=dtype)
+        model, tokenizer = load_model(str(model), device=device, dtype=dtype, source=source)
         _report(progress, 1, 1, "load model")
     elif tokenizer is None:
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
@@ -84,6 +86,7 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     records = explain_items(model, tokenizer, items, cfg, answer, progress)
     config_dict = {"explain": True, "model": str(name),
+                   **({"revision": source.revision} if source and source.revision else {}),
                    "data": data if isinstance(data, (str, Path)) else "items",
                    "question": question, "answer": answer, "n_items": len(items),
                    **dataclasses.asdict(cfg), "fields": dict(fields or {})}

@@ -19,6 +19,7 @@ a local path that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -66,6 +67,23 @@ class ModelSource:
         so transformers never prompts)."""
         return {"revision": self.revision, "trust_remote_code": self.trust_remote_code,
                 "local_files_only": self.is_offline}
+
+
+@contextlib.contextmanager
+def hub_mode(source: ModelSource):
+    """huggingface_hub in offline mode while an offline source loads: `local_files_only`
+    alone still lets it ask the Hub once per process (for its user-agent header); offline
+    mode makes no request at all, as HF_HUB_OFFLINE=1 does."""
+    from huggingface_hub import constants
+
+    if not source.offline or constants.HF_HUB_OFFLINE:
+        yield
+        return
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = False
 
 
 def looks_like_path(name: str) -> bool:
@@ -171,15 +189,20 @@ def _cached_revision(name: str, source: ModelSource) -> bool:
     return ref.is_file() and (repo / "snapshots" / ref.read_text().strip()).is_dir()
 
 
-def _read(path: Path | None) -> dict:
-    if path is None or not path.is_file():
-        return {}
+def json_object(path: Path, hint: str) -> dict:
+    """The JSON object in `path` ({} for any other JSON value); one line (with `hint`) when
+    the file cannot be read as JSON."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
-        raise KnowflowError(f"{path}: not a readable JSON file",
-                            "the model's files are damaged; fetch or save them again") from None
+        raise KnowflowError(f"{path}: not a readable JSON file", hint) from None
     return data if isinstance(data, dict) else {}
+
+
+def _read(path: Path | None) -> dict:
+    if path is None or not path.is_file():
+        return {}
+    return json_object(path, "the model's files are damaged; fetch or save them again")
 
 
 def model_configs(name: str, source: ModelSource, reason: str | None = None
@@ -220,7 +243,8 @@ def resolve_hub(name: str, source: ModelSource) -> ModelSource:
         reason = "the Hugging Face Hub cannot be reached"
         log.warning("model %r: %s; loading it from the Hugging Face cache", name, reason)
         source = dataclasses.replace(source, offline=True)
-    check_remote_code(name, *model_configs(name, source, reason), source)
+    with hub_mode(source):
+        check_remote_code(name, *model_configs(name, source, reason), source)
     return source
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import logging
 import os
 from pathlib import Path
@@ -29,6 +28,8 @@ from knowflow.lens.hub import (
     ModelSource,
     check_remote_code,
     fetch_command,
+    hub_mode,
+    json_object,
     looks_like_path,
     model_configs,
     resolve_hub,
@@ -110,10 +111,11 @@ def _resolve(name: str, source: ModelSource) -> tuple[Path | str, Path | None, M
         base, adapter = resolve_checkpoint(path)
         if adapter is None:
             _no_revision(name, source)
-            check_remote_code(name, *model_configs(str(path), source), source)
+            check_remote_code(name, *model_configs(str(base), source), source)
             return Path(base).resolve(), None, source
         if source.revision is None:  # the revision the adapter was trained on, if recorded
-            recorded = _json(adapter / "adapter_config.json").get("revision")
+            recorded = _json(adapter / "adapter_config.json").get("revision") or \
+                _run_model(adapter, "revision")
             if isinstance(recorded, str) and recorded and not Path(str(base)).exists():
                 source = dataclasses.replace(source, revision=recorded)
         weights, _, source = _resolve(str(base), source)
@@ -183,12 +185,7 @@ def _smollm2_folder() -> Path:
 
 
 def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        raise KnowflowError(f"{path}: not a readable JSON file",
-                            "the checkpoint is damaged; give another one") from None
-    return data if isinstance(data, dict) else {}
+    return json_object(path, "the checkpoint is damaged; give another one")
 
 
 def _newest_checkpoint(run: Path) -> Path | None:
@@ -197,15 +194,15 @@ def _newest_checkpoint(run: Path) -> Path | None:
     return max(found, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
 
 
-def _run_model(path: Path) -> str | None:
-    """The base model of the `knowflow sft` run holding `path` (the run, its model/ or one of
-    its checkpoints), from the run's config.json."""
+def _run_model(path: Path, key: str = "model") -> str | None:
+    """The base model (or its `revision`, ...: `key`) of the `knowflow sft` run holding `path`
+    (the run, its model/ or one of its checkpoints), from the run's config.json."""
     for run in (path, path.parent, path.parent.parent):
         config = run / "config.json"
         if config.is_file() and (run / "checkpoints").exists() or (run / "run.json").is_file():
-            model = _json(config).get("model") if config.is_file() else None
-            if isinstance(model, str):
-                return model
+            value = _json(config).get(key) if config.is_file() else None
+            if isinstance(value, str):
+                return value
     return None
 
 
@@ -287,7 +284,7 @@ def load_tokenizer(name: str = SMOLLM2, source: ModelSource | None = None):
     and checked as `load_model` resolves the model."""
     source = source or ModelSource()
     weights, adapter, base_source = _resolve(name, source)
-    with _hub_progress(), _load_errors(name, base_source):
+    with _hub_progress(), hub_mode(base_source), _load_errors(name, base_source):
         return _tokenizer(weights, adapter, base_source)
 
 
@@ -316,7 +313,7 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
 
     weights, adapter, source = _resolve(name, source or ModelSource())
     dev = resolve_device(device)
-    with _hub_progress(), _load_errors(name, source):
+    with _hub_progress(), hub_mode(source), _load_errors(name, source):
         if weights == SMOLLM2:
             weights = _smollm2_folder()
         tokenizer = _tokenizer(weights, adapter, source)

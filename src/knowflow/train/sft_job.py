@@ -33,6 +33,7 @@ from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
 from knowflow.lens.adapt import check_targets, lora_targets
+from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
@@ -49,6 +50,9 @@ EXTRAS = {TENSORBOARD: "tensorboard", WANDB: "wandb"}  # report_to name -> knowf
 @dataclass(frozen=True)
 class SFTJobConfig:
     model: str = "smollm2-135m-instruct"
+    revision: str | None = None      # a hub id's branch, tag or commit (None: main)
+    trust_remote_code: bool = False  # run the model repository's own code (its auto_map)
+    offline: bool = False            # the Hugging Face cache only (as HF_HUB_OFFLINE=1)
     data: str = BUILTIN              # an instruction file (JSONL/JSON), or "builtin"
     device: str = "auto"
     dtype: str = "auto"
@@ -66,7 +70,13 @@ class SFTJobConfig:
     track: TrackerConfig = field(default_factory=TrackerConfig)
     curate: DynamicCurationConfig = field(default_factory=DynamicCurationConfig)
 
+    @property
+    def source(self) -> ModelSource:
+        """How `model` loads (`knowflow.lens.hub.ModelSource`)."""
+        return ModelSource(self.revision, self.trust_remote_code, self.offline)
+
     def validate(self) -> None:
+        self.source.validate()
         self.sft.validate()
         self.curate.validate()
         self.mixture.validate()
@@ -176,7 +186,8 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if model is None:
         # trainable weights stay float32 unless asked; the Trainer adds bf16 autocast on GPU
         dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
-        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype)
+        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype,
+                                      source=cfg.source)
     cfg = resolved(cfg, model, tokenizer)
     if cfg.sft.train == "lora":
         check_targets(model, cfg.sft.lora_targets)
