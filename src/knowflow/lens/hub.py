@@ -107,15 +107,10 @@ def fetch_command(name: str, source: ModelSource) -> str:
 
 
 def _offline_reason(source: ModelSource) -> str:
-    if not source.offline:
-        from huggingface_hub import constants
-
-        if not constants.is_offline_mode():
-            return "the Hugging Face Hub cannot be reached"
-    if source.offline:
-        return "offline: --offline"
     from huggingface_hub import constants
 
+    if source.offline:
+        return "offline: --offline"
     if constants.is_offline_mode():
         return "offline: HF_HUB_OFFLINE=1"
     return "the Hugging Face Hub cannot be reached"
