@@ -78,11 +78,12 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
                 return False
             raise ValueError(value)
         if tp is int:
-            if isinstance(value, str) and any(c in value.lower() for c in ".e"):
-                value = float(value)  # 1e3, 3.0; 5e-1 and 2.5 are refused just below
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            number = float(value) if isinstance(value, str) and \
+                any(c in value.lower() for c in ".e") else value  # 1e3, 3.0 (not 5e-1, 2.5)
+            if isinstance(number, bool) or (isinstance(number, float) and
+                                            not number.is_integer()):
                 raise ValueError(value)
-            return int(value)
+            return int(number)
         if tp is float:
             number = float(value)
             if isinstance(value, bool) or not math.isfinite(number):

@@ -158,7 +158,7 @@ SFT_CASES = [
     C("sft --resume --run-dir out/sft/none", 2, "no such run directory"),
     C("sft --resume --run-dir fx/sftck/sft/1", 2, "trainer_state.json, line 1: damaged JSON"),
     C("sft --resume --run-dir fx/sftst/sft/1", 2, "adapter_model.safetensors: damaged checkpoint"),
-    C("sft --resume --run-dir fx/cfgbad/cpi-toy/1", 2, "config.json, line 1: damaged JSON"),
+    C("sft --resume --run-dir fx/cfgbad/cpi-toy/1", 2, "this is a `cpi-toy` run, not a `sft`"),
     C("sft --device bogus", 2, "unknown device"),
     C("sft --device cuda", 2, "CUDA is not available", cuda=False),
     C("sft --model no-such-model-xyz", 2, "not a local folder"),

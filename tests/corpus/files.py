@@ -91,6 +91,9 @@ def _run(root: Path, name: str, experiment: str, config: dict | str, **files: st
     run.mkdir(parents=True)
     text = config if isinstance(config, str) else json.dumps(config, indent=2)
     (run / "config.json").write_text(text)
+    # the marker every run knowflow writes carries (a folder without it is the user's)
+    (run / "run.json").write_text(json.dumps({"command": experiment, "config_sha256":
+                                              hashlib.sha256(text.encode()).hexdigest()}))
     for rel, content in files.items():
         path = run / rel.replace("__", "/")
         path.parent.mkdir(parents=True, exist_ok=True)
