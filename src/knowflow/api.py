@@ -41,7 +41,7 @@ from knowflow.evaluation.run import evaluate as evaluate_model
 from knowflow.experiments.runner import run_experiment
 from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
-from knowflow.lens.arch import arch_of
+from knowflow.lens.arch import arch_of, check_fits
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.outputs import check_out_files
@@ -218,6 +218,11 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
     if "prompt_format" in type(cfg).__dataclass_fields__:  # auto: chat with a template
         cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format,
                                                                     tokenizer))
+    for ex in examples:  # before the run folder is made: a prompt past the window
+        prompt = getattr(ex, "prompt", None)
+        if isinstance(prompt, str):
+            check_fits(model, len(tokenizer(prompt)["input_ids"]) + 1,
+                       f"example {getattr(ex, 'id', '?')}", "the prompt with its next token")
     config = {"probe": kind, "model": model_name, "data": data_label,
               "n_examples": len(examples), "n_layers": arch.n_layers, "n_heads": arch.n_heads,
               "config": config_to_dict(cfg)}

@@ -186,3 +186,21 @@ def fused_value_features(arch: Arch) -> torch.Tensor:
         return (torch.arange(3 * d) >= 2 * d).repeat(arch.n_heads)
     qk = (arch.n_heads + arch.n_kv_heads) * d
     return torch.arange(qk + arch.n_kv_heads * d) >= qk
+
+
+def model_window(model) -> int | None:
+    """The most positions `model` reads (`max_position_embeddings`; GPT-2's `n_positions`
+    through its config's attribute map), or None when its config does not say."""
+    window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def check_fits(model, n_tokens: int, where: str, what: str = "the prompt with its answer"
+               ) -> None:
+    """`n_tokens` fit in `model`'s window; else a `KnowflowError` naming `where` (past the
+    window a model fails with an index error, or reads positions it never learned)."""
+    window = model_window(model)
+    if window is not None and n_tokens > window:
+        raise KnowflowError(f"{where}: {what} is {n_tokens} tokens, longer than the model's "
+                            f"window ({window})", "shorten it, or use a model with a longer "
+                            "window")

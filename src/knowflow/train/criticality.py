@@ -28,6 +28,7 @@ from knowflow.config import bounded, validate_config
 from knowflow.data.facts import Instruction
 from knowflow.data.instruction_rows import IGNORE, encode
 from knowflow.data.prompts import FORMATS
+from knowflow.lens.arch import check_fits
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.batching import right_pad
 from knowflow.runs import Progress
@@ -94,6 +95,8 @@ def score_examples(model, tokenizer, examples: Sequence[Instruction], cfg: Curat
     validate_config(cfg)
     with_ctx = [encode(tokenizer, ex, cfg.prompt_format, context=True) for ex in examples]
     without = [encode(tokenizer, ex, cfg.prompt_format, context=False) for ex in examples]
+    for i, enc in enumerate(with_ctx):  # the longer of the two
+        check_fits(model, len(enc["input_ids"]), f"row {i + 1}")
     both = response_losses(model, with_ctx + without, tokenizer_pad_id(tokenizer),
                            cfg.batch_size, progress)
     n = len(examples)

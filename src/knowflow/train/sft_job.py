@@ -33,6 +33,7 @@ from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
 from knowflow.lens.adapt import check_targets, lora_targets
+from knowflow.lens.arch import model_window
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
@@ -172,8 +173,10 @@ def resolved(cfg: SFTJobConfig, model, tokenizer) -> SFTJobConfig:
     when the tokenizer has a chat template, else plain) and the LoRA targets (none given:
     the family's, `lens.adapt.lora_targets`)."""
     fmt = resolve_format(cfg.sft.prompt_format, tokenizer, "sft.prompt_format")
+    window = model_window(model)  # longer rows are left out, as longer than max_length are
     sft = replace(cfg.sft, prompt_format=fmt,
-                  lora_targets=tuple(lora_targets(model, cfg.sft.lora_targets)))
+                  lora_targets=tuple(lora_targets(model, cfg.sft.lora_targets)),
+                  max_length=min(cfg.sft.max_length, window or cfg.sft.max_length))
     return replace(cfg, sft=sft, track=replace(cfg.track, prompt_format=fmt))
 
 
@@ -219,7 +222,8 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
         atomic_write_folder(out_dir / "model", write, marker="config.json")
     summary = {"steps": result.steps, **logged_loss(result.log_history, cfg.sft),
                "seconds": round(seconds, 1), "n_examples": len(encoded),
-               "n_dropped_too_long": len(dropped), "trainable_params": result.trainable_params,
+               "n_dropped_too_long": len(dropped), "max_length": cfg.sft.max_length,
+               "trainable_params": result.trainable_params,
                "total_params": result.total_params, "prompt_format": cfg.sft.prompt_format,
                **({"lora_targets": list(cfg.sft.lora_targets)} if cfg.sft.train == "lora"
                   else {})}
