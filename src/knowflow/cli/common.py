@@ -31,7 +31,8 @@ console = Console(width=None if sys.stdout and sys.stdout.isatty() else 150,
 err_console = Console(stderr=True, file=None if sys.stderr else _NOWHERE)
 
 Opt = typer.Option
-ThreadsOpt = Annotated[int, Opt("--threads", help="torch CPU threads.")]
+ThreadsOpt = Annotated[int | None, Opt(
+    "--threads", help="torch CPU threads (default: every CPU this process may use).")]
 DeviceOpt = Annotated[str, Opt("--device", help="auto, cpu, cuda, mps.")]
 DtypeOpt = Annotated[str, Opt("--dtype", help="auto, float32, bfloat16, float16.")]
 SetOpt = Annotated[list[str] | None, Opt("--set", help="Override a config field: key=value "
@@ -124,26 +125,38 @@ def model_source(revision: str | None, trust_remote_code: bool, offline: bool):
     return source
 
 
-def check_threads(threads: int) -> None:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. under taskset or a
+    container's cpuset), not the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> None:
     """--threads: at least one torch thread, at most one per CPU this process may use (more
-    only slows torch down; tens of thousands crash it)."""
+    only slows torch down; tens of thousands crash it). None: every usable CPU."""
+    if threads is None:
+        return
     if threads < 1:
         raise ConfigError(f"must be at least 1, got {threads}", "--threads",
-                          "give --threads 1 (fastest for small models) or more")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count() or 1
+                          "give --threads 1 or more, or leave it out (every usable CPU)")
+    cpus = usable_cpus()
     if threads > cpus:
         raise ConfigError(f"must be at most {cpus} (the CPUs this process may use), got "
                           f"{threads}", "--threads", "more threads than CPUs only slow torch "
                           "down")
 
 
-def set_threads(threads: int) -> None:
-    """Check --threads, then give torch that many (imports torch: call it once checks pass)."""
+def set_threads(threads: int | None) -> int:
+    """Check --threads, then give torch that many, every usable CPU when None (measured in
+    benchmarks/bench_threads.py: see docs/concepts.md, threads); returns the count. Imports
+    torch: call it once checks pass."""
     check_threads(threads)
     import torch  # heavy: only once a command runs
 
-    torch.set_num_threads(threads)
+    count = threads or usable_cpus()
+    torch.set_num_threads(count)
+    return count
 
 
 def check_seed(seed: int) -> None:

@@ -10,6 +10,7 @@ from knowflow.cli.common import (
     OfflineOpt,
     Opt,
     RevisionOpt,
+    ThreadsOpt,
     TrustRemoteCodeOpt,
     check_suites,
     check_threads,
@@ -94,7 +95,7 @@ def eval_cmd(
         help="Output folder (default: runs/eval/<timestamp>/).")] = None,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
-    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+    threads: ThreadsOpt = None,
     from_lm_eval: Annotated[list[Path] | None, Opt(
         help="Report knowflow's metrics from lm_eval --log_samples files of tasks written by "
              "`knowflow export lm-eval` (repeatable; no model runs).")] = None,

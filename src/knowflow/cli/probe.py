@@ -29,6 +29,7 @@ from knowflow.cli.common import (
     console,
     model_source,
     print_paths,
+    usable_cpus,
 )
 from knowflow.cli.errors import guard
 from knowflow.cli.progress import Bars
@@ -64,7 +65,7 @@ class _Common:
     out: Path | None
     device: str
     dtype: str
-    threads: int
+    threads: int | None
     source: ModelSource | None = None  # --revision, --trust-remote-code, --offline
 
 
@@ -82,7 +83,7 @@ def _load_model(common: _Common):
 
     from knowflow.lens.load import load_model
 
-    torch.set_num_threads(common.threads)
+    torch.set_num_threads(common.threads or usable_cpus())
     return load_model(common.model, device=common.device, dtype=common.dtype,
                       source=common.source)
 
@@ -193,7 +194,7 @@ def knockout_cmd(
                          "relation, first, subject_last, pos:i,j ...")] = None,
     heads: Annotated[str | None, typer.Option(help="Heads to block, e.g. 0,3 (all).")] = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Attention-edge knockout from the last position, swept over layers.
 
@@ -226,7 +227,7 @@ def sublayer_cmd(
         "--positions", help="Where to zero (repeatable): subject, last, ... "
                             "(subject and last).")] = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Sublayer knockout: zero MLP or attention outputs, swept over layers.
 
@@ -258,7 +259,7 @@ def project_cmd(
     top_k: Annotated[int | None, typer.Option(help="Tokens for the attributes rate (50).")
                      ] = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Vocabulary projection: attribute extraction rate and attributes rate per layer.
 
@@ -301,7 +302,7 @@ def attention_cmd(
     prompt_format: Annotated[str, typer.Option(
         "--prompt-format", help="With --suite: chat, alpaca, tulu or plain.")] = "plain",
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Attention mass on the context, per layer and head.
 

@@ -76,7 +76,7 @@ def heads_cmd(
                                 "tulu or plain (auto).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --limit sample.")] = 0,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Context heads and memory heads: each head's causal effect on the context's answer.
 
@@ -127,7 +127,7 @@ def head_project_cmd(
     data: DataOpt = None, suite: SuiteOpt = None,
     limit: LimitOpt = None, all_: AllOpt = False, set_: SetOpt = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Vocabulary projection of each attention head: head-level attribute extraction.
 

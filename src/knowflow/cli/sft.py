@@ -15,6 +15,7 @@ from knowflow.cli.common import (
     OfflineOpt,
     Opt,
     RevisionOpt,
+    ThreadsOpt,
     TrustRemoteCodeOpt,
     check_run_dir,
     check_seed,
@@ -126,7 +127,7 @@ def sft_cmd(
     resume: Annotated[bool, Opt("--resume", help="Continue the newest unfinished sft run.")]
     = False,
     run_dir: Annotated[Path | None, Opt(help="With --resume: the run to continue.")] = None,
-    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
     from knowflow.experiments.runner import run_experiment
@@ -192,7 +193,7 @@ def curate_cmd(
     seed: Annotated[int, Opt(help="Seed of the built-in mixture.")] = 0,
     device: Annotated[str, Opt(help="auto, cpu, cuda, mps.")] = "auto",
     dtype: Annotated[str, Opt(help="auto, float32, bfloat16, float16.")] = "auto",
-    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Score each example's context-criticality with the model; drop the least critical."""
     from knowflow.api import curate
