@@ -99,3 +99,35 @@ def test_an_answer_outside_the_models_vocabulary_is_refused(make_tiny_llama):
     with pytest.raises(DataError, match="cannot produce"):
         _check_answer(model, tok, item, "<|user|>", 10)
     _check_answer(model, tok, item, "Italy", 10)                 # bytes it can emit: fine
+
+
+def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_model_dir,
+                                                                       tmp_path, monkeypatch):
+    """`explain fit` saves the estimator beside the model's cache entry with its provenance;
+    `--attribution learned` uses it (and says so); without one it is one line, exit 2."""
+    monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / "cache"))
+    args = ["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "Italy",
+            "--attribution", "learned"]
+    missing = _run(tiny_model_dir, tmp_path, *args)
+    assert missing.exit_code == 2, missing.output
+    lines = [line for line in missing.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "attribution" in lines[0] and "explain fit" in lines[0]
+    fit = runner.invoke(app, ["explain", "fit", "--model", str(tiny_model_dir), "--contexts",
+                              "4", "--fit-ablations", "8"])
+    assert fit.exit_code == 0, fit.output
+    (saved,) = (tmp_path / "cache" / "models").glob("*.explain-learned.json")
+    prov = json.loads(saved.read_text())["provenance"]
+    assert prov["n_contexts"] == 4 and prov["ablations_used"] == 32
+    assert "made-up people" in prov["training_data"] and prov["model_fingerprint"]
+    out = tmp_path / "learned"
+    used = _run(tiny_model_dir, tmp_path, *args, "--out", str(out))
+    assert used.exit_code == 0, used.output
+    assert "attribution: learned" in used.output
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["attribution_method"] == "learned" and "learned" in rec["seconds"]
+    auto = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question", "Where?",
+                "--answer", "Italy", "--attribution", "ablation", "--levels",
+                "source,sentences")
+    assert auto.exit_code == 0 and "attribution: ablation" in auto.output
+    bad = runner.invoke(app, ["explain", "refit", "--model", str(tiny_model_dir)])
+    assert bad.exit_code == 2 and "action" in bad.output

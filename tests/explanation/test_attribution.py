@@ -6,7 +6,6 @@ import dataclasses
 import pytest
 import torch
 
-from helpers import byte_tokenizer
 from knowflow.data.facts import ConflictItem
 from knowflow.evaluation.loglik import score_naive
 from knowflow.explanation.attribution import (
@@ -24,12 +23,6 @@ from knowflow.probes.intercept import AttentionPlan, intercepted
 ITEM = ConflictItem(id="i", suite="s", context="Paris is in France. The sky is blue today. "
                     "Rome is in Italy. Cats like milk.", question="Where is Rome?",
                     counterfactual_answer="Italy", parametric_answer="Italy")
-
-
-@pytest.fixture(scope="module")
-def lm(make_tiny_llama):
-    tok = byte_tokenizer()
-    return make_tiny_llama(tok), tok
 
 
 def test_batched_ablations_equal_one_at_a_time(lm):

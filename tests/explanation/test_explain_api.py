@@ -6,19 +6,12 @@ import json
 import pytest
 
 import knowflow
-from helpers import byte_tokenizer
 from knowflow.data.conditions import names, text_key
 from knowflow.data.needle import needle_items
 from knowflow.data.suites import get_suite
 from knowflow.explanation.splitter import split_sentences
 
 CONTEXT = "Paris is in France. The sky is blue today. Rome is in Italy."
-
-
-@pytest.fixture(scope="module")
-def lm(make_tiny_llama):
-    tok = byte_tokenizer()
-    return make_tiny_llama(tok), tok
 
 
 def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):

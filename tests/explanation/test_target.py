@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import knowflow
-from helpers import byte_tokenizer
 from knowflow.data.facts import ConflictItem
 from knowflow.explanation.attribution import ablation_masks, score_masks
 from knowflow.explanation.options import ExplainConfig
@@ -65,12 +64,6 @@ def test_token_prefixes_cut_at_each_token(lm):
     prefixes, pieces = token_prefixes(tok, " in Paris.")
     assert "".join(pieces) == " in Paris." and prefixes[-1] == " in Paris."
     assert all(p.endswith(q) for p, q in zip(prefixes, pieces, strict=True))
-
-
-@pytest.fixture(scope="module")
-def lm(make_tiny_llama):
-    tok = byte_tokenizer()
-    return make_tiny_llama(tok), tok
 
 
 def test_per_token_scores_add_up_to_the_whole_continuation(lm):

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import typer
 from rich.table import Table
 
 from knowflow.cli.common import (
@@ -39,6 +40,10 @@ from knowflow.errors import ConfigError, KnowflowError
 
 
 def explain_cmd(
+    action: Annotated[str | None, typer.Argument(
+        help="fit: fit the model's learned attribution estimator on generated contexts and "
+             "save it beside its cache entry (then --attribution learned uses it).",
+        show_default=False)] = None,
     model: Annotated[str, Opt(help="HF id or local folder, or smollm2-135m-instruct.")
                      ] = "smollm2-135m-instruct",
     revision: RevisionOpt = None, trust_remote_code: TrustRemoteCodeOpt = False,
@@ -63,7 +68,12 @@ def explain_cmd(
                                     "(per-token attribution of the whole generation; "
                                     "comma-separated; source is always on).")
                       ] = "source,sentences,mechanism",
+    attribution: Annotated[str, Opt(help="Sentence attribution: ablation (the reference), "
+                                         "learned (one pass; needs `explain fit`), auto "
+                                         "(learned where fitted).")] = "auto",
     ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
+    contexts: Annotated[int, Opt(help="fit: generated training contexts.")] = 48,
+    fit_ablations: Annotated[int, Opt(help="fit: ablations per training context.")] = 32,
     holdout: Annotated[int, Opt(help="Held-out subsets for the LDS.")] = 16,
     limit: Annotated[int | None, Opt(help="Items of --data/--suite (seeded sample).")] = None,
     offset: Annotated[int, Opt(help="Skip the first N items of the seeded order (held-out "
@@ -73,14 +83,20 @@ def explain_cmd(
     out: Annotated[Path | None, Opt(help="Output folder (default: RUNS_DIR/explain/TIME).")
                    ] = None,
     runs_dir: RunsOpt = Path("runs"), set_: SetOpt = None, seed: Annotated[int, Opt()] = 0,
-    device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = 1,
+    device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
 ) -> None:
     """Explain answers: source verdict, sentence attribution and mechanism."""
     started = time.perf_counter()      # the printed time is the whole command's
+    if action is not None:
+        if action != "fit":
+            raise ConfigError(f"{action!r} is not an action; the one action is fit", "action")
+        return _fit(model, model_source(revision, trust_remote_code, offline), contexts,
+                    fit_ablations, prompt_format, seed, device, dtype, threads, started)
     from knowflow.api import explain
     from knowflow.config import resolve_config
     from knowflow.data.prompts import format_note
     from knowflow.data.tables import parse_fields
+    from knowflow.explanation.estimator import check_estimator
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.run import load_explain_items
     from knowflow.io import check_output_dir
@@ -91,7 +107,7 @@ def explain_cmd(
     cfg = resolve_config(ExplainConfig, ExplainConfig(
         target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
         n_ablations=ablations, n_holdout=holdout, limit=limit, offset=offset,
-        prompt_format=prompt_format,
+        prompt_format=prompt_format, attribution=attribution,
         seed=seed), set_)
     source = _source(context, question, answer, data, suite)
     mapping = parse_fields(fields)
@@ -99,6 +115,7 @@ def explain_cmd(
     check_device(device)
     target_dir = out or runs_dir / "explain"
     check_output_dir(target_dir, "output folder")
+    check_estimator(model, cfg)                  # learned without an estimator: before loading
     check_model(model, model_source(revision, trust_remote_code, offline))
     set_threads(threads)
     with Bars("explain") as progress, _hidden_on_error(progress):
@@ -111,7 +128,40 @@ def explain_cmd(
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
     console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)
+    console.print(result.config["attribution_note"], highlight=False, markup=False)
     print_paths(run_dir, report, time.perf_counter() - started)
+
+
+def _fit(model: str, source, contexts: int, ablations: int, prompt_format: str, seed: int,
+         device: str, dtype: str, threads: int, started: float) -> None:
+    """`knowflow explain fit`: fit and save the model's learned estimator, print its
+    provenance."""
+    from knowflow.explanation.fit import FitConfig, fit_model
+    from knowflow.lens.load import check_device, check_model
+
+    check_threads(threads)
+    check_seed(seed)
+    cfg = FitConfig(n_contexts=contexts, n_ablations=ablations, prompt_format=prompt_format,
+                    seed=seed)
+    cfg.validate()
+    check_device(device)
+    check_model(model, source)
+    set_threads(threads)
+    with Bars("fit") as progress, _hidden_on_error(progress):
+        est, path = fit_model(model, cfg, device=device, dtype=dtype, progress=progress,
+                              source=source)
+    prov = est.provenance
+    lds = prov["heldout_lds"]
+    top = sorted(range(len(est.weights)), key=lambda i: -abs(est.weights[i]))[:5]
+    console.print(f"learned estimator of {model}: {prov['n_contexts']} generated contexts "
+                  f"({prov['n_train']} fit, {prov['n_heldout']} held out), "
+                  f"{prov['ablations_used']} ablations, held-out LDS "
+                  f"{'-' if lds is None else f'{lds:.3f}'}, ridge {prov['ridge']:g}, "
+                  f"{prov['fit_cpu_seconds']:.0f} CPU s", highlight=False)
+    console.print("largest head weights: " + ", ".join(
+        f"{i // est.n_heads}.{i % est.n_heads}: {est.weights[i]:+.3f}" for i in top),
+        highlight=False)
+    print_paths(path, None, time.perf_counter() - started, label="estimator")
 
 
 @contextmanager

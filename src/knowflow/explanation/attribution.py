@@ -44,15 +44,17 @@ from knowflow.runs import Progress
 @dataclass(frozen=True)
 class Attribution:
     weights: list[float]             # per sentence, in context order
-    intercept: float                 # the surrogate's log-probability with no sentence
-    alpha: float                     # the lasso penalty CV chose
+    intercept: float | None          # the surrogate's log-probability with no sentence
+    alpha: float | None              # the lasso penalty CV chose (None: learned)
     top: int                         # the sentence with the largest weight
     lds: float | None                # Spearman on held-out ablations (None: no holdout)
     topk_drop: dict[int, float]      # k -> log p(full) - log p(without the k top sentences)
     n_prompts: int                   # ablated prompts scored
+    method: str = "ablation"         # ablation | learned | hierarchical
 
     def to_dict(self) -> dict:
-        return {"attribution_intercept": self.intercept, "lasso_alpha": self.alpha,
+        return {"attribution_method": self.method,
+                "attribution_intercept": self.intercept, "lasso_alpha": self.alpha,
                 "top_sentence": self.top, "lds": self.lds,
                 "topk_drop": {str(k): v for k, v in self.topk_drop.items()},
                 "n_ablated_prompts": self.n_prompts}
@@ -106,18 +108,27 @@ def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence
     weights = surrogate.weights
     lds = spearman(surrogate.predict(held), targets[len(fit_masks):]) if len(held) > 1 \
         else None
+    order, drops = topk_drops(model, tokenizer, item, sentences, weights, continuation,
+                              logprob_full, cfg, lead)
+    return Attribution([float(w) for w in weights], surrogate.intercept, surrogate.alpha,
+                       order[0], lds, drops, len(targets) + len(drops))
+
+
+def topk_drops(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+               weights: torch.Tensor, continuation: str, logprob_full: float,
+               cfg: ExplainConfig, lead: str = "") -> tuple[list[int], dict[int, float]]:
+    """(sentences by falling weight, {k: the fall of the answer's log-probability when the k
+    top sentences are removed})."""
+    n = len(sentences)
     order = sorted(range(n), key=lambda j: -float(weights[j]))
     ks = sorted({k for k in cfg.top_k if k < n})
-    drops: dict[int, float] = {}
-    if ks:
-        removed = torch.ones(len(ks), n, dtype=torch.int64)
-        for r, k in enumerate(ks):
-            removed[r, order[:k]] = 0
-        fallen = score_masks(model, tokenizer, item, sentences, removed, continuation, cfg,
-                             lead)
-        drops = {k: logprob_full - float(v) for k, v in zip(ks, fallen, strict=True)}
-    return Attribution([float(w) for w in weights], surrogate.intercept, surrogate.alpha,
-                       order[0], lds, drops, len(targets) + len(ks))
+    if not ks:
+        return order, {}
+    removed = torch.ones(len(ks), n, dtype=torch.int64)                 # (ks, sentences)
+    for r, k in enumerate(ks):
+        removed[r, order[:k]] = 0
+    fallen = score_masks(model, tokenizer, item, sentences, removed, continuation, cfg, lead)
+    return order, {k: logprob_full - float(v) for k, v in zip(ks, fallen, strict=True)}
 
 
 @torch.no_grad()

@@ -13,6 +13,8 @@ TARGETS = ("generated", "counterfactual", "parametric")
 LEVELS = ("source", "sentences", "mechanism", "tokens")
 DEFAULT_LEVELS = ("source", "sentences", "mechanism")
 Design = Literal["random", "balanced"]
+Method = Literal["auto", "ablation", "learned"]
+METHODS = ("auto", "ablation", "learned")
 DESIGNS = ("random", "balanced")
 
 
@@ -26,7 +28,11 @@ class ExplainConfig:
     # source verdict
     context_ratio: float = 2.0           # the context supports the answer: it multiplies its
     #                                      odds (against all others, or the rival) this much
-    # sentence attribution by ablation
+    # sentence attribution: ablation (the reference), learned (one pass, with a fitted
+    # estimator: `knowflow explain fit`), auto (learned where the model has one)
+    attribution: Method = "auto"
+    estimator: str | None = None         # the estimator file (default: beside the model's
+    #                                      cache entry, estimator.estimator_path)
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
@@ -70,6 +76,9 @@ class ExplainConfig:
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
+        if self.attribution not in METHODS:
+            raise ConfigError(f"{self.attribution!r} is not one of {', '.join(METHODS)}",
+                              "attribution")
         if self.design not in DESIGNS:
             raise ConfigError(f"{self.design!r} is not one of {', '.join(DESIGNS)}", "design")
         if not 0.0 < self.keep_prob < 1.0:

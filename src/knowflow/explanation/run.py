@@ -34,6 +34,8 @@ from knowflow.explanation.attribution import (
     attribute,
     gradient_x_input,
 )
+from knowflow.explanation.estimator import Estimator, attribution_note, resolve_estimator
+from knowflow.explanation.learned import learned_attribute
 from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
@@ -84,12 +86,18 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
         raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
     # auto: chat with a template, else plain; the config records the format used
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
-    records = explain_items(model, tokenizer, items, cfg, answer, progress)
+    estimator_name = str(name) if isinstance(name, (str, Path)) and str(name) != \
+        type(model).__name__ else getattr(model.config, "name_or_path", "") or str(name)
+    est, method = resolve_estimator(model, estimator_name, cfg)
+    records = explain_items(model, tokenizer, items, cfg, answer, progress, est)
     config_dict = {"explain": True, "model": str(name),
                    **({"revision": source.revision} if source and source.revision else {}),
                    "data": data if isinstance(data, (str, Path)) else "items",
                    "question": question, "answer": answer, "n_items": len(items),
-                   **dataclasses.asdict(cfg), "fields": dict(fields or {})}
+                   **dataclasses.asdict(cfg), "fields": dict(fields or {}),
+                   "attribution_used": method,
+                   "attribution_note": attribution_note(estimator_name, cfg, est),
+                   "estimator_provenance": est.provenance if est else None}
     config_dict["data"] = str(config_dict["data"]) if question is None else "context"
     return Result(records, summarize(records), config_dict, "explain",
                   seconds=time.perf_counter() - start)
@@ -194,7 +202,8 @@ def check_window(model, where: str, n_tokens: int) -> None:
 
 
 def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig,
-                  answer: str | None = None, progress: Progress | None = None) -> list[dict]:
+                  answer: str | None = None, progress: Progress | None = None,
+                  estimator: Estimator | None = None) -> list[dict]:
     """One record per item (see the module docstring)."""
     fmt = cfg.prompt_format
     with_ctx = [rendered(it, tokenizer, fmt) for it in items]
@@ -248,7 +257,7 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
         rec["seconds"] = {"source": shared}
         if cfg.sentences:
             rec.update(_sentences(model, tokenizer, it, seqs_led[i], conts[i][0], lp_ctx, cfg,
-                                  rec["seconds"], spans[i][0], progress))
+                                  rec["seconds"], spans[i][0], progress, estimator))
             if cfg.tokens and said[i]:
                 clock_t = time.perf_counter()
                 rec["tokens"] = token_attribution(model, tokenizer, it,
@@ -323,18 +332,24 @@ def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
 
 def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], continuation: str,
                lp_ctx: float, cfg: ExplainConfig, seconds: dict, lead: str,
-               progress: Progress | None = None) -> dict:
+               progress: Progress | None = None, estimator: Estimator | None = None
+               ) -> dict:
     """The sentence and mechanism levels of one record; `prompt_ids` end with `lead`, the
     answer's text before the explained `continuation`."""
     sentences = split_sentences(item.context)
-    clock = time.perf_counter()
-    attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
-                     progress)
-    seconds["ablation"] = time.perf_counter() - clock
-    clock = time.perf_counter()
     spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)
     if any(not s for s in spans):
         raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
+    clock = time.perf_counter()
+    if estimator is not None:
+        attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
+                                 lp_ctx, spans, estimator.tensor(), cfg, lead)
+        seconds["learned"] = time.perf_counter() - clock
+    else:
+        attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
+                         progress)
+        seconds["ablation"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     one_pass = gradient_x_input(model, prompt_ids, answer_ids, spans)
     seconds["one_pass"] = time.perf_counter() - clock

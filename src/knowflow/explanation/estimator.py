@@ -1,0 +1,145 @@
+"""The learned attribution estimator of one model on disk: its head weights and provenance.
+
+`knowflow explain fit --model M` writes `$KNOWFLOW_CACHE/models/<M's slug>.explain-learned.json`
+beside the model's cache entry (`models/<name>/`): the head weights (layers x heads), and the
+provenance: the model's name, its revision where one was asked for, a fingerprint of its
+weights (so an estimator is never applied to another model of the same name), the training
+data's description (never the evaluation items), the fit date, the ablations used, the fit
+quality (held-out LDS) and the cost of the fit. The file is written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from knowflow.errors import ConfigError, DataError
+from knowflow.explanation.options import ExplainConfig
+from knowflow.io import atomic_write_text
+from knowflow.lens.arch import arch_of
+from knowflow.lens.load import cache_dir
+
+SUFFIX = ".explain-learned.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Estimator:
+    weights: tuple[float, ...]            # (layers * heads,) layer-major
+    n_layers: int
+    n_heads: int
+    provenance: dict = field(default_factory=dict)
+
+    def tensor(self) -> torch.Tensor:
+        return torch.tensor(self.weights, dtype=torch.float64)     # (layers * heads,)
+
+    def head_weights(self) -> list[list[float]]:
+        """(layers, heads) as nested lists."""
+        return self.tensor().reshape(self.n_layers, self.n_heads).tolist()
+
+
+def slug(model_name: str) -> str:
+    """A file name for a model name or path ("HuggingFaceTB/SmolLM2-135M" ->
+    "HuggingFaceTB--SmolLM2-135M")."""
+    name = str(model_name).rstrip("/")
+    name = Path(name).name if Path(name).is_absolute() or name.startswith(".") else name
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", name).strip("-") or "model"
+
+
+def estimator_path(model_name: str) -> Path:
+    return cache_dir() / "models" / (slug(model_name) + SUFFIX)
+
+
+def fingerprint(model) -> str:
+    """sha256 of the model's configuration and a sample of every parameter tensor (its first
+    and last 64 values): the same weights give the same fingerprint."""
+    digest = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True,
+                                       default=str).encode())
+    for name, p in model.named_parameters():
+        flat = p.detach().reshape(-1)
+        sample = torch.cat([flat[:64], flat[-64:]]).float().cpu().numpy().tobytes()
+        digest.update(name.encode() + sample)
+    return digest.hexdigest()[:24]
+
+
+def save_estimator(est: Estimator, model_name: str, path: Path | None = None) -> Path:
+    target = path or estimator_path(model_name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, json.dumps({"format": FORMAT, **asdict(est),
+                                          "weights": list(est.weights)}, indent=1) + "\n")
+    return target
+
+
+def load_estimator(model, model_name: str, path: Path | None = None) -> Estimator | None:
+    """The saved estimator of `model_name` (None when there is none); refused when it was
+    fitted on other weights or another architecture."""
+    source = path or estimator_path(model_name)
+    if not source.exists():
+        return None
+    try:
+        raw = json.loads(source.read_text(encoding="utf-8"))
+        est = Estimator(tuple(float(w) for w in raw["weights"]), int(raw["n_layers"]),
+                        int(raw["n_heads"]), dict(raw.get("provenance") or {}))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(str(source), f"not a learned estimator ({exc})",
+                        hint="fit it again: knowflow explain fit --model M") from None
+    arch = arch_of(model)
+    if (est.n_layers, est.n_heads) != (arch.n_layers, arch.n_heads) or \
+            len(est.weights) != arch.n_layers * arch.n_heads:
+        raise DataError(str(source), f"fitted for {est.n_layers} layers x {est.n_heads} "
+                        f"heads, the model has {arch.n_layers} x {arch.n_heads}",
+                        hint="fit it again: knowflow explain fit --model M")
+    saved = est.provenance.get("model_fingerprint")
+    if saved and saved != fingerprint(model):
+        raise ConfigError(f"the learned estimator in {source} was fitted on other weights of "
+                          f"{model_name!r}; fit it again (knowflow explain fit --model "
+                          f"{model_name}) or use --attribution ablation", "attribution")
+    return est
+
+
+def resolve_estimator(model, name: str, cfg: ExplainConfig) -> tuple[Estimator | None, str]:
+    """(the learned estimator to apply or None, the attribution method used): `learned`
+    needs an estimator (one clear error without), `auto` uses one where it exists."""
+    if not cfg.sentences or cfg.attribution == "ablation":
+        return None, "ablation" if cfg.sentences else "none"
+    path = Path(cfg.estimator) if cfg.estimator else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{path} is not a file", "estimator",
+                          "give the file `knowflow explain fit` wrote")
+    est = load_estimator(model, name, path)
+    if est is None:
+        check_estimator(name, cfg)
+    return est, "learned" if est is not None else "ablation"
+
+
+def check_estimator(name: str, cfg: ExplainConfig) -> None:
+    """`--attribution learned` without an estimator file: one clear error (no model
+    needed)."""
+    if not cfg.sentences or cfg.attribution != "learned":
+        return
+    path = Path(cfg.estimator) if cfg.estimator else estimator_path(name)
+    if not path.is_file():
+        raise ConfigError(f"no learned estimator for {name!r} (looked for {path})",
+                          "attribution", f"fit one: knowflow explain fit --model {name}; "
+                          "or use --attribution ablation")
+
+
+def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> str:
+    """One line on the attribution used, for the CLI to print."""
+    if not cfg.sentences:
+        return "attribution: none (--levels source)"
+    if est is not None:
+        prov = est.provenance
+        lds = prov.get("heldout_lds")
+        return (f"attribution: learned (one pass; estimator fitted {prov.get('fitted', '?')} "
+                f"on {prov.get('n_contexts', '?')} generated contexts, held-out LDS "
+                f"{'-' if lds is None else f'{lds:.2f}'})")
+    if cfg.attribution == "ablation":
+        return f"attribution: ablation ({cfg.n_ablations} ablations)"
+    return (f"attribution: ablation ({cfg.n_ablations} ablations); no learned estimator for "
+            f"{name!r}: `knowflow explain fit --model {name}` fits one")

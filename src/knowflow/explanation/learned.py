@@ -1,0 +1,148 @@
+"""One-pass learned attribution (`--attribution learned`): attention features weighted by
+head weights fitted once per model on ablation effects (AT2's idea, Cohen-Wang et al. 2025).
+
+Features. One forward pass over the prompt and the explained span captures, in every layer
+and head, the attention from each position that predicts a span token (the prompt's last
+token and the span's tokens but the last) to every key; a sentence's feature for head (l, h)
+is that attention summed over the sentence's tokens and averaged over those positions.
+A context of n sentences gives A, (n, layers * heads).
+
+Scores. Sentence j's attribution is A[j] . theta, one weight per head; theta is fitted once
+per model (`fit_head_weights`, `knowflow explain fit`) and saved with its provenance
+(`estimator.py`). Applying it costs that one forward pass (the eager attention of the
+captured layers) and a matrix-vector product.
+
+Fit. A surrogate that is linear in the kept sentences predicts the answer's log-probability
+under an ablation mask x (sentences,) as b + x . (A theta) = b + (x A) . theta: linear in
+theta. So over the training contexts' ablations (masks X_i, (ablations, n_i); log-probs y_i)
+theta solves one ridge regression of the centred, per-context standardised y_i on the centred
+rows of X_i A_i. AT2 fits the same model by gradient descent on a correlation loss; the
+closed form needs no learning rate or epochs, is deterministic, and takes well under a second
+for thousands of ablations. The ridge penalty is chosen on held-out training contexts by their
+LDS (Spearman of predicted and actual log-probabilities on their ablations), the fit quality
+saved with the estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from knowflow.data.facts import ConflictItem
+from knowflow.explanation.attribution import Attribution, ablation_masks, score_masks, topk_drops
+from knowflow.explanation.options import ExplainConfig
+from knowflow.explanation.splitter import Sentence
+from knowflow.explanation.surrogate import spearman
+from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device
+from knowflow.probes.intercept import AttentionPlan, intercepted
+
+RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+
+
+@torch.no_grad()
+def attention_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                       spans: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(sentences, layers * heads): each sentence's attention mass from the positions that
+    predict the answer's tokens, per layer and head, averaged over those positions (one
+    forward pass; see the module docstring)."""
+    arch = arch_of(model)
+    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],
+                       device=model_device(model))                             # (1, seq)
+    rows = torch.arange(len(prompt_ids) - 1, ids.shape[1])[None, :]            # (1, answer)
+    with intercepted(model) as layer_of:
+        plan = AttentionPlan(capture=frozenset(range(arch.n_layers)), capture_rows=rows,
+                             layer_of=layer_of)
+        model(input_ids=ids, knowflow_plan=plan, logits_to_keep=1)
+    # each capture: (1, answer, heads, seq) -> (layers, answer, heads, seq)
+    att = torch.stack([plan.captured[layer][0] for layer in range(arch.n_layers)]).cpu()
+    mean = att.mean(1)                                                   # (layers, heads, seq)
+    cols = [mean[:, :, list(s)].sum(-1).reshape(-1) for s in spans]   # each (layers * heads,)
+    return torch.stack(cols).double()                               # (sentences, layers*heads)
+
+
+def learned_scores(features: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(sentences,) attributions: features (sentences, F) times head weights (F,)."""
+    return features.double() @ weights.double()
+
+
+@dataclass(frozen=True)
+class FitExample:
+    """One training context: its features and the answer's log-probability under ablations."""
+
+    features: torch.Tensor      # (sentences, F)
+    masks: torch.Tensor         # (ablations, sentences) {0, 1}
+    targets: torch.Tensor       # (ablations,)
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    weights: torch.Tensor       # (F,) one weight per head
+    ridge: float                # the penalty chosen on held-out contexts
+    heldout_lds: float | None   # mean LDS of held-out contexts at that penalty
+    train_lds: float | None     # mean LDS of the training contexts
+
+
+def _design(ex: FitExample) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows (ablations, F), targets (ablations,)): centred, scaled by the targets' spread;
+    None for a context whose ablations change nothing."""
+    z = (ex.masks.double() @ ex.features.double()).numpy()                # (ablations, F)
+    y = ex.targets.double().numpy()
+    spread = y.std()
+    if spread < 1e-9:
+        return None
+    return (z - z.mean(0)) / spread, (y - y.mean()) / spread
+
+
+def _solve(examples: Sequence[FitExample], ridge: float) -> np.ndarray:
+    parts = [d for d in map(_design, examples) if d is not None]
+    if not parts:
+        raise ValueError("no training context's ablations change its answer")
+    z = np.concatenate([p[0] for p in parts])                               # (rows, F)
+    y = np.concatenate([p[1] for p in parts])
+    scale = max(float((z * z).sum(0).mean()), 1e-12)       # the penalty is relative to it
+    return np.linalg.solve(z.T @ z + ridge * scale * np.eye(z.shape[1]), z.T @ y)
+
+
+def mean_lds(examples: Sequence[FitExample], weights: torch.Tensor) -> float | None:
+    """The mean LDS of the learned scores over the examples' ablations."""
+    values = [spearman(ex.masks.double() @ learned_scores(ex.features, weights), ex.targets)
+              for ex in examples]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def fit_head_weights(examples: Sequence[FitExample], heldout: Sequence[FitExample] = (),
+                     grid: Sequence[float] = RIDGE_GRID) -> HeadFit:
+    """Head weights from training contexts (see the module docstring); the ridge penalty
+    maximises the held-out contexts' mean LDS (without held-out contexts: the smallest)."""
+    best = (grid[0], None)
+    if heldout:
+        scored = [(r, mean_lds(heldout, torch.from_numpy(_solve(examples, r)))) for r in grid]
+        best = max(scored, key=lambda t: -1.0 if t[1] is None else t[1])
+    weights = torch.from_numpy(_solve(examples, best[0]))
+    return HeadFit(weights, best[0], best[1], mean_lds(examples, weights))
+
+
+def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+                      prompt_ids: Sequence[int], continuation: str, logprob_full: float,
+                      spans: Sequence[Sequence[int]], weights: torch.Tensor,
+                      cfg: ExplainConfig, lead: str = "") -> Attribution:
+    """The learned attribution of one answer (one forward pass), with the same checks as the
+    ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
+    attribution holds out) and the top-k drops. `prompt_ids` end with `lead`."""
+    answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    feats = attention_features(model, prompt_ids, answer_ids, spans)    # (sentences, F)
+    scores = learned_scores(feats, weights)                             # (sentences,)
+    _, held = ablation_masks(len(sentences), cfg, item.id + item.context)
+    lds = None
+    if len(held) > 1:
+        actual = score_masks(model, tokenizer, item, sentences, held, continuation, cfg, lead)
+        lds = spearman(held.double() @ scores, actual)
+    order, drops = topk_drops(model, tokenizer, item, sentences, scores, continuation,
+                              logprob_full, cfg, lead)
+    return Attribution([float(w) for w in scores], None, None, order[0], lds, drops,
+                       len(held) + len(drops), "learned")
