@@ -229,14 +229,15 @@ def hub_reachable(name: str, source: ModelSource) -> bool:
     return True
 
 
-def resolve_hub(name: str, source: ModelSource) -> ModelSource:
+def resolve_hub(name: str, source: ModelSource, warn: bool = True) -> ModelSource:
     """Check hub model `name` (its config files found, its code allowed) and return the source
     its files load with: offline when the Hub cannot be reached, so that transformers takes the
-    cached files at once instead of retrying every file it looks for."""
+    cached files at once instead of retrying every file it looks for (`warn`: log that)."""
     reason = None
     if not source.is_offline and not hub_reachable(name, source):
         reason = "the Hugging Face Hub cannot be reached"
-        log.warning("model %r: %s; loading it from the Hugging Face cache", name, reason)
+        if warn:
+            log.warning("model %r: %s; loading it from the Hugging Face cache", name, reason)
         source = dataclasses.replace(source, offline=True)
     with hub_mode(source):
         check_remote_code(name, *model_configs(name, source, reason), source)

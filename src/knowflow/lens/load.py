@@ -93,10 +93,11 @@ def check_model(name: str, source: ModelSource | None = None) -> None:
     neither cached nor downloadable, a revision it lacks, code it would run without
     `trust_remote_code`. Cheap: reads config files (for a hub id, fetches only config.json and
     tokenizer_config.json)."""
-    _resolve(name, source or ModelSource())
+    _resolve(name, source or ModelSource(), warn=False)  # the load says what it falls back to
 
 
-def _resolve(name: str, source: ModelSource) -> tuple[Path | str, Path | None, ModelSource]:
+def _resolve(name: str, source: ModelSource, warn: bool = True
+             ) -> tuple[Path | str, Path | None, ModelSource]:
     """(the weights to load: a folder or a hub id, a LoRA adapter folder or None, the source
     the weights load with), after the checks `check_model` makes."""
     source.validate()
@@ -118,12 +119,12 @@ def _resolve(name: str, source: ModelSource) -> tuple[Path | str, Path | None, M
                 _run_model(adapter, "revision")
             if isinstance(recorded, str) and recorded and not Path(str(base)).exists():
                 source = dataclasses.replace(source, revision=recorded)
-        weights, _, source = _resolve(str(base), source)
+        weights, _, source = _resolve(str(base), source, warn)
         return weights, adapter, source
     if looks_like_path(name):
         raise KnowflowError(f"model folder {name}: no such folder",
                             "check the path, or give a hub id (ORG/NAME)")
-    return name, None, resolve_hub(name, source)
+    return name, None, resolve_hub(name, source, warn)
 
 
 def _no_revision(name: str, source: ModelSource) -> None:
