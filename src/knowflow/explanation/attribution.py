@@ -68,19 +68,32 @@ def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Senten
     scored `cfg.score_chunk` at a time, so memory grows with the chunk, not the count;
     `progress` hears of each chunk (stage "ablations")."""
     conts = [continuation] if isinstance(continuation, str) else list(continuation)
+    seqs = ablated_prompts(item, sentences, masks, tokenizer, cfg.prompt_format, lead)
     rows: list[list[float]] = []
     if progress is not None:
         progress(0, len(masks), "ablations")
-    for lo in range(0, len(masks), cfg.score_chunk):
-        seqs = ablated_prompts(item, sentences, masks[lo:lo + cfg.score_chunk], tokenizer,
-                               cfg.prompt_format, lead)
-        scores = score_continuations(model, tokenizer, seqs, [conts] * len(seqs),
-                                     strategy="trie")
+    for chunk in _chunks([len(s) for s in seqs], cfg.score_chunk, cfg.score_tokens):
+        scores = score_continuations(model, tokenizer, [seqs[i] for i in chunk],
+                                     [conts] * len(chunk), strategy="trie")
         rows += [[c[0] for c in s] for s in scores]
         if progress is not None:
             progress(len(rows), len(masks), "ablations")
     out = torch.tensor(rows, dtype=torch.float64).reshape(len(masks), len(conts))
     return out[:, 0] if isinstance(continuation, str) else out   # (ablations[, conts])
+
+
+def _chunks(lengths: Sequence[int], rows: int, tokens: int) -> list[range]:
+    """Consecutive index ranges of at most `rows` prompts and `tokens` tokens (one prompt
+    at least)."""
+    out, start, total = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and (i - start >= rows or total + n > tokens):
+            out.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if lengths:
+        out.append(range(start, len(lengths)))
+    return out
 
 
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,

@@ -46,7 +46,13 @@ class ExplainConfig:
     window: int = 1                      # layers blocked together, centred on each layer
     n_heads: int = 5                     # heads with the most attention to the top sentence
     batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
-    score_chunk: int = 64                # ablated prompts scored per trie pass (bounds memory)
+    score_chunk: int = 64                # ablated prompts scored per trie pass, at most ...
+    score_tokens: int = 32768            # ... and at most this many prompt tokens (memory)
+    # long contexts: documents first, then the sentences of the top documents
+    hierarchy_above: int = 24            # more sentences than this: hierarchical
+    document_ablations: int = 32         # masks over documents (stage 1)
+    top_documents: int = 2               # documents whose sentences are attributed
+    block_sentences: int = 8             # one-paragraph contexts: sentences per unit
     seed: int = 0
     limit: int | None = None             # items per suite or file (a seeded sample)
     offset: int = 0                      # first skip this many of the same seeded order
@@ -68,11 +74,13 @@ class ExplainConfig:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
         for name in ("max_new_tokens", "n_ablations", "window", "batch_size", "cv_folds",
-                     "score_chunk"):
+                     "score_chunk", "score_tokens", "hierarchy_above", "top_documents",
+                     "block_sentences"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
-        if self.n_ablations < 8:
-            raise ConfigError("a surrogate needs at least 8 ablations", "n_ablations")
+        for name in ("n_ablations", "document_ablations"):
+            if getattr(self, name) < 8:
+                raise ConfigError("a surrogate needs at least 8 ablations", name)
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)

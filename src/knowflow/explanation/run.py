@@ -35,6 +35,7 @@ from knowflow.explanation.attribution import (
     gradient_x_input,
 )
 from knowflow.explanation.estimator import Estimator, attribution_note, resolve_estimator
+from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
 from knowflow.explanation.learned import learned_attribute
 from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
@@ -341,10 +342,15 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
     if any(not s for s in spans):
         raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
     clock = time.perf_counter()
+    documents = None
     if estimator is not None:
         attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
                                  lp_ctx, spans, estimator.tensor(), cfg, lead)
         seconds["learned"] = time.perf_counter() - clock
+    elif hierarchical(cfg, len(sentences)):
+        attr, documents = hierarchical_attribute(model, tokenizer, item, sentences,
+                                                 continuation, lp_ctx, cfg, lead, progress)
+        seconds["ablation"] = time.perf_counter() - clock
     else:
         attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
                          progress)
@@ -355,7 +361,8 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
     seconds["one_pass"] = time.perf_counter() - clock
     out = {"sentences": [{"text": s.text, "attribution": w, "one_pass": o}
                          for s, w, o in zip(sentences, attr.weights, one_pass, strict=True)],
-           **attr.to_dict(), "one_pass": agreement(attr.weights, one_pass)}
+           **attr.to_dict(), "one_pass": agreement(attr.weights, one_pass),
+           **({"documents": documents} if documents else {})}
     needle = item.meta.get("needle")
     if needle is not None:
         out["top_hit"] = attr.top == needle

@@ -1,0 +1,73 @@
+"""Hierarchical attribution of long contexts (documents, then sentences) and chunked
+scoring."""
+
+import pytest
+import torch
+
+from knowflow.data.facts import ConflictItem
+from knowflow.explanation.attribution import _chunks, ablation_masks, attribute, score_masks
+from knowflow.explanation.hierarchy import document_units, hierarchical_attribute
+from knowflow.explanation.options import ExplainConfig
+from knowflow.explanation.splitter import split_sentences
+
+DOCS = ["Paris is in France. The sky is blue. Cats like milk.",
+        "Rome is in Italy. Dogs bark. Rain is wet.",
+        "Oslo is in Norway. Snow is cold. Tea is hot."]
+ITEM = ConflictItem(id="h", suite="explain", context="\n\n".join(DOCS),
+                    question="Where is Rome?", counterfactual_answer="", parametric_answer="")
+
+
+def test_documents_are_paragraphs_or_blocks_of_sentences():
+    sents = split_sentences(ITEM.context)
+    assert document_units(ITEM.context, sents, 8) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    flat = " ".join(DOCS)
+    assert document_units(flat, split_sentences(flat), 4) == [0, 0, 0, 0, 1, 1, 1, 1, 2]
+
+
+def test_hierarchical_equals_flat_when_every_document_is_kept(lm):
+    model, tok = lm
+    sents = split_sentences(ITEM.context)
+    cfg = ExplainConfig(n_ablations=10, n_holdout=6, document_ablations=8, top_documents=3,
+                        prompt_format="chat")
+    full = score_masks(model, tok, ITEM, sents, torch.ones(1, len(sents), dtype=torch.long),
+                       " Italy", cfg)
+    flat = attribute(model, tok, ITEM, sents, " Italy", float(full[0]), cfg)
+    hier, record = hierarchical_attribute(model, tok, ITEM, sents, " Italy", float(full[0]),
+                                          cfg)
+    assert record["units_kept"] == [0, 1, 2]
+    assert hier.weights == pytest.approx(flat.weights, abs=1e-9)
+    assert (hier.top, hier.lds, hier.topk_drop) == (flat.top, flat.lds, flat.topk_drop)
+    assert hier.n_prompts == flat.n_prompts + 8                    # the document stage
+    one, rec = hierarchical_attribute(model, tok, ITEM, sents, " Italy", float(full[0]),
+                                      ExplainConfig(n_ablations=10, n_holdout=6,
+                                                    document_ablations=8, top_documents=1,
+                                                    prompt_format="chat"))
+    (kept,) = rec["units_kept"]
+    assert kept == max(range(3), key=rec["unit_weights"].__getitem__)
+    assert all(w == 0.0 for j, w in enumerate(one.weights) if rec["units"][j] != kept)
+    assert one.method == "hierarchical" and one.n_prompts == 8 + 16 + len(one.topk_drop)
+
+
+def test_chunked_scoring_bounds_each_pass_and_changes_no_score(lm):
+    assert [list(r) for r in _chunks([5, 5, 5, 5, 5], 3, 12)] == [[0, 1], [2, 3], [4]]
+    assert [list(r) for r in _chunks([30, 5], 8, 12)] == [[0], [1]]   # one prompt at least
+    model, tok = lm
+    sents = split_sentences(ITEM.context)
+    masks, _ = ablation_masks(len(sents), ExplainConfig(n_ablations=9), "c")
+    whole = score_masks(model, tok, ITEM, sents, masks, " Italy",
+                        ExplainConfig(prompt_format="chat"))
+    pieces = score_masks(model, tok, ITEM, sents, masks, " Italy",
+                         ExplainConfig(prompt_format="chat", score_chunk=2, score_tokens=200))
+    assert torch.allclose(whole, pieces, atol=1e-4)
+
+
+def test_explain_attributes_a_context_past_the_threshold_hierarchically(lm):
+    import knowflow
+
+    model, tok = lm
+    res = knowflow.explain(model, [ITEM], tokenizer=tok, n_ablations=8, n_holdout=4,
+                           document_ablations=8, top_documents=1, hierarchy_above=4,
+                           max_new_tokens=3, levels=("source", "sentences"))
+    (rec,) = res.records
+    assert rec["attribution_method"] == "hierarchical"
+    assert len(rec["documents"]["unit_weights"]) == 3 and len(rec["sentences"]) == 9
