@@ -224,7 +224,7 @@ def test_sft_refuses_bad_tracking_and_loggers(tmp_path, model_dir, data_file, ar
 
 def test_sft_refuses_a_malformed_tracked_file(tmp_path, model_dir, data_file):
     bad = tmp_path / "mine.jsonl"
-    bad.write_text(json.dumps({"context": "c", "question": "q", "answer": "a",
+    bad.write_text(json.dumps({"context": "c", "question": "q", "answer": "x",
                                "memory_answer": "b"}) + "\n{\"context\": \"c\", \"answer\": 1}\n")
     res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
                               "--track", str(bad), "--runs-dir", str(tmp_path / "runs")])

@@ -66,27 +66,27 @@ def test_load_suites_uses_file_stem_and_limit(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "text", "line", "field"), [
-    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "a", "memory_answer": "m"}\n'
+    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "x", "memory_answer": "m"}\n'
                   '{"context": "c", "question": "q", "memory_answer": "m"}\n', 2, "answer"),
-    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "a"}\n', 1, "memory_answer"),
+    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "x"}\n', 1, "memory_answer"),
     ("bad.jsonl", '{"context": "c", "question": "q", "answer": 3, "memory_answer": "m"}\n',
      1, "answer"),
-    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "a", "memory_answer": "m"}\n'
+    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "x", "memory_answer": "m"}\n'
                   '{"context": "c", "question": \n', 2, None),
-    ("bad.json", '[\n {"context": "c", "question": "q", "answer": "a", "memory_answer": "m"},\n'
-                 ' {"context": "c", "question": "", "answer": "a", "memory_answer": "m"}\n]',
+    ("bad.json", '[\n {"context": "c", "question": "q", "answer": "x", "memory_answer": "m"},\n'
+                 ' {"context": "c", "question": "", "answer": "x", "memory_answer": "m"}\n]',
      3, "question"),
-    ("bad.json", '[\n {"context": "c", "question": "q", "answer": "a", "memory_answer": "m"}\n'
+    ("bad.json", '[\n {"context": "c", "question": "q", "answer": "x", "memory_answer": "m"}\n'
                  ' {"context": "c"}\n]', 3, None),
     ("bad.jsonl", '["not", "an", "object"]\n', 1, None),
-    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "a", "memory_answer": "m", '
+    ("bad.jsonl", '{"context": "c", "question": "q", "answer": "x", "memory_answer": "m", '
                   '"answer_aliases": [1]}\n', 1, "answer_aliases"),
-    ("bad.csv", "prompt,classes\nhello,\"['a','b']\"\n", 1, "answer_index"),
-    ("bad.csv", "prompt,classes,answer_index\nhello,\"['a','b']\",0\nhi,\"['a']\",0\n",
+    ("bad.csv", "prompt,classes\nhello,\"['x','y']\"\n", 1, "answer_index"),
+    ("bad.csv", "prompt,classes,answer_index\nhello,\"['x','y']\",0\nhi,\"['x']\",0\n",
      3, "classes"),
-    ("bad.csv", "prompt,classes,answer_index\nhello,\"['a','b']\",5\n", 2, "answer_index"),
+    ("bad.csv", "prompt,classes,answer_index\nhello,\"['x','y']\",5\n", 2, "answer_index"),
     ("bad.csv", "prompt,classes,answer_index\nhello,not a list,0\n", 2, "classes"),
-    ("bad.csv", "prompt,classes,answer_index\nhello,\"['a','b']\",x\n", 2, "answer_index"),
+    ("bad.csv", "prompt,classes,answer_index\nhello,\"['x','y']\",x\n", 2, "answer_index"),
 ])
 def test_bad_files_name_file_line_and_field(tmp_path, name, text, line, field):
     path = tmp_path / name

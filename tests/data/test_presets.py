@@ -152,7 +152,7 @@ def test_fields_override_one_field_of_a_preset():
 
 def test_knowflow_own_names_are_no_preset(tmp_path):
     path = tmp_path / "own.jsonl"
-    path.write_text(json.dumps({"context": "c", "question": "q", "answer": "a",
+    path.write_text(json.dumps({"context": "c", "question": "q", "answer": "x",
                                 "memory_answer": "b"}))
     assert "preset" not in load_items_checked(path)[1]
 

@@ -61,7 +61,7 @@ def test_bad_files_name_the_file_line_and_field(conflicts, tmp_path):
     with pytest.raises(ConfigError, match="track.fields"):
         TrackerConfig(suites=(str(conflicts),), fields="context").validate()
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"context": "c", "question": "q", "answer": "a",
+    bad.write_text(json.dumps({"context": "c", "question": "q", "answer": "x",
                                "memory_answer": "b"}) + "\n" + json.dumps({"context": "c"}) + "\n")
     with pytest.raises(DataError, match=r"bad.jsonl, line 2: field 'question'"):
         knowflow.load_items(bad)

@@ -30,9 +30,14 @@ AGREEING = "agreeing_context"
 
 def text_key(text: str) -> str:
     """A comparison key: accents, case and punctuation removed, words single-spaced."""
+    if text.isascii():  # NFKD changes nothing and casefold is lower: skip the per-character pass
+        return _NOT_WORD.sub(" ", text.lower()).strip()
     text = unicodedata.normalize("NFKD", text).casefold()
-    return re.sub(r"[^0-9a-z]+", " ", "".join(c for c in text if not unicodedata.combining(c))
-                  ).strip()
+    return _NOT_WORD.sub(" ", "".join(c for c in text if not unicodedata.combining(c))).strip()
+
+
+_NOT_WORD = re.compile(r"[^0-9a-z]+")
+_FEW = 32  # phrases to avoid up to which each is searched for; beyond, the context's n-grams
 
 
 def _spaced(key: str) -> str:
@@ -67,6 +72,7 @@ def substituted_agreeing(item: ConflictItem) -> str | None:
 def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[ConflictItem]:
     """`items` with agreeing and irrelevant contexts added to their `meta` (see module doc)."""
     spaced = [_spaced(text_key(it.context)) for it in items]   # keyed once, not per pair
+    context_words = [k.split() for k in spaced]
     by_relation: dict[str, list[int]] = {}
     for i, it in enumerate(items):
         if it.context:
@@ -74,9 +80,22 @@ def with_condition_contexts(items: list[ConflictItem], seed: int = 0) -> list[Co
 
     def donor_of(it: ConflictItem) -> ConflictItem | None:
         """`names`, pair by pair, with each phrase keyed once."""
-        avoid = [_spaced(k) for k in map(text_key, _forbidden(it)) if k]
+        keys = {k for k in map(text_key, _forbidden(it)) if k}
+        if len(keys) <= _FEW:
+            avoid = [_spaced(k) for k in keys]
+
+            def clear(j: int) -> bool:
+                return not any(a in spaced[j] for a in avoid)
+        else:  # many aliases: look the context's word n-grams up, linear in the aliases
+            longest = max(k.count(" ") + 1 for k in keys)
+
+            def clear(j: int) -> bool:
+                ws = context_words[j]
+                return not any(" ".join(ws[i:i + n]) in keys
+                               for n in range(1, min(longest, len(ws)) + 1)
+                               for i in range(len(ws) - n + 1))
         donors = [j for j in by_relation.get(it.relation, [])
-                  if items[j].id != it.id and not any(a in spaced[j] for a in avoid)]
+                  if items[j].id != it.id and clear(j)]
         return items[random.Random(f"{seed}:{it.id}:irrelevant").choice(donors)] \
             if donors else None
 

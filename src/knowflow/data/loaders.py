@@ -11,12 +11,16 @@ Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk fo
 - MemoTrap's columns (`prompt`, `classes`, `answer_index`): the instruction before the first
   ':' is the context, the rest is the text to complete; `classes[answer_index]` is the answer
   the instruction asks for, the other class the memorized one.
-Anything malformed raises one `DataError` naming the file, line and field. An item whose context
-answer is its memory answer, character for character (surrounding spaces aside), cannot tell the
-two apart under any scoring: it is skipped, with one warning. Answers that differ only in case
-or punctuation (MemoTrap's " End." / " end.") are kept: log-likelihood scoring scores the two
-continuations as given, and generation scoring, whose normalisation makes them one answer,
-skips them itself (`evaluation.items`, `n_skipped_equal_answers` in the summary).
+Anything malformed raises one `DataError` naming the file, line and field. Every answer and alias
+is read by the one answer-text rule (`answer_text.py`: NFC, zero-width and control characters
+removed); an answer with no word to match (only punctuation, only an article, only a zero-width
+space) is refused by field, an alias of that kind dropped, repeated aliases kept once. An item
+whose context answer is its memory answer after that rule (so also an NFC and an NFD spelling
+of one word) cannot tell the two apart under any scoring: it is skipped, with one warning.
+Answers that differ only in case or punctuation (MemoTrap's " End." / " end.") are kept:
+log-likelihood scoring scores the two continuations as given, and generation scoring, whose
+normalisation makes them one answer, skips them itself (`evaluation.items`,
+`n_skipped_equal_answers` in the summary).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from knowflow.data.answer_text import answer_problem, clean_answer, unique_aliases
 from knowflow.data.conditions import AGREEING, with_condition_contexts
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import hub_table, is_hub, parse_spec
@@ -190,13 +195,23 @@ def _text(path: Path, line: int, rec: dict, name: str, required: bool = True,
     return value.strip()
 
 
-def _aliases(path: Path, line: int, rec: dict, name: str) -> tuple[str, ...]:
+def _answer(path: Path, line: int, rec: dict, name: str) -> str:
+    """An answer field under the answer-text rule; one that normalises to nothing is refused."""
+    text = clean_answer(_text(path, line, rec, name))
+    problem = answer_problem(text)
+    if problem:
+        raise DataError(path, f"{problem}: no output could ever match it", line=line,
+                        field=name, hint="give the answer's words")
+    return text
+
+
+def _aliases(path: Path, line: int, rec: dict, name: str, answer: str) -> tuple[str, ...]:
     value = rec.get(name, [])
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DataError(path, "expected a list of strings", line=line, field=name)
-    return tuple(v.strip() for v in value if v.strip())
+    return unique_aliases(answer, value)
 
 
 def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> ConflictItem:
@@ -211,12 +226,13 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
         task = rec.get("task", "qa")
         if task not in ("qa", "complete"):
             raise DataError(path, "must be 'qa' or 'complete'", line=line, field="task")
+        cf = _answer(path, line, rec, "counterfactual_answer")
+        par = _answer(path, line, rec, "parametric_answer")
         return ConflictItem(
             id=str(ident), suite=suite, context=context, question=question,
-            counterfactual_answer=_text(path, line, rec, "counterfactual_answer"),
-            parametric_answer=_text(path, line, rec, "parametric_answer"),
-            counterfactual_aliases=_aliases(path, line, rec, "counterfactual_aliases"),
-            parametric_aliases=_aliases(path, line, rec, "parametric_aliases"),
+            counterfactual_answer=cf, parametric_answer=par,
+            counterfactual_aliases=_aliases(path, line, rec, "counterfactual_aliases", cf),
+            parametric_aliases=_aliases(path, line, rec, "parametric_aliases", par),
             task=task, relation=_text(path, line, rec, "relation", required=False,
                                       allow_empty=True),
             subject=_text(path, line, rec, "subject", required=False, allow_empty=True),
@@ -226,12 +242,12 @@ def _record_item(path: Path, line: int, rec: object, suite: str, index: int) -> 
     if memory not in rec:
         raise DataError(path, "missing (or 'parametric_answer')", line=line,
                         field="memory_answer")
+    cf, par = _answer(path, line, rec, "answer"), _answer(path, line, rec, memory)
     return ConflictItem(
         id=str(ident), suite=suite, context=context, question=question,
-        counterfactual_answer=_text(path, line, rec, "answer"),
-        parametric_answer=_text(path, line, rec, memory),
-        counterfactual_aliases=_aliases(path, line, rec, "answer_aliases"),
-        parametric_aliases=_aliases(path, line, rec, "memory_aliases"),
+        counterfactual_answer=cf, parametric_answer=par,
+        counterfactual_aliases=_aliases(path, line, rec, "answer_aliases", cf),
+        parametric_aliases=_aliases(path, line, rec, "memory_aliases", par),
         meta=_agreeing(path, line, rec))
 
 
@@ -279,10 +295,10 @@ def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
         raise DataError(path, f"{answer} is not an index into classes", line=line,
                         field="answer_index")
     memory = next(c for i, c in enumerate(classes) if i != answer)
+    cf, par = (_answer(path, line, {"classes": c}, "classes") for c in (classes[answer], memory))
     context, sep, rest = prompt.partition(":")
     if not sep or not rest.strip():
         context, rest = "", prompt
     return ConflictItem(
         id=f"{suite}-{index:04d}", suite=suite, context=(context + sep).strip(),
-        question=rest.strip(), counterfactual_answer=classes[answer].strip(),
-        parametric_answer=memory.strip(), task="complete")
+        question=rest.strip(), counterfactual_answer=cf, parametric_answer=par, task="complete")

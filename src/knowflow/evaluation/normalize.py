@@ -1,9 +1,11 @@
 """Answer normalization and presence matching for generation scoring.
 
 Text is compared as word sequences after Unicode NFKD (accents dropped), casefolding,
-removing apostrophes, turning other punctuation into spaces and dropping the articles
-a/an/the, as SQuAD-style evaluation does. An answer is present when one of its alternatives
-occurs as a contiguous word sequence (so "Rome" does not match "Romeo"). A gold answer may be
+removing apostrophes and zero-width characters, turning other punctuation into spaces and
+dropping the articles a/an/the, as SQuAD-style evaluation does (`data.answer_text.words`: the
+one answer-text rule, whose reading half the loader applies to every answer). An answer is
+present when one of its alternatives occurs as a contiguous word sequence (so "Rome" does not
+match "Romeo"). A gold answer may be
 compound — "A (x); B (y)" or "A or B" — and any alternative counts. When answers overlap
 ("New Cairo" / "Cairo"), a mention of the longer one does not count for the shorter:
 each answer's matches that lie strictly inside a longer match of a competing answer are ignored.
@@ -12,26 +14,17 @@ each answer's matches that lie strictly inside a longer match of a competing ans
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 
-ARTICLES = frozenset({"a", "an", "the"})
-_APOSTROPHES = re.compile(r"['\u2018\u2019\u02bc\u02bb`\u00b4]")
+from knowflow.data.answer_text import ARTICLES, Words, words
+
+__all__ = ["ARTICLES", "Words", "alternatives", "answers_present", "find_spans", "normalize",
+           "primary", "score_output", "words"]
+
 _PARENS = re.compile(r"\([^)]*\)")
 _OR = re.compile(r"\s+or\s+", re.IGNORECASE)
 
-Words = tuple[str, ...]
 Span = tuple[int, int]
-
-
-def words(text: str) -> Words:
-    """The normalized word sequence of `text`."""
-    for _ in range(2):  # casefolding can expose decompositions and vice versa
-        text = unicodedata.normalize("NFKD", text).casefold()
-    text = "".join(c for c in text if not unicodedata.combining(c))
-    text = _APOSTROPHES.sub("", text)
-    text = "".join(c if c.isalnum() else " " for c in text)
-    return tuple(w for w in text.split() if w not in ARTICLES)
 
 
 def normalize(text: str) -> str:
@@ -41,13 +34,16 @@ def normalize(text: str) -> str:
 
 def alternatives(answer: str, aliases: Iterable[str] = ()) -> list[Words]:
     """Every accepted word sequence for a gold answer: its ';'/'or' parts (parenthetical
-    qualifiers dropped) and its aliases, without duplicates or empty entries."""
+    qualifiers dropped) and its aliases, without duplicates or empty entries (kept once by a
+    set: linear in the number of aliases)."""
     out: list[Words] = []
+    seen: set[Words] = set()
     for text in (answer, *aliases):
         for part in text.split(";"):
             for option in _OR.split(part):
                 w = words(_PARENS.sub(" ", option))
-                if w and w not in out:
+                if w and w not in seen:
+                    seen.add(w)
                     out.append(w)
     return out
 
