@@ -185,7 +185,8 @@ _NOT_TEXT = ((b"\x1f\x8b", "a gzip-compressed file", "decompress it first (gunzi
              (b"\xd0\xcf\x11\xe0", "an old Excel/Office file (.xls)", "save the sheet as CSV "
               "(UTF-8)"),
              (b"PAR1", "a parquet file with another extension", "name it FILE.parquet"))
-READS = "knowflow reads JSONL, JSON, CSV and parquet files and datasets save_to_disk folders"
+READS = ("knowflow reads JSONL, a JSON list, CSV with commas, parquet, datasets save_to_disk "
+         "folders and hf: datasets")
 
 
 def input_file(path: str | Path, what: str = "no such file") -> Path:
@@ -218,6 +219,8 @@ def read_text(path: str | Path, hint: str | None = None) -> str:
     data = Path(path).read_bytes()
     for magic, what, fix in _NOT_TEXT:
         if data.startswith(magic):
+            if magic == b"PK\x03\x04" and Path(path).suffix.lower() in (".xlsx", ".xlsm"):
+                what = "an Excel workbook (.xlsx)"
             raise DataError(path, f"{what}, not text; {READS}", hint=fix)
     try:
         text = data.decode("utf-8")
@@ -266,12 +269,84 @@ def json_records(path: str | Path, strict: bool = True, text: str | None = None
     """(line number, record) of a JSONL file or of a file holding one JSON list (`text`: its
     text, already read)."""
     text = read_text(path) if text is None else text
-    if text.lstrip().startswith("["):
-        yield from _json_list(Path(path), text, strict)
-        return
+    start = text.lstrip()[:1]
+    if start not in ("[", "{", ""):
+        _not_json(path, text)
+    if start == "[":
+        records = _json_list(Path(path), text, strict)
+    else:
+        records = _jsonl_records(path, text, strict)
+    for n, rec in records:
+        _check_strings(path, n, rec)
+        yield n, rec
+
+
+def _jsonl_records(path, text: str, strict: bool) -> Iterator[tuple[int, object]]:
+    first = True
     for n, raw in jsonl_lines(text):
         if raw.strip():
-            yield n, decode_json(raw, path, line=n, strict=strict)
+            try:
+                rec = decode_json(raw, path, line=n, strict=strict)
+            except DataError:
+                if first:
+                    _one_json_value(path, text, strict)
+                raise
+            first = False
+            yield n, rec
+
+
+def _one_json_value(path, text: str, strict: bool) -> None:
+    """A file whose first line is not a record but whose whole text is one JSON object (a
+    pretty-printed object, such as {"data": [...]}): say so, with the fix."""
+    try:
+        value = decode_json(text, path, strict=strict)
+    except DataError:
+        return
+    if not isinstance(value, dict):
+        return
+    lists = [k for k, v in value.items() if isinstance(v, list)]
+    what = (f"a JSON object holding a list under {lists[0]!r}" if len(lists) == 1 else
+            "one JSON object written over several lines")
+    raise DataError(path, f"{what}, not JSONL or a JSON list; {READS}", line=1,
+                    hint="give the list itself ([{...}, ...]) or one record per line (JSONL)")
+
+
+def _not_json(path, text: str) -> None:
+    """Text that starts with neither a record nor a list: name the tabular layout it has."""
+    head = text.lstrip().split("\n", 1)[0]
+    suffix = Path(path).suffix.lower()
+    if suffix in (".tsv", ".tab") or "\t" in head:
+        raise DataError(path, f"tab-separated text (TSV), not JSON; {READS}", line=1,
+                        hint="save it as CSV with commas (FILE.csv) or as JSONL")
+    for sep, name in ((";", "semicolons"), (",", "commas")):
+        if sep in head:
+            fix = "save it with commas as separators, named FILE.csv" if sep == ";" else \
+                "name it FILE.csv"
+            raise DataError(path, f"text separated by {name}, not JSON; {READS}", line=1,
+                            hint=fix)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_strings(path, line: int, record: object) -> None:
+    """A lone surrogate escape ("\\ud800") decodes to no character: name its field. Walks the
+    record's keys and strings without recursion (JSON alone can hold them: UTF-8 text and
+    Arrow cannot)."""
+    stack: list[tuple[tuple, object]] = [((), record)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in where)
+                raise DataError(path, "a lone surrogate escape (such as \\ud800) is not a "
+                                "character", line=line, field=field.lstrip(".") or None,
+                                hint="write the character itself, or a pair of escapes")
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                stack += [((*where, key), item), ((*where, key), key)]
+        elif isinstance(value, list):
+            stack += [((*where, i), item) for i, item in reversed(list(enumerate(value)))]
 
 
 def _json_list(path: Path, text: str, strict: bool) -> Iterator[tuple[int, object]]:
@@ -310,6 +385,12 @@ def csv_rows(path: str | Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
         header = next(reader, [])
     except csv.Error as exc:
         raise DataError(path, f"not a readable CSV header ({exc})", line=1) from None
+    if len(header) == 1:
+        for sep, name in (("\t", "tabs"), (";", "semicolons")):
+            if sep in header[0]:
+                raise DataError(path, f"a CSV file separated by {name}; {READS}", line=1,
+                                hint="save it with commas as separators (in Excel: CSV UTF-8 "
+                                "(Comma delimited))")
     seen: dict[str, int] = {}
     for i, name in enumerate(header, start=1):
         if name in seen:

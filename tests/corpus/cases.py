@@ -82,7 +82,7 @@ EVAL_CASES = [
     C(f"sft {M} --data forged-train.jsonl --steps 1 --no-track", 2,
       "row 1: field 'input' holds '<|end|>'"),
     C(f"{EVAL.replace('items.jsonl', 'items.jsonl.gz')}", 2, "a gzip-compressed file, not text"),
-    C(f"{EVAL.replace('items.jsonl', 'items.xlsx')}", 2, "a zip archive"),
+    C(f"{EVAL.replace('items.jsonl', 'items.xlsx')}", 2, "an Excel workbook (.xlsx), not text"),
     C("augment --data items.jsonl.gz --out aug.jsonl", 2, "gunzip"),
     C(f"{EVAL.replace('items.jsonl', 'empty.jsonl')}", 2, "empty.jsonl: no records"),
     C(f"{EVAL.replace('items.jsonl', 'noquestion.jsonl')}", 2, "field 'question': missing"),
@@ -253,6 +253,41 @@ PROBE_CASES += [
     C("probe knockout --limit x", 2, "Invalid value", usage=True),
 ]
 
+
+def _data(command: str, name: str) -> str:
+    return command.replace("items.jsonl", name).replace("good.jsonl", name)
+
+
+# the one answer-text rule and the formats read (issue 43)
+ANSWER_TEXT_CASES = [
+    C(_data(EVAL, "zw-answer.jsonl"), 2, "zw-answer.jsonl, line 2: field 'answer': empty "
+      "(or only zero-width"),
+    C(_data(EVAL, "punct-answer.jsonl"), 2, "punct-answer.jsonl, line 2: field 'answer': "
+      "'???' has no word to match"),
+    C(_data(EVAL, "article-answer.jsonl"), 2, "line 1: field 'memory_answer': 'The' has no "
+      "word"),
+    C(_data(EVAL, "control-answer.jsonl"), 2, "line 1: field 'answer': empty"),
+    C(_data(EVAL, "nfd-same.jsonl"), 2, "every item's answer equals its memory answer"),
+    C(_data(EVAL, "surrogate.jsonl"), 2, "surrogate.jsonl, line 2: field 'answer_aliases[1]': "
+      "a lone surrogate escape"),
+    C(_data(SFT, "surrogate-train.jsonl"), 2, "surrogate-train.jsonl, line 2: field 'output': "
+      "a lone surrogate escape"),
+    C(f"probe knockout {M} --data surrogate-prompts.jsonl --runs-dir out", 2,
+      "line 1: field 'prompt': a lone surrogate escape"),
+    C(_data(EVAL, "items.tsv"), 2, "items.tsv, line 1: tab-separated text (TSV), not JSON; "
+      "knowflow reads JSONL, a JSON list, CSV with commas"),
+    C(_data(AUGMENT, "items.tsv"), 2, "tab-separated text (TSV)"),
+    C(_data(EVAL, "semicolon.csv"), 2, "semicolon.csv, line 1: a CSV file separated by "
+      "semicolons"),
+    C(_data(EVAL, "wrapped.json"), 2, "wrapped.json, line 1: a JSON object holding a list "
+      "under 'data', not JSONL or a JSON list"),
+    C(_data(SFT, "wrapped-train.json"), 2, "a JSON object holding a list under 'data'"),
+    C(_data(CURATE, "wrapped-train.json"), 2, "give the list itself"),
+    C(_data(EVAL, "pretty.jsonl"), 2, "one JSON object written over several lines"),
+    C(_data(EVAL, "items.xlsx"), 2, "knowflow reads JSONL, a JSON list, CSV with commas, "
+      "parquet"),
+]
+
 RUN_CASES = [
     C("run cpi-toy --set finetune.lr=inf", 2, "'finetune.lr': 'inf' is not a finite number"),
     C("run cpi-toy --set finetune.lr=nan", 2, "'finetune.lr': 'nan' is not a finite number"),
@@ -419,7 +454,8 @@ CLASS_CASES = {
 
 CLASS_CASES = {name: [dataclasses.replace(c, klass=name) for c in cs]
                for name, cs in CLASS_CASES.items()}
-CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES + RUN_CASES
+CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES
+         + ANSWER_TEXT_CASES + RUN_CASES
          + REPORT_CASES + CONFIG_CASES + [c for cs in CLASS_CASES.values() for c in cs])
 
 

@@ -73,6 +73,7 @@ def write_inputs(root: Path) -> None:
                          '"output": "c", "weight": NaN}\n',
         "mine/config.json": '{"my": "own settings"}\n',
     })
+    files.update(_answer_text_files(item))
     (root / "mine").mkdir()
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
@@ -84,6 +85,34 @@ def write_inputs(root: Path) -> None:
     (root / "latin1.jsonl").write_bytes('{"instruction": "caf\xe9", "output": "x"}\n'
                                         .encode("latin-1"))
     (root / "adir").mkdir()
+
+
+def _answer_text_files(item: dict) -> dict[str, str]:
+    """Answers that could never match, lone surrogate escapes, and tables knowflow does not
+    read (issue 43): each refused by file, line and field, or by what the file looks like."""
+    rows = _items(2)
+    return {
+        "zw-answer.jsonl": _jsonl([rows[0], {**rows[1], "answer": "\u200b"}]),
+        "punct-answer.jsonl": _jsonl([rows[0], {**rows[1], "answer": "???"}]),
+        "article-answer.jsonl": _jsonl([{**rows[0], "memory_answer": "The"}]),
+        "control-answer.jsonl": _jsonl([{**rows[0], "answer": " \u2060\x07 "}]),
+        # an NFC answer and an NFD memory answer, a zero-width space inside: the same word
+        "nfd-same.jsonl": _jsonl([{**rows[0], "answer": "Z\u00fcrich",
+                                   "memory_answer": "Zu\u0308rich"},
+                                  {**rows[1], "memory_answer": rows[1]["answer"][:2] + "\u200b"
+                                   + rows[1]["answer"][2:]}]),
+        "surrogate.jsonl": _jsonl(rows[:1]) + json.dumps(rows[1])[:-1] + ', "answer_aliases": '
+                           '["Zorb", "\\ud800"]}\n',
+        "surrogate-train.jsonl": _jsonl(_instructions(1)) + '{"instruction": "a", "input": '
+                                 '"b", "output": "c\\udfff"}\n',
+        "surrogate-prompts.jsonl": '{"prompt": "The capital of \\ud83d is", "subject": "x", '
+                                   '"answer": "Paris"}\n',
+        "items.tsv": "\t".join(item) + "\n" + "\t".join(item.values()) + "\n",
+        "semicolon.csv": ";".join(item) + "\n" + ";".join(item.values()) + "\n",
+        "wrapped.json": json.dumps({"data": rows}, indent=2),
+        "wrapped-train.json": json.dumps({"data": _instructions(2)}, indent=2),
+        "pretty.jsonl": json.dumps(rows[0], indent=2),
+    }
 
 
 def _run(root: Path, name: str, experiment: str, config: dict | str, **files: str) -> Path:

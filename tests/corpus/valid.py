@@ -44,9 +44,22 @@ def write_valid(root: Path) -> None:
         "bom-prompts.jsonl": BOM + _crlf([{"prompt": "The capital of France is",
                                            "subject": "France", "answer": "Paris"}]),
     }
+    files.update(_answer_text_files(items))
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8", newline="")
+
+
+def _answer_text_files(items: list[dict]) -> dict[str, str]:
+    """Answers read by the one answer-text rule (issue 43): zero-width and control characters
+    inside, an NFD accent, one item whose answers are one word in NFC and NFD (skipped), a
+    case-only pair (scored by log-likelihood, skipped by generation) and 200,000 aliases."""
+    odd = [{**items[0], "answer": "Zo\u200brb\u00000", "memory_answer": "Pa\u0301ris0"},
+           {**items[1], "answer": "Ze\u0301nith", "memory_answer": "Z\u00e9nith"},
+           {**items[2], "answer": "PARIS2", "memory_answer": "paris2"}]
+    many = {**items[0], "answer_aliases": [f"Zorb {i}" for i in range(200_000)]}
+    return {"answers.jsonl": _crlf([*odd, *items]),
+            "aliases.jsonl": _crlf([many, *items[1:]])}
 
 
 VALID = [
@@ -57,6 +70,10 @@ VALID = [
     Case(f"eval {M} --scoring loglik --no-known-filter --out résultats --data "
          "'données/évaluation ü.jsonl'", 0, "results: résultats"),
     Case(f"{EVAL} separators.jsonl", 0, "results: out"),
+    Case(f"eval {M} --scoring both --max-new-tokens 2 --no-known-filter --out out --data "
+         "answers.jsonl", 0, "results: out"),
+    Case(f"eval {M} --scoring generate --max-new-tokens 2 --no-known-filter --out out --data "
+         "aliases.jsonl", 0, "results: out"),
     Case("augment --data bom-train.jsonl --out 'données/augmenté.jsonl'", 0,
          "counterfactual"),
     Case("augment --data separators-train.jsonl --out sep.jsonl", 0, "counterfactual"),
