@@ -34,6 +34,28 @@ def print_eval(summary: dict) -> None:
                 _fmt(m.get("known_share")), _fmt(known.get("counterfactual_accuracy")),
                 _fmt(known.get("parametric_accuracy")), str(known.get("n", "-")))
     console.print(table)
+    print_outcomes([(suite, "", m) for suite, modes in summary.items()
+                    for mode, m in modes.items() if mode == "generate"])
+
+
+OUTCOME_COLUMNS = (("context", "context"), ("memory", "memory"), ("both", "both"),
+                   ("cut off", "cut_off"), ("garbled", "garbled"), ("other", "other"))
+
+
+def print_outcomes(rows: list[tuple[str, str, dict]]) -> None:
+    """One row per (suite, method) of generation blocks: the share of answers in each class
+    (`evaluation/outcomes.py`) with its Wilson interval; nothing when no block has them."""
+    rows = [r for r in rows if isinstance(r[2], dict) and "outcome_context" in r[2]]
+    if not rows:
+        return
+    table = Table("suite", "method", "n", *(f"{label} (95% CI)" for label, _ in OUTCOME_COLUMNS),
+                  caption="what each generated answer names: the context's answer only, the "
+                          "memorized one only, both; neither: cut off (no name at all), garbled "
+                          "(a near-miss of the context's answer), other; Wilson intervals")
+    for suite, method, m in rows:
+        table.add_row(suite, method or "-", str(m.get("n", "-")),
+                      *(_cell(m, f"outcome_{key}") for _, key in OUTCOME_COLUMNS))
+    console.print(table)
 
 
 KNOWN_BY = {"generate": "its greedy answer without the context names the memorized answer",
@@ -107,6 +129,8 @@ def show_conditions(conditions: dict, out_dir: Path | None) -> None:
                               _cell(row, "sensitivity"), _cell(row, "robustness"),
                               _cell(row.get("conflicting", {}), "garbled_share"))
     console.print(table)
+    print_outcomes([(suite, method, conditions[method][suite].get("generate", {})
+                     .get("conflicting", {})) for suite in suites for method in methods])
     if out_dir is not None:
         figure = Path(out_dir) / "figures" / "tradeoff.png"
         console.print(f"tradeoff figure: {figure if figure.exists() else '-'}",

@@ -115,6 +115,7 @@ def condition_summary(by_condition: dict[str, list[dict]], mode: str, n_boot: in
             for share, key in ((f"context_share{suffix}", f"{ctx}_accuracy{suffix}"),
                                (f"memory_share{suffix}", f"parametric_accuracy{suffix}")):
                 row[share], row[f"{share}_ci"] = m[key], m[f"{key}_ci"]
+        row.update({k: v for k, v in m.items() if k.startswith("outcome_")})  # outcomes.py
         if "garbled_share" in m:  # generation: names a misspelt context answer (garbled.py)
             row["garbled_share"], row["garbled_share_ci"] = m["garbled_share"], \
                 m["garbled_share_ci"]

@@ -25,6 +25,7 @@ from knowflow.evaluation.generate import generate
 from knowflow.evaluation.metrics import memorization_ratio
 from knowflow.evaluation.normalize import alternatives, primary, score_output
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
+from knowflow.evaluation.outcomes import classify
 from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 from knowflow.runs import Progress
@@ -120,10 +121,13 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
         clock.start()
         outs = generate_with(method, model, tokenizer, seqs, base,
                              max_new_tokens=cfg.max_new_tokens, stage=f"{name}: generate", **run)
-        for rec, out, (cf, par, subj) in zip(records, outs, golds, strict=True):
+        for rec, out, (cf, par, subj), it in zip(records, outs, golds, items, strict=True):
             hit_cf, hit_par = score_output(out, cf, par, subj)
+            near = garbled(out, cf, [*par, *subj], hit_cf)
             rec["generate"] = {"output": out, "counterfactual": hit_cf, "parametric": hit_par,
-                               "garbled": garbled(out, cf, [*par, *subj], hit_cf),
+                               "garbled": near,
+                               "outcome": classify(out, hit_cf, hit_par, near, it.question,
+                                                   it.subject or ""),
                                "equal_answers": bool(set(cf) & set(par))}
         clock.stop("generate")
     if "loglik" in MODES[cfg.scoring]:

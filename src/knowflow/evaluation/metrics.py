@@ -11,6 +11,8 @@ whose memorized answer the model produces without the context. Items whose two a
 one for the scoring (`equal_answers`: under generation, equal after normalisation, as " End."
 and " end." are; under log-likelihood, the same continuation) are left out of that scoring's
 metrics, and `n_skipped_equal_answers` counts them; `n` is the number of items scored.
+Under generation the summary also gives the share of each answer class (`outcome_context`,
+..., `outcome_cut_off`; `outcomes.py`) with Wilson intervals.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from knowflow.evaluation.outcomes import outcome_shares
 
 
 def bootstrap_ci(values: Sequence[float], n_boot: int = 1000, seed: int = 0,
@@ -73,6 +77,8 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
     skipped = sum(bool(r[mode].get("equal_answers")) for r in records)
     records = [r for r in records if not r[mode].get("equal_answers")]
     out = _block(columns(records), n_boot, seed)
+    if mode == "generate" and records and all("outcome" in r[mode] for r in records):
+        out.update(outcome_shares([r[mode]["outcome"] for r in records]))  # Wilson intervals
     if skipped:
         out["n_skipped_equal_answers"] = skipped
     flags = [r.get("known") for r in records]

@@ -63,7 +63,7 @@ def tradeoff_from_run(run_dir: str | Path) -> Path | None:
                            run_dir / "figures" / FIGURE)
 
 
-_SCORES = {"generate": ("counterfactual", "parametric", "garbled", "equal_answers"),
+_SCORES = {"generate": ("counterfactual", "parametric", "garbled", "equal_answers", "outcome"),
            "loglik": ("choice", "choice_norm", "memorization_ratio", "equal_answers")}
 
 
