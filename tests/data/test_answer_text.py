@@ -206,3 +206,25 @@ def test_a_broken_jsonl_file_keeps_its_line_message(tmp_path):
     path.write_text('{"context": "c",\n "question": "q"\n')
     with pytest.raises(DataError, match="line 1: invalid JSON"):
         load_items(path)
+
+
+def test_parquet_answers_follow_the_same_rule(tmp_path):
+    """A table (parquet, save_to_disk, the Hub) reaches the same reader: NQ-Swap's answer lists
+    cleaned, an answer with no word refused by row and column."""
+    pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (pip install '.[data]')")
+    import pyarrow.parquet as pq
+
+    def table(answers, memories):
+        return pa.table({"sub_context": ["c1", "c2"], "question": ["q1", "q2"],
+                         "sub_answer": answers, "org_answer": memories})
+
+    path = tmp_path / "nq.parquet"
+    pq.write_table(table([["Z\u00fcrich"], ["Zo\u200brb", "zorb", "Zorb"]],
+                         [["Zu\u0308rich"], ["Paris"]]), path)
+    items, counts = load_items_checked(path)
+    assert counts["preset"] == "nq-swap" and counts["n_skipped_same_answers"] == 1
+    assert [(it.counterfactual_answer, it.counterfactual_aliases) for it in items] == \
+        [("Zorb", ("zorb",))]
+    pq.write_table(table([["Rome"], ["..."]], [["Paris"], ["Paris"]]), path)
+    err = _refused(load_items, path, path.read_bytes())
+    assert f"{path}, row 2: field 'answer': '...' has no word" in str(err)
