@@ -78,8 +78,8 @@ def test_findings_are_a_key_value_list_without_the_verdict(inversion_run, browse
     assert found, "no findings list"
     rows = re.findall(r"<tr><th>(.*?)</th><td[^>]*>(.*?)</td></tr>", found.group(1))
     keys = dict(rows)
-    assert keys["inversion_shown"] == "yes"
-    assert re.fullmatch(r"0\.\d{3}", keys["mixed_fall"])
+    assert keys["inversion shown"] == "yes"  # the glossary's words, not the raw key
+    assert re.fullmatch(r"0\.\d{3}", keys["mixed fall"])
     assert "verdict" not in keys
     assert page.count(browser_check.VERDICTS["inversion-tiny"]) == 1
 

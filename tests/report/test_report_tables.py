@@ -14,7 +14,7 @@ def _rows(table: str) -> list[list[str]]:
 def test_key_values_escape_round_and_flatten():
     page = key_values({"<b>": "a & b", "pi": 3.14159, "n": 7, "nested": {"x": 1e-4, "y": None}})
     assert _rows(page) == [["&lt;b&gt;", "a &amp; b"], ["pi", "3.142"], ["n", "7"],
-                           ["nested.x", "1.0e-04"], ["nested.y", "–"]]
+                           ["nested · x", "1.0e-04"], ["nested · y", "–"]]
     assert "<b>" not in page
 
 

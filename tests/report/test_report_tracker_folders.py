@@ -76,7 +76,8 @@ def test_report_one_tracker_folder(tmp_path):
     page = (folder / "report.html").read_text()
     assert (folder / "figures" / "reliance.png").exists()
     assert "tracker my-sft" in page and "data:image/png;base64," in page
-    assert "cf_acc_peak_interval" in page and "Wilson" in page
+    peak = f"0.550 ({wilson_interval(0.55, 64)[0]:.3f}–{wilson_interval(0.55, 64)[1]:.3f})"
+    assert peak in page and "Wilson" in page and "cf_acc_peak_interval" not in page
     assert 'id="overlay"' not in page  # one run: nothing to overlay
 
 

@@ -16,17 +16,14 @@ from pathlib import Path
 
 from knowflow.io import atomic_write_text, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.report.html import _figures
+from knowflow.report.page import finding_box, run_figures
+from knowflow.report.page import page as whole_page
 from knowflow.report.tables import key_values
 from knowflow.runs import CONFIG, RECORDS, REPORT, SUMMARY
 
 MAX_ITEMS = 60          # items drawn as cards; the rest are in records.jsonl
 
-_STYLE = """
-body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
-.finding{background:#f3f7fb;border-left:4px solid #3a7bd5;padding:.6em 1em;margin:1em 0}
+CARD_CSS = """
 .card{border:1px solid #ddd;border-radius:6px;padding:.8em 1em;margin:1.2em 0}
 .q{font-weight:600;margin-bottom:.5em}
 .answers{display:flex;gap:1em;flex-wrap:wrap}
@@ -39,9 +36,6 @@ h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-botto
 .ctx{margin:.6em 0;line-height:1.9}.ctx span{padding:.1em .15em;border-radius:3px}
 .ctx span.top{outline:2px solid #1c7ed6}
 .legend{font-size:.8em;color:#666}
-table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
-td,th{border:1px solid #ddd;padding:.2em .55em;text-align:left}
-figure img{max-width:100%;border:1px solid #eee}
 """
 
 
@@ -91,6 +85,10 @@ def _svg_layers(mech: dict, width: int = 520, height: int = 150) -> str:
         pts = " ".join(xy(i, v) for i, v in enumerate(vs))
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
                    f"<title>{html.escape(name)}</title></polyline>")
+    out.append(f'<line x1="{pad}" x2="{pad}" y1="8" y2="{height - 22}" stroke="#aaa"/>'
+               f'<text x="{width / 2 - 20:.0f}" y="{height - 4}" font-size="11">layer</text>'
+               f'<text x="{pad + 4}" y="{height - 26}" font-size="10" fill="#666">'
+               "change in log p(answer)</text>")
     out.append(f'<text x="{pad}" y="{height - 4}" font-size="11">layer 0</text>'
                f'<text x="{width - pad - 50}" y="{height - 4}" font-size="11">'
                f"layer {len(layers) - 1}</text>"
@@ -112,7 +110,7 @@ def _card(rec: dict) -> str:
              f'<div><b>answer without the context</b>{html.escape(rec["answer_no_context"])}'
              "</div></div>",
              f'<p><span class="verdict v-{v}">{v}</span>{check}</p>'
-             f'<div class="numbers">explained: {html.escape(repr(rec.get("explained", "")))}; '
+             f'<div class="numbers">explained: “{html.escape(str(rec.get("explained", "")))}”; '
              f'log p(answer | context) = {rec["logprob_context"]:.3f} '
              f"(p = {p[0]:.3g}); log p(answer | no context) = {rec['logprob_no_context']:.3f} "
              f"(p = {p[1]:.3g}); context contribution = {nums['context_contribution']:+.3f}; "
@@ -176,22 +174,29 @@ def _measured(tree: dict) -> dict:
     return out
 
 
-def render_explain(run_dir: str | Path, title: str = "knowflow explain") -> str:
+CARD_STYLE = f"<style>{CARD_CSS}</style>"
+
+
+def explain_body(run_dir: str | Path) -> str:
+    """An explain run's cards, summary and figures (after its finding): the page's body, and
+    its section in a combined report."""
     run_dir = Path(run_dir)
     summary = read_json(run_dir / SUMMARY)
     records = read_jsonl(run_dir / RECORDS)
-    config = read_json(run_dir / CONFIG)
     rest = _measured({k: v for k, v in summary.items() if k not in ("findings", "mechanism")})
     cards = [_card(r) for r in records[:MAX_ITEMS]]
     more = (f"<p>{len(records) - MAX_ITEMS} more items in records.jsonl.</p>"
             if len(records) > MAX_ITEMS else "")
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}: {html.escape(str(config.get('model', '')))}</h1>"
-            f'<div class="finding">{html.escape(summary["findings"]["verdict"])}</div>'
-            + "\n".join(cards) + more + "<h2>Summary</h2>" + key_values(rest, "kv")
-            + "\n".join(_figures(run_dir)) + "</body></html>\n")
+    return (CARD_STYLE + "\n".join(cards) + more + "<h3>Summary</h3>" + key_values(rest, "kv")
+            + "\n".join(run_figures(run_dir, {"layers.png": "mean knockout effect per layer"})))
+
+
+def render_explain(run_dir: str | Path, title: str = "knowflow explain") -> str:
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / SUMMARY)
+    config = read_json(run_dir / CONFIG)
+    return whole_page(f"{title}: {config.get('model', '')}",
+                      finding_box(summary["findings"]["verdict"]) + explain_body(run_dir))
 
 
 def write_explain_report(run_dir: str | Path) -> Path:

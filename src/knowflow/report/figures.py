@@ -21,18 +21,20 @@ def subplots(ncols: int, nrows: int = 1, width: float = 4.2, height: float = 3.2
     return fig, axes
 
 
-def png(fig) -> bytes:
-    """Render `fig` to PNG bytes and close it (a page can embed them without a file)."""
+def png(fig, tight: bool = True) -> bytes:
+    """Render `fig` to PNG bytes and close it (a page can embed them without a file);
+    `tight=False` for a figure with a colour bar shared by its panels (laid out by hand)."""
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    if tight:
+        fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches=None if tight else "tight")
     plt.close(fig)
     return buf.getvalue()
 
 
-def save(fig, path: Path) -> Path:
+def save(fig, path: Path, tight: bool = True) -> Path:
     """Render `fig` to PNG and write it atomically."""
-    return atomic_write_bytes(path, png(fig))
+    return atomic_write_bytes(path, png(fig, tight))
 
 
 def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:

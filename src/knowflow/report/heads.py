@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from knowflow.io import read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.runs import METRICS
@@ -26,14 +28,31 @@ def _heatmap(ax, grid: list[list[float]], title: str, signed: bool, fig) -> None
 
 
 def head_effects_figure(summary: dict, path: Path, title: str = "") -> Path:
-    """One heatmap per swept edit: the mean change in log p(cf) - log p(parametric) when the
-    head is removed (red, negative: a context head; blue, positive: a memory head)."""
+    """One heatmap per swept edit, on one shared colour scale with one labelled colour bar:
+    the mean change in log p(cf) - log p(parametric) when the head is removed (red, negative:
+    a context head; blue, positive: a memory head)."""
     effects = summary["effects"]
-    fig, axes = subplots(len(effects), width=4.6, height=3.6)
+    bound = max((abs(v) for block in effects.values() for row in block["mean"] for v in row),
+                default=1.0) or 1.0
+    fig, axes = subplots(len(effects), width=3.8, height=3.4)
+    image = None
     for i, (kind, block) in enumerate(effects.items()):
-        _heatmap(axes[0, i], block["mean"], f"{title} {kind}: change in log-odds".strip(),
-                 True, fig)
-    return save(fig, path)
+        ax = axes[0, i]
+        cols = list(map(list, zip(*block["mean"], strict=True)))      # (heads, layers)
+        image = ax.imshow(cols, aspect="auto", origin="lower", cmap="RdBu", vmin=-bound,
+                          vmax=bound)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("layer")
+        ax.set_ylabel("head")
+        ax.set_title(f"{kind} ablation", fontsize=10)
+        ax.grid(False)
+    if image is not None:
+        bar = fig.colorbar(image, ax=list(axes[0]), shrink=0.9)
+        bar.set_label("change in log p(cf) − log p(param)", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save(fig, path, tight=False)
 
 
 def head_projection_figure(summary: dict, path: Path, title: str = "") -> Path:

@@ -1,10 +1,15 @@
 """A self-contained HTML report of one or more run directories.
 
-The page opens with each run's verdict, one sentence taken from `summary["findings"]["verdict"]`
-(the experiment's own claim, never derived here), before any table. Then, per run: its findings
-as a key/value list, its figures (sorted by filename, so `1_*.png` leads), its summary tables
-(rounded, transposed or scrolled to fit the page; see `report.tables`) and its config, folded.
-Figures are embedded as base64 PNG, so the page can be mailed or archived alone.
+The page opens with each run's finding in one sentence, before any figure or table: an
+experiment's or an explain run's own `summary["findings"]["verdict"]`; for an eval, a heads
+probe or an sft run, the sentence its own page module derives from what it measured
+(`report.eval_page`, `report.heads_page`, the tracker verdict of `report.tracker_run`). Each
+run is named by the command that wrote it (its `run.json`). Then, per run: its figures
+(sorted by filename, so `1_*.png` leads), the tables of its kind (an eval's items, sortable and
+filterable; a heads probe's ranked heads; an explain run's cards), its summary tables with the
+glossary's names (`report.names`; rounded, transposed or scrolled to fit; see `report.tables`)
+and its config, folded. Figures are embedded as base64 PNG, so the page can be mailed or
+archived alone; the only script is the item table's sorting and filtering.
 
 A folder a `RelianceTracker` wrote in someone's own Trainer (`metrics.jsonl`, no config.json)
 is a run too: its summary and verdict are derived from its records (`report.tracker_run`:
@@ -15,7 +20,6 @@ overlaid in one figure, one colour per run, named by folder.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from dataclasses import dataclass
@@ -23,6 +27,10 @@ from pathlib import Path
 
 from knowflow.errors import DataError
 from knowflow.io import atomic_write_text, read_json
+from knowflow.outputs import run_command
+from knowflow.report import eval_page, heads_page, sft_page
+from knowflow.report.explain import explain_body
+from knowflow.report.page import embedded_figure, page, run_figures
 from knowflow.report.reliance import reliance_png
 from knowflow.report.tables import key_values, summary_tables
 from knowflow.report.tracker_run import (
@@ -33,26 +41,8 @@ from knowflow.report.tracker_run import (
 )
 from knowflow.runs import CONFIG, METRICS, SUMMARY
 
-NO_VERDICT = "no verdict recorded"
+NO_VERDICT = "the summary states no finding of its own; its measurements follow"
 UNFINISHED = "unfinished run: no summary.json yet"
-
-_STYLE = """
-body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.4}
-h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-h1,h2,h3,h4,p,li,td{overflow-wrap:anywhere}
-.verdicts{background:#f3f7fb;border-left:4px solid #3a7bd5;padding:.6em 1em;margin:1em 0}
-.verdicts p{margin:.35em 0}.verdict-none{color:#777;font-style:italic}
-.scroll{max-width:100%;overflow-x:auto}
-table{border-collapse:collapse;margin:.6em 0;font-size:.85em}
-td,th{border:1px solid #ddd;padding:.2em .55em;text-align:left;vertical-align:top}
-td.num{text-align:right;font-variant-numeric:tabular-nums}td.num,th{white-space:nowrap}
-tr:first-child th{background:#f4f4f4}th{font-weight:600}
-table.kv th{background:#fafafa;font-weight:normal;color:#444}
-figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-figcaption{font-size:.85em;color:#555}
-details{margin:1em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em}
-"""
 
 
 @dataclass(frozen=True)
@@ -70,7 +60,22 @@ class RunView:
             return UNFINISHED
         findings = self.summary.get("findings")
         verdict = findings.get("verdict") if isinstance(findings, dict) else None
-        return verdict if isinstance(verdict, str) and verdict.strip() else NO_VERDICT
+        if isinstance(verdict, str) and verdict.strip():
+            return verdict
+        return derived_finding(self) or NO_VERDICT
+
+
+def derived_finding(run: RunView) -> str | None:
+    """The finding of a run kind that writes none of its own: an eval, a heads probe, an sft
+    run (its reliance curve judged by the inversion criterion)."""
+    if run.experiment == "eval":
+        return eval_page.finding(run.run_dir)
+    if run.experiment == "probe-heads":
+        return heads_page.finding(run.summary or {}, run.config)
+    records = curve_records(run.run_dir)
+    if records:
+        return sft_page.finding(records)
+    return None
 
 
 def load_run(run_dir: str | Path) -> RunView:
@@ -88,8 +93,12 @@ def load_run(run_dir: str | Path) -> RunView:
 
 
 def run_name(run_dir: Path, config: dict) -> str:
-    """What ran: `probe-<kind>` and `eval` runs say so in their config (they may sit in any
-    `--out` folder); an experiment's name is its parent folder (runs/<name>/<time>)."""
+    """What ran: the command its `run.json` names (`eval`, `explain`, `probe-<kind>`, `sft`,
+    an experiment's name); for an older folder without one, `probe-<kind>` and `eval` from
+    the config, else the parent folder's name (runs/<name>/<time>)."""
+    command = run_command(Path(run_dir))
+    if command:
+        return command
     if isinstance(config, dict) and isinstance(config.get("probe"), str):
         return f"probe-{config['probe']}"
     if isinstance(config, dict) and {"suites", "scoring"} <= set(config):
@@ -98,43 +107,55 @@ def run_name(run_dir: Path, config: dict) -> str:
 
 
 def _verdicts(runs: list[RunView]) -> str:
-    lines = []
-    for i, run in enumerate(runs):
-        cls = ' class="verdict-none"' if run.verdict in (NO_VERDICT, UNFINISHED) else ""
-        lines.append(f'<p><a href="#run-{i}"><b>{html.escape(run.experiment)}</b></a>: '
-                     f"<span{cls}>{html.escape(run.verdict)}</span></p>")
+    lines = [f'<p><a href="#run-{i}"><b>{html.escape(run.experiment)}</b></a>: '
+             f"{html.escape(run.verdict)}</p>" for i, run in enumerate(runs)]
     return '<div class="verdicts">' + "".join(lines) + "</div>"
 
 
-def _figures(run_dir: Path) -> list[str]:
-    out = []
-    for png in sorted((run_dir / "figures").glob("*.png")):
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        out.append(f'<figure><img alt="{html.escape(png.stem)}" '
-                   f'src="data:image/png;base64,{data}"><figcaption>{html.escape(png.name)}'
-                   "</figcaption></figure>")
-    return out
-
-
-def _run_section(run: RunView, index: int) -> str:
-    parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)} '
-             f"<small>{html.escape(str(run.run_dir))}</small></h2>"]
-    if run.summary is None:
-        parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
+def _generic_body(run: RunView) -> str:
+    parts = []
     findings = (run.summary or {}).get("findings")
     if isinstance(findings, dict):
         rest = {k: v for k, v in findings.items() if k != "verdict"}
         if rest:
             parts.append("<h3>Findings</h3>" + key_values(rest, "kv findings"))
-    figures = _figures(run.run_dir)
+    figures = run_figures(run.run_dir)
     if figures:
         parts.append("<h3>Figures</h3>" + "\n".join(figures))
+    return "\n".join(parts)
+
+
+def _kind_body(run: RunView) -> tuple[str, str, set[str]]:
+    """(body, inline script, summary keys the body already shows) of a run's kind."""
+    if run.summary is None:
+        return _generic_body(run), "", set()
+    if run.experiment == "eval":
+        body, script = eval_page.eval_body(run.run_dir)
+        return body, script, set(run.summary)
+    if run.experiment == "probe-heads":
+        return heads_page.heads_body(run.run_dir), "", set(run.summary)
+    if run.experiment == "explain":
+        return explain_body(run.run_dir), "", set(run.summary)
+    records = curve_records(run.run_dir)
+    if records:
+        return sft_page.sft_body(run.run_dir, records, run.summary), "", sft_page.SHOWN
+    return _generic_body(run), "", {"findings"}
+
+
+def _run_section(run: RunView, index: int) -> tuple[str, str]:
+    parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)} '
+             f"<small>{html.escape(str(run.run_dir))}</small></h2>"]
+    if run.summary is None:
+        parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
+    body, script, shown = _kind_body(run)
+    parts.append(body)
     if run.summary is not None:
-        rest = {k: v for k, v in run.summary.items() if k != "findings"}
-        parts.append("<h3>Summary</h3>" + summary_tables(rest))
+        rest = {k: v for k, v in run.summary.items() if k not in shown and k != "findings"}
+        if rest:
+            parts.append("<h3>Summary</h3>" + summary_tables(rest))
     parts.append("<details><summary>Config</summary><pre>"
                  + html.escape(json.dumps(run.config, indent=2)) + "</pre></details></section>")
-    return "\n".join(parts)
+    return "\n".join(parts), script
 
 
 def run_labels(run_dirs: list[Path]) -> list[str]:
@@ -155,13 +176,12 @@ def overlay_section(run_dirs: list[Path]) -> str:
               if (recs := curve_records(d)) is not None}
     if len(curves) < 2:
         return ""
-    data = base64.b64encode(reliance_png(curves)).decode("ascii")
+    caption = ("one colour per run (legend: folder names); star: each run's peak "
+               "counterfactual accuracy; shaded: 95% Wilson score intervals over the items "
+               "scored at each step")
     return ('<section id="overlay"><h2>Reliance curves, overlaid</h2>'
-            f'<figure><img alt="reliance curves of {len(curves)} runs" '
-            f'src="data:image/png;base64,{data}"><figcaption>one colour per run (legend: '
-            "folder names); star: each run's peak counterfactual accuracy; shaded: 95% Wilson "
-            "score intervals over the items scored at each step</figcaption></figure>"
-            "</section>")
+            + embedded_figure(reliance_png(curves), f"reliance curves of {len(curves)} runs",
+                              caption) + "</section>")
 
 
 def render_report(run_dirs: list[str | Path], title: str = "knowflow report") -> str:
@@ -169,11 +189,9 @@ def render_report(run_dirs: list[str | Path], title: str = "knowflow report") ->
     runs = [load_run(d) for d in run_dirs]
     sections = [_run_section(run, i) for i, run in enumerate(runs)]
     overlay = overlay_section([Path(d) for d in run_dirs])
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>{_verdicts(runs)}{overlay}" + "\n".join(sections)
-            + "</body></html>\n")
+    scripts = list(dict.fromkeys(script for _, script in sections if script))
+    return page(title, _verdicts(runs) + overlay + "\n".join(s for s, _ in sections),
+                "".join(scripts))
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path, title: str = "knowflow report"

@@ -7,7 +7,9 @@ Rules, so that any experiment's summary reads well without per-experiment code:
   transposed (metrics down the side), so six arms by thirty metrics is 7 columns wide, not 31;
 - per-seed lists (`<metric>_seeds` beside a `seeds` list) leave the row and become their own
   table, one row per (row, seed);
-- every table sits in a container that scrolls sideways rather than widening the page.
+- every table sits in a container that scrolls sideways rather than widening the page;
+- keys show as the glossary's names (`report.names.label`), and a `<metric>_ci` beside its
+  `<metric>` joins it: `0.500 (0.167–0.833)`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import html
 import math
 from typing import Any
+
+from knowflow.report.names import CI, label, with_interval
 
 SHORT_LIST = 8
 SEED_SUFFIX = "_seeds"
@@ -35,7 +39,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {fmt(v)}" for k, v in value.items())
+        return ", ".join(f"{label(k)}: {fmt(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return _fmt_list(list(value))
     return str(value)
@@ -57,7 +61,8 @@ def _fmt_list(values: list) -> str:
 
 def _cell(value: Any) -> str:
     text = html.escape(fmt(value))
-    cls = ' class="num"' if _is_number(value) or isinstance(value, (list, tuple)) else ""
+    cls = ' class="num"' if _is_number(value) or isinstance(value, (list, tuple, _Joined)) \
+        else ""
     return f"<td{cls}>{text}</td>"
 
 
@@ -65,11 +70,36 @@ def _esc(key: object) -> str:
     return html.escape(str(key))
 
 
+def _name(key: object) -> str:
+    """A metric key as the glossary names it (row and arm names stay as they are)."""
+    return html.escape(label(key))
+
+
+class _Joined(str):
+    """A value already joined with its interval (shown as a number)."""
+
+
+def _join_intervals(row: dict) -> dict:
+    """`row` with each `<metric>_ci` folded into its `<metric>`."""
+    out = {}
+    for key, value in row.items():
+        if key.endswith(CI) and key[:-len(CI)] in row:
+            continue
+        ci = row.get(f"{key}{CI}")
+        if _is_number(value) and isinstance(ci, (list, tuple)) and len(ci) == 2:
+            value = _Joined(with_interval(value, ci))
+        out[key] = value
+    return out
+
+
 def _grid(corner: str, row_names: list[str], col_names: list[str],
-          value: Any) -> str:
-    head = "".join(f"<th>{_esc(c)}</th>" for c in [corner, *col_names])
+          value: Any, metrics_down: bool = False) -> str:
+    """A table; the metric keys (the columns, or the rows when `metrics_down`) are named."""
+    col_esc, row_esc = (_esc, _name) if metrics_down else (_name, _esc)
+    head = "".join(f"<th>{_esc(corner)}</th>" + "".join(f"<th>{col_esc(c)}</th>"
+                                                       for c in col_names))
     body = "".join(
-        f"<tr><th>{_esc(r)}</th>" + "".join(_cell(value(r, c)) for c in col_names) + "</tr>"
+        f"<tr><th>{row_esc(r)}</th>" + "".join(_cell(value(r, c)) for c in col_names) + "</tr>"
         for r in row_names)
     return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>'
 
@@ -85,6 +115,7 @@ def _seed_columns(row: dict) -> list[str]:
 def rows_table(rows: dict[str, dict], corner: str = "") -> str:
     """A dict of flat dicts as a table (transposed when wider than long), plus a per-seed
     table for `<metric>_seeds` lists."""
+    rows = {name: _join_intervals(row) for name, row in rows.items()}
     per_seed = {name: _seed_columns(row) for name, row in rows.items()}
     columns: list[str] = []
     for name, row in rows.items():
@@ -92,7 +123,7 @@ def rows_table(rows: dict[str, dict], corner: str = "") -> str:
         columns += [k for k in row if k not in skip and k not in columns]
     names = list(rows)
     if len(columns) > len(names):
-        out = _grid(corner, columns, names, lambda c, r: rows[r].get(c))
+        out = _grid(corner, columns, names, lambda c, r: rows[r].get(c), metrics_down=True)
     else:
         out = _grid(corner, names, columns, lambda r, c: rows[r].get(c))
     if any(per_seed.values()):
@@ -116,8 +147,8 @@ def _seed_table(rows: dict[str, dict], per_seed: dict[str, list[str]], corner: s
 
 def key_values(items: dict[str, Any], cls: str = "kv") -> str:
     """A readable two-column list; nested dicts are flattened to dotted keys."""
-    flat = _flatten(items)
-    body = "".join(f"<tr><th>{_esc(k)}</th>{_cell(v)}</tr>" for k, v in flat.items())
+    flat = _join_intervals(_flatten(items))
+    body = "".join(f"<tr><th>{_name(k)}</th>{_cell(v)}</tr>" for k, v in flat.items())
     return f'<div class="scroll"><table class="{cls}">{body}</table></div>'
 
 
