@@ -53,13 +53,14 @@ DECODING_FLAGS = (
          "likelier; no decoding), generate (greedy output mentions it), or auto (loglik under "
          "--scoring loglik, else generate).", "auto"),
     flag("method", "method", str,
-         "Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, heads (or "
+         "Decoding method(s), comma-separated: greedy, cad, adacad, coiecd, cocoa, heads (or "
          "heads:L.H+L.HxGAMMA), opinion, opinion+cad, opinion+adacad (several: one pass each, "
          "and a tradeoff figure).", "greedy"),
     flag("alpha", "alpha", str, "CAD's alpha; several (0,0.5,1,2) sweep it.", "1.0"),
     flag("beta", "beta", str,
-         "Plausibility constraint of cad and adacad in generation: only tokens with p(y|c,x) "
-         ">= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood scoring); "
+         "Plausibility constraint of cad, adacad and cocoa in generation: only tokens with "
+         "p(y|c,x) >= beta * max p(.|c,x) are eligible (0: off; ignored by log-likelihood "
+         "scoring); "
          "several (0,0.3) sweep it.", "0.3"),
     flag("conditions", "conditions", str,
          "Context conditions, comma-separated: conflicting, agreeing, irrelevant (sensitivity "
