@@ -73,6 +73,7 @@ EVAL_CASES = [
     C("eval --out afile", 2, "afile: the output folder is a file"),
     C("eval --out afile/sub", 2, "afile is a file"),
     C("eval --model no-such-model-xyz", 2, "not a local folder"),
+    C("eval --model ''", 2, "'--model': is empty"),
     C("eval --model adir", 2, "has no config.json"),
     C(f"{EVAL.replace('items.jsonl', 'missing.jsonl')}", 2, "missing.jsonl: no such file"),
     C(f"{EVAL.replace('items.jsonl', 'trunc.json')}", 2, "trunc.json, line 2"),
