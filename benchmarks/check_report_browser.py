@@ -8,8 +8,10 @@ seeds of synthetic curves, and a cpi-toy run; no experiment is run), writes thei
 report as `make demo` does, and renders it at 1280 px. Checks: the page is no wider than the
 window (no sideways scrolling of the page itself), every verdict sentence is on the page, and
 the verdicts (an experiment report's verdict block, an explain report's finding) come before
-the first table. The measurement runs in an instrumented copy of the
-page (a script appended to a temporary file); the report itself carries no JavaScript.
+the first table, no placeholder text ("no verdict recorded") and no raw dict or repr text
+(`{'layer': ...}`, `[{...}]`). The measurement runs in an instrumented copy of the page (a
+script appended to a temporary file). `html_problems` checks the same structure on the HTML
+text alone, for a machine without a browser.
 Exit code 0 when the checks pass or Chromium is absent (a message says so), 1 when one fails.
 """
 
@@ -19,6 +21,7 @@ import argparse
 import html
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -28,6 +31,8 @@ import tempfile
 from pathlib import Path
 
 WIDTH, HEIGHT = 1280, 2000
+# where the tests copy their screenshots, to look at them (KNOWFLOW_SHOTS=folder); None: not kept
+SHOTS_DIR = Path(os.environ["KNOWFLOW_SHOTS"]) if os.environ.get("KNOWFLOW_SHOTS") else None
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora")
 VERDICTS = {
@@ -94,12 +99,53 @@ def problems(measure: dict, verdicts: list[str]) -> list[str]:
         out.append(f"page is {measure['scrollWidth']} px wide (> {WIDTH})")
     text = " ".join(measure["text"].split())
     out += [f"verdict missing: {v!r}" for v in verdicts if " ".join(v.split()) not in text]
+    out += text_problems(text)
     top, table = measure["verdictTop"], measure["firstTableTop"]
     if top is None:
         out.append("no verdict block")
     elif table is not None and table < top:
         out.append("a table comes before the verdicts")
     return out
+
+
+PLACEHOLDERS = ("no verdict recorded", "None", "nan", "undefined")
+_REPR = re.compile(r"\{'|\[\{|\{\"|'\w+': |\[\[")
+_RAW_KEY = re.compile(r"\b[a-z]+_[a-z_]+\.(?!png\b|jsonl?\b)[a-z_]+\b|\b\w+_ci\b")
+
+
+def visible_text(page: str) -> str:
+    """The text a reader sees: tags, scripts, styles, folded config and attributes removed."""
+    page = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", page, flags=re.S)
+    page = re.sub(r"<details><summary>Config</summary>.*?</details>", " ", page, flags=re.S)
+    page = re.sub(r"<[^>]+>", " ", page)
+    return " ".join(html.unescape(page).split())
+
+
+def text_problems(text: str) -> list[str]:
+    """Placeholders, raw dict/repr strings and raw dotted or `_ci` keys in visible text."""
+    out = [f"placeholder {p!r}" for p in PLACEHOLDERS if re.search(rf"\b{p}\b", text)]
+    out += [f"repr text near {text[max(0, m.start() - 30):m.end() + 30]!r}"
+            for m in _REPR.finditer(text)][:3]
+    out += [f"raw key {m.group(0)!r}" for m in _RAW_KEY.finditer(text)][:3]
+    return out
+
+
+def html_problems(page: str) -> list[str]:
+    """What is wrong with a report page, from its HTML alone: the finding must come before the
+    first figure and table and say something; no placeholder, repr text or raw key."""
+    out = []
+    body = page[page.find("<body"):]
+    box = re.search(r'<div class="(?:verdicts|finding)">(.*?)</div>', body, re.S)
+    if box is None:
+        out.append("no finding block")
+    else:
+        first = min([i for i in (body.find("<table"), body.find("<figure")) if i >= 0],
+                    default=len(body))
+        if box.start() > first:
+            out.append("a table or figure comes before the finding")
+        if len(visible_text(box.group(1)).split()) < 6:
+            out.append("the finding is not a sentence")
+    return out + text_problems(visible_text(page))
 
 
 # --- fake run folders (synthetic numbers, shaped like the real experiments') --------------

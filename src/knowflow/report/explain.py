@@ -14,6 +14,8 @@ import html
 import math
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from knowflow.io import atomic_write_text, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.report.page import finding_box, run_figures
@@ -97,6 +99,10 @@ def _svg_layers(mech: dict, width: int = 520, height: int = 150) -> str:
     return "".join(out)
 
 
+def _yes(value: object) -> str:
+    return "yes" if value is True else "no" if value is False else html.escape(str(value))
+
+
 def _card(rec: dict) -> str:
     v = rec["verdict"]
     nums = rec["verdict_numbers"]
@@ -114,8 +120,8 @@ def _card(rec: dict) -> str:
              f'log p(answer | context) = {rec["logprob_context"]:.3f} '
              f"(p = {p[0]:.3g}); log p(answer | no context) = {rec['logprob_no_context']:.3f} "
              f"(p = {p[1]:.3g}); context contribution = {nums['context_contribution']:+.3f}; "
-             f"context supports: {nums['context_supports']}; memory agrees: "
-             f"{nums['memory_agrees']}</div>"]
+             f"context supports: {_yes(nums['context_supports'])}; memory agrees: "
+             f"{_yes(nums['memory_agrees'])}</div>"]
     if "sentences" in rec:
         lds = rec.get("lds")
         drops = ", ".join(f"top-{k}: {d:+.2f}" for k, d in rec["topk_drop"].items())
@@ -130,9 +136,9 @@ def _card(rec: dict) -> str:
                      "</div>" + _svg_layers(rec["mechanism"]))
         heads = rec["mechanism"]["heads"]
         if heads:
-            parts.append("<table><tr><th>layer.head</th><th>attention to top sentence</th>"
+            parts.append("<table><tr><th>head</th><th>attention to top sentence</th>"
                          "<th>effect of knocking it out</th></tr>" + "".join(
-                             f"<tr><td>{h['layer']}.{h['head']}</td><td>{h['attention']:.3f}"
+                             f"<tr><td>L{h['layer']}.H{h['head']}</td><td>{h['attention']:.3f}"
                              f"</td><td>{h['effect']:+.3f}</td></tr>" for h in heads)
                          + "</table>")
     return "\n".join(parts) + "</div>"
@@ -149,6 +155,7 @@ def layers_figure(summary: dict, path: Path, title: str = "knockout from the ans
     for key, label in (("context", "whole context"), ("top_sentence", "top sentence")):
         ax.plot(range(len(mech[key])), mech[key], marker="o", markersize=3, label=label)
     ax.axhline(0.0, color="black", linewidth=0.6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("layer")
     ax.set_ylabel("change in log p(answer)")
     ax.set_title(f"{title} ({mech['n_items']} items)", fontsize=10)
