@@ -24,6 +24,8 @@ from knowflow.runs import (
     Progress,
     RunFolder,
     check_identity,
+    is_finished,
+    latest_unfinished,
     start_run,
 )
 
@@ -34,7 +36,9 @@ def _tree(root) -> list[str]:
 
 def test_start_run_writes_config_first_then_records_and_summary(tmp_path):
     run = start_run({"a": 1}, "eval", runs_root=tmp_path / "runs")
-    assert run.path.parent == tmp_path / "runs" / "eval"
+    # staged: a hidden folder beside the target, renamed into place when complete
+    assert run.path.parent == tmp_path / "runs" / "eval" and run.path.name.startswith(".")
+    assert run.target.parent == run.path.parent and not run.target.exists()
     # before any work: the config, the run's identity, and its claim
     assert sorted(p.name for p in run.path.iterdir()) == [LOCK, CONFIG, IDENTITY]
     assert json.loads((run.path / IDENTITY).read_text()) == {
@@ -42,48 +46,54 @@ def test_start_run_writes_config_first_then_records_and_summary(tmp_path):
             (run.path / CONFIG).read_bytes()).hexdigest()}
     run.write_records(ITEMS, [{"x": 1}, {"x": 2}])
     run.write_summary({"n": 2})
+    assert [p.name for p in run.written] == [CONFIG, IDENTITY, ITEMS, SUMMARY]
+    staging, final = run.path, run.target
+    assert run.commit() == final == run.path
+    assert not staging.exists() and sorted(p.name for p in final.iterdir()) == [
+        CONFIG, ITEMS, IDENTITY, SUMMARY]  # no lock left
     assert json.loads((run.path / CONFIG).read_text()) == {"a": 1}
     assert [json.loads(line) for line in (run.path / ITEMS).read_text().splitlines()] == [
         {"x": 1}, {"x": 2}]
     assert json.loads((run.path / SUMMARY).read_text()) == {"n": 2}
-    assert [p.name for p in run.written] == [CONFIG, IDENTITY, ITEMS, SUMMARY]
-    run.close()
-    assert not (run.path / LOCK).exists()
 
 
 def test_a_refused_new_run_leaves_nothing(tmp_path):
     before = _tree(tmp_path)
-    run = start_run({"a": 1}, "probe-knockout", runs_root=tmp_path / "runs" / "deep")
-    with pytest.raises(DataError), run.refusals():
+    with pytest.raises(DataError), start_run({"a": 1}, "probe-knockout",
+                                             runs_root=tmp_path / "runs" / "deep") as run:
         run.write_records(RECORDS, [{"x": 1}])
         raise DataError("items.jsonl", "bad input found late")
     assert _tree(tmp_path) == before  # the run folder and the folders made for it are gone
 
 
-def test_a_refused_rerun_in_an_earlier_runs_folder_removes_only_what_it_created(tmp_path):
-    """A refusal or Ctrl-C deleted a config.json the run had written over: clean-up removes
-    only the files the run created."""
+def test_a_failed_rerun_in_an_earlier_runs_folder_leaves_it_as_it_was(tmp_path):
+    """An --out folder holding an earlier run of the same command stays intact until the
+    new run is complete (a refusal, Ctrl-C or a bug leave it byte for byte), then the new
+    run replaces it."""
     out = tmp_path / "out"
-    first = start_run({"a": 1}, "eval", out_dir=out)
-    first.write_records(ITEMS, [{"x": 0}])
-    first.close()
+    with start_run({"a": 1}, "eval", out_dir=out) as first:
+        first.write_records(ITEMS, [{"x": 0}])
     (out / "figures").mkdir()
     (out / "figures" / "old.png").write_bytes(b"png")
-    (out / "notes.txt").write_text("kept")
-    before = _tree(tmp_path)
-    run = start_run({"a": 2}, "eval", out_dir=out)
-    with pytest.raises(KeyboardInterrupt), run.refusals(interrupt=True):
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for exc in (KeyboardInterrupt(), DataError("x", "late"), OSError(28, "No space left")):
+        with pytest.raises(type(exc)), start_run({"a": 2}, "eval", out_dir=out) as run:
+            run.write_records(RECORDS, [{"x": 1}])
+            raise exc
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+        assert _tree(tmp_path) == sorted([str(p.relative_to(tmp_path)) for p in before] + [
+            "out", "out/figures"])
+    with start_run({"a": 2}, "eval", out_dir=out) as run:
         run.write_records(RECORDS, [{"x": 1}])
-        raise KeyboardInterrupt
-    assert _tree(tmp_path) == before  # records.jsonl (created) gone; the rest kept
-    assert json.loads((out / CONFIG).read_text()) == {"a": 2}  # written over, never removed
-    assert (out / "notes.txt").read_text() == "kept"
+    assert sorted(p.name for p in out.iterdir()) == [CONFIG, RECORDS, IDENTITY]
+    assert json.loads((out / CONFIG).read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old folder left
 
 
 @pytest.mark.parametrize("setup,message", [
     (lambda out: (out / "config.json").write_text('{"mine": 1}'), "holds no knowflow run"),
     (lambda out: (out / "notes.txt").write_text("mine"), "not empty and holds no knowflow run"),
-    (lambda out: start_run({}, "cpi-toy", out_dir=out).close(),
+    (lambda out: start_run({}, "cpi-toy", out_dir=out).commit(),
      "holds a run of `cpi-toy`, not of `eval`"),
 ])
 def test_an_out_folder_of_the_users_or_another_commands_is_refused(tmp_path, setup, message):
@@ -98,7 +108,7 @@ def test_an_out_folder_of_the_users_or_another_commands_is_refused(tmp_path, set
 
 def test_no_output_replaces_an_input_a_run_file_a_device_or_another_output(tmp_path):
     run = start_run({}, "cpi-toy", runs_root=tmp_path)
-    run.close()
+    run.commit()
     data = tmp_path / "x.scores.jsonl"
     data.write_text("{}\n")
     out = tmp_path / "x.jsonl"
@@ -123,7 +133,7 @@ def test_two_processes_cannot_write_one_run_folder(tmp_path):
                            text=True)
     assert other.returncode == 1 and "another knowflow process" in other.stderr
     assert f"pid {os.getpid()}" in other.stderr
-    run.close()
+    run.commit()
     again = subprocess.run([sys.executable, "-c", "import sys; from knowflow.outputs import "
                             "claim; claim(sys.argv[1])", str(run.path)])
     assert again.returncode == 0  # let go: the next process may write it
@@ -131,7 +141,7 @@ def test_two_processes_cannot_write_one_run_folder(tmp_path):
 
 def test_resume_names_the_run_it_was_given_and_an_edited_config(tmp_path):
     run = start_run({"seed": 0}, "sft", runs_root=tmp_path)
-    run.close()
+    run.commit()
     with pytest.raises(DataError, match="this is a `sft` run, not a `cpi-toy` run"):
         check_identity(run.path, "cpi-toy")
     check_identity(run.path, "sft")
@@ -140,25 +150,41 @@ def test_resume_names_the_run_it_was_given_and_an_edited_config(tmp_path):
         check_identity(run.path, "sft")
 
 
-def test_out_of_memory_is_refused_but_a_bug_and_ctrl_c_keep_the_run(tmp_path):
+def test_a_resumable_run_is_kept_only_with_a_checkpoint_and_never_after_a_refusal(tmp_path):
     root = tmp_path / "runs"
-    run = start_run({}, "x", runs_root=root)
-    with pytest.raises(RuntimeError), run.refusals():
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert not root.exists()
-    for exc in (RuntimeError("a bug"), KeyboardInterrupt()):
-        run = start_run({}, "x", runs_root=root)
-        with pytest.raises(type(exc)), run.refusals():  # no interrupt=True: resumable
+    for exc in (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                DataError("x", "late"), RuntimeError("a bug"), KeyboardInterrupt()):
+        with pytest.raises(type(exc)), start_run({}, "x", runs_root=root,
+                                                 resumable=True) as run:
+            raise exc  # no checkpoint yet: nothing to resume
+        assert not root.exists() and not run.kept
+    for exc in (RuntimeError("a bug"), KeyboardInterrupt(), OSError(28, "No space left")):
+        with pytest.raises(type(exc)), start_run({}, "x", runs_root=root,
+                                                 resumable=True) as run:
+            atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
             raise exc
-        assert (run.path / CONFIG).exists()
+        assert run.kept and run.path.parent == root / "x" and not run.path.name.startswith(".")
+        assert json.loads((run.path / IDENTITY).read_text())["in_progress"] is True
+        assert latest_unfinished(root, "x") == run.path
+    with pytest.raises(DataError), start_run({}, "y", runs_root=root, resumable=True) as run:
+        atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
+        raise DataError("x", "bad input found late")  # a refusal: never kept
+    assert not (root / "y").exists()
 
 
-def test_a_resumed_run_is_never_removed(tmp_path):
-    (tmp_path / CONFIG).write_text("{}")
-    run = RunFolder(tmp_path)  # existed=None: a resumed run
-    with pytest.raises(KnowflowError), run.refusals(interrupt=True):
-        raise KnowflowError("late")
-    assert (tmp_path / CONFIG).exists()
+def test_a_resumed_run_is_never_removed_and_loses_its_mark_when_complete(tmp_path):
+    with pytest.raises(KeyboardInterrupt), start_run({}, "x", runs_root=tmp_path,
+                                                     resumable=True) as run:
+        atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
+        raise KeyboardInterrupt
+    kept = run.path
+    for exc in (KnowflowError("late"), KeyboardInterrupt()):
+        with pytest.raises(type(exc)), RunFolder(kept).claim():  # a resumed run
+            raise exc
+        assert (kept / CONFIG).exists() and not is_finished(kept)
+    with RunFolder(kept).claim() as resumed:
+        resumed.write_summary({"n": 1})
+    assert is_finished(kept) and "in_progress" not in json.loads((kept / IDENTITY).read_text())
 
 
 def test_progress_is_done_total_then_an_optional_stage():

@@ -55,6 +55,7 @@ from knowflow.report.finish import finish_run
 from knowflow.report.probe_run import probe_figures
 from knowflow.result import Result, register_finisher
 from knowflow.runs import RECORDS, Progress, RunFolder, start_run
+from knowflow.staging import file_group
 from knowflow.train.augment import AugmentConfig
 from knowflow.train.augment import augment as augment_rows
 from knowflow.train.criticality import CurateConfig, curate_examples
@@ -82,6 +83,11 @@ def _model(model, tokenizer, device: str, dtype: str, source: ModelSource | None
 
 @register_finisher("eval")
 def _finish_eval(result: Result, run: RunFolder) -> None:
+    finish_eval_run(run)
+
+
+def finish_eval_run(run: RunFolder) -> None:
+    """An eval run folder's figures and report.html, before it is published."""
     finish_run(run, None, eval_figures, title="knowflow eval")
 
 
@@ -104,9 +110,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
                             dtype=dtype, out_dir=out_dir, runs_root=runs_root,
                             progress=progress, fields=fields, preset=preset,
-                            source=_source(revision, trust_remote_code, offline), **overrides)
-    if result.out_dir is not None:
-        finish_eval(result.out_dir)
+                            source=_source(revision, trust_remote_code, offline),
+                            finish=finish_eval_run, **overrides)
     return result
 
 
@@ -232,13 +237,13 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
         return Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
                       command)
-    run = start_run(config, command, runs_root=runs_root, out_dir=out_dir)
-    with run.refusals(interrupt=True):
+    with start_run(config, command, runs_root=runs_root, out_dir=out_dir) as run:  # staged
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-    result = Result(records, probe_summary(kind, records, arch.n_layers, cfg), config, command,
-                    out_dir=run.path)
-    run.write_records(RECORDS, records)
-    _finish_probe(result, run)
+        result = Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
+                        command)
+        run.write_records(RECORDS, records)
+        _finish_probe(result, run)
+    result.out_dir = run.path
     return result
 
 
@@ -272,10 +277,12 @@ class CurateResult(Result, commands=("curate",)):
         out = Path(out)
         check_out_files({"kept rows": out, "scores": out.with_suffix(".scores.jsonl"),
                          "figure": out.with_suffix(".png")}, inputs=self.inputs)
-        save_instructions(out, self.kept)
-        scores = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), self.records)
-        return out, scores, curation_figure(self.records, self.config["by"], self.cutoff,
-                                            out.with_suffix(".png"))
+        with file_group():  # the three files appear together, or none does
+            save_instructions(out, self.kept)
+            scores = atomic_write_jsonl(out.with_suffix(".scores.jsonl"), self.records)
+            figure = curation_figure(self.records, self.config["by"], self.cutoff,
+                                     out.with_suffix(".png"))
+        return out, scores, figure
 
     def _write(self, run: RunFolder) -> None:
         """curated.scores.jsonl (the records), curated.jsonl (the rows kept), curated.png."""

@@ -23,22 +23,35 @@ def _umask() -> int:
     return mask
 
 
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp's temp files are private
+UMASK = _umask()
+_FILE_MODE = 0o666 & ~UMASK  # what open() would give; mkstemp's temp files are private
+# (temp file, target) of writes held back by `staging.file_group` (None: rename at once)
+PENDING: list[tuple[Path, Path]] | None = None
+
+
+def fill(fd: int, data: bytes, path: Path) -> None:
+    """Write `data` to the open temp file `fd` of `path` and flush it to disk: the one place
+    knowflow's output bytes are written (the fault-injection tests patch it)."""
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temp file in the same folder, then rename."""
+    """Write `data` to `path` through a temp file in the same folder, then rename (inside a
+    `staging.file_group`, at the group's end)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _replaceable(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        fill(fd, data, path)
+        if PENDING is not None:
+            PENDING.append((Path(tmp), path))
+        else:
+            os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         if exc.filename is None:  # a failed write(2)/fsync names no file: name the target

@@ -161,6 +161,27 @@ def claim(folder: str | Path) -> None:
     _HELD[folder] = [fd, 1]
 
 
+def is_claimed(folder: str | Path) -> bool:
+    """Whether a live process (this one included) holds `folder`'s claim."""
+    folder = Path(folder).resolve()
+    if folder in _HELD:
+        return True
+    if fcntl is None or not (folder / LOCK).exists():  # pragma: no cover - Windows
+        return False
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def release(folder: str | Path) -> None:
     """Undo one `claim`; the last one removes the lock file and lets go."""
     folder = Path(folder).resolve()

@@ -80,22 +80,18 @@ class Result:
     def save(self, out_dir: str | Path | None = None, *, runs_root: str | Path = "runs"
              ) -> Path:
         """Write the run folder `knowflow <command>` writes to `out_dir` (default: a fresh
-        `runs_root/<command>/<timestamp>/`); returns it. Bad input found while writing, or
-        Ctrl-C, removes what was written."""
+        `runs_root/<command>/<timestamp>/`); returns it. The folder is staged
+        (`runs.RunFolder`): any failure while writing leaves `out_dir` as it was."""
         source = self.out_dir
-        run = start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir,
-                        inputs=self.inputs)
-        with run.refusals(interrupt=True):
+        with start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir,
+                       inputs=self.inputs) as run:  # staged: in place once complete
             self._write(run)
-        try:
             finish = _lookup(_FINISHERS, self.command)
             if finish is not None:
                 finish(self, run)
             else:
                 self._copy_rest(source, run.path)
                 run.write_summary(self.summary)
-        finally:
-            run.close()
         self.out_dir = run.path
         return run.path
 

@@ -4,11 +4,13 @@ Every run, an experiment's, an eval's or a probe's, is one folder written in one
 `start_run`: `config.json` first (atomically), then its records (`metrics.jsonl` of an
 experiment, one record per evaluation step; `items.jsonl` of an eval; `records.jsonl` of a
 probe), `figures/*.png`, `summary.json` and `report.html` (the figures and the page are drawn
-by `report.finish.finish_run`). A run that has no `summary.json`
-is unfinished; `--resume` continues an experiment from its checkpoints. Bad input found after
-the folder was made removes what the run wrote (`RunFolder.refusals`). `PartStore` is the
-checkpoint for experiments made of independent parts: each finished part is saved atomically,
-and on resume it is loaded instead of recomputed.
+by `report.finish.finish_run`). The folder is staged (`knowflow.staging`): written under a
+hidden name beside its target and renamed into place only when complete, so a failure of
+any kind (bad input found late, Ctrl-C, SIGTERM, a full disk, a bug) leaves the target as
+it was. An experiment's run that holds a complete checkpoint is kept instead, marked
+`"in_progress": true` in `run.json`, and `--resume` continues it in place. `PartStore` is
+the checkpoint for experiments made of independent parts: each finished part is saved
+atomically, and on resume it is loaded instead of recomputed.
 
 `Progress` is the one callback type of long-running library code: `progress(done, total,
 stage)`.
@@ -16,24 +18,23 @@ stage)`.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import re
 import shutil
 import time
-import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
-from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json
 from knowflow.outputs import IDENTITY, check_out_dir, claim, config_hash, release, run_command
+from knowflow.run_files import check_run_files, remove_stale_temps  # noqa: F401 (imported from here)
+from knowflow.staging import publish, remove, stage_dir
 
 CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
 ITEMS, RECORDS = "items.jsonl", "records.jsonl"  # an eval's per-item, a probe's per-example
+IN_PROGRESS = "in_progress"  # run.json's mark of a run kept to be resumed
 
 
 class Progress(Protocol):
@@ -45,18 +46,10 @@ class Progress(Protocol):
     def __call__(self, done: int, total: int, stage: str = "") -> None: ...
 
 
-def new_run_dir(runs_root: Path, experiment: str) -> Path:
-    """Create a fresh `runs_root/experiment/<timestamp>` folder (suffixed if taken)."""
-    base = Path(runs_root) / experiment
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for i in range(1000):
-        path = base / (stamp if i == 0 else f"{stamp}-{i}")
-        try:
-            path.mkdir(parents=True, exist_ok=False)
-            return path
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"could not create a run directory under {base}")
+def new_run_name(runs_root: Path, experiment: str) -> Path:
+    """The path of a fresh `runs_root/experiment/<timestamp>` run (not made: a staged run
+    takes it, or the next free `-<n>` name, when complete: `staging.publish`)."""
+    return Path(runs_root) / experiment / time.strftime("%Y%m%d-%H%M%S")
 
 
 def _remove_made(path: Path, existed: set[Path]) -> None:
@@ -75,18 +68,36 @@ def _existing(path: Path) -> set[Path]:
     return {p for p in (path, *path.parents) if p.exists()}
 
 
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether run folder `run_dir` holds a complete checkpoint to resume from (checkpoints
+    are written staged: one that is there is complete)."""
+    folder = Path(run_dir) / "checkpoints"
+    return folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
+
+
 @dataclass
 class RunFolder:
-    """A run folder being written (see the module docstring). `existed`: the paths that were
-    there before the run (None for a resumed run, which is never removed); `written`: the
-    files this run created, the only ones removed from an `--out` folder that existed before
-    (a file it wrote over is kept). The folder is claimed (`knowflow.outputs.claim`) from
-    `start_run` until `close`, which `finish_run` and every refusal call."""
+    """A run folder being written (see the module docstring), used as a context manager:
+    the block's end publishes it, a failure undoes it.
+
+    A new run is staged: `path` is a hidden staging folder beside `target`, claimed
+    (`knowflow.outputs.claim`), and `commit` renames it to `target` once complete (replacing
+    an earlier run of the same command there). A failure removes it (`discard`), with the
+    parents made for it (`existed`: the folders there before); only a `resumable` run (an
+    experiment's) that holds a complete checkpoint and was not refused for bad input is kept
+    instead (`keep`), published as its target with `run.json` marking it in progress. A
+    resumed run (`target` None) is written in place and never removed; its completion clears
+    the in-progress mark. `kept`: whether a failed run was kept (resumable)."""
 
     path: Path
     existed: set[Path] | None = None
     written: list[Path] = field(default_factory=list)
     claimed: bool = False
+    target: Path | None = None
+    resumable: bool = False
+    replace: bool = True  # an --out target; a fresh timestamped run takes a free name
+    kept: bool = False
+    final: Path | None = None  # where a resumable run was published at its first checkpoint
 
     def write_json(self, name: str, data: Any) -> Path:
         return self._write(name, atomic_write_json, data)
@@ -114,93 +125,145 @@ class RunFolder:
         return self
 
     def close(self) -> None:
-        """Let go of the folder (another process may write it now)."""
-        if self.claimed:
+        """Let go of the folder (another process may write it now); a staged folder is held
+        until it is published or removed."""
+        if self.claimed and self.target is None:
             self.claimed = False
             release(self.path)
 
-    def discard(self) -> None:
-        """Undo the run after a refusal: a folder it made goes with the parents made for it;
-        in a folder that was there before, only the files it created (and its figures/)."""
+    def commit(self) -> Path:
+        """The run is complete: a staged one is renamed into place (`path` becomes its
+        target), a resumed or published one loses its in-progress mark; then the folder is
+        let go."""
+        if self.final is None and self.target is not None:
+            self.claimed = False
+            self.path = publish(self.path, self.target, self.replace)
+            self.target = None
+        else:
+            self._settle()
+            if _in_progress(self.path):
+                ident = read_json(self.path / IDENTITY)
+                atomic_write_json(self.path / IDENTITY,
+                                  {k: v for k, v in ident.items() if k != IN_PROGRESS})
+        _STAGED.pop(id(self), None)
         self.close()
-        if self.existed is None:
-            return
-        if self.path not in self.existed:
-            _remove_made(self.path, self.existed)
-            return
-        for path in self.written:
-            path.unlink(missing_ok=True)
-        if (self.path / "figures").is_dir() and self.path / "figures" not in self.existed:
-            shutil.rmtree(self.path / "figures", ignore_errors=True)
+        return self.path
 
-    @contextmanager
-    def refusals(self, interrupt: bool = False) -> Iterator[RunFolder]:
-        """Bad input found inside the block (a `KnowflowError`, or too little memory)
-        discards the run and the error goes on; with `interrupt`, so does Ctrl-C (a run that
-        cannot be resumed leaves nothing). Any other way out lets go of the folder."""
-        try:
-            yield self
-        except (KnowflowError, MemoryError, RuntimeError) as exc:
-            if isinstance(exc, KnowflowError) or out_of_memory(exc):
+    def checkpointed(self) -> None:
+        """The run saved a complete checkpoint: a staged resumable run is published now,
+        marked in progress (so even a killed process leaves it resumable), and goes on
+        writing through its staging name, a link to it from now on."""
+        if self.target is None or self.final is not None or not self.resumable:
+            return
+        ident = read_json(self.path / IDENTITY)
+        atomic_write_json(self.path / IDENTITY, {**ident, IN_PROGRESS: True})
+        self.final = publish(self.path, self.target, self.replace)
+        os.symlink(self.final.name, self.path)
+        claim(self.final)
+
+    def _settle(self) -> None:
+        """A published run's staging link goes; `path` is the run folder again."""
+        if self.final is not None:
+            Path(self.path).unlink(missing_ok=True)
+            self.path, self.target, self.final, self.claimed = self.final, None, None, True
+
+    def keep(self) -> bool:
+        """After a failure: publish a staged resumable run that holds a complete checkpoint,
+        marked in progress (True), or undo it (False)."""
+        if self.final is None and (self.target is None or not self.resumable
+                                   or not has_checkpoint(self.path)):
+            self.discard()
+            return False
+        self.checkpointed()
+        self._settle()
+        _STAGED.pop(id(self), None)
+        self.close()
+        self.kept = True
+        return True
+
+    def discard(self) -> None:
+        """Undo the run: a staged (or published) one's folder goes, with the parents made
+        for it; a resumed one is only let go."""
+        _STAGED.pop(id(self), None)
+        staged = self.target is not None
+        self._settle()
+        self.close()
+        if staged:
+            self.claimed = False
+            remove(self.path)
+            _remove_made(self.path, self.existed or set())
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if exc is None:
+            try:
+                self.commit()
+            except BaseException:
                 self.discard()
-            self.close()
-            raise
-        except KeyboardInterrupt:
-            if interrupt:
+                raise
+            return
+        target = self.final or self.target
+        if isinstance(exc, KnowflowError) or out_of_memory(exc):
+            self.discard()  # bad input, too little memory: nothing to resume
+        else:
+            try:
+                self.keep()
+            except BaseException:  # the in-progress mark could not be written either
                 self.discard()
-            self.close()
-            raise
-        except BaseException:
-            self.close()
-            raise
+                raise
+        with contextlib.suppress(AttributeError):  # what the error message says was kept
+            exc.knowflow_kept = self.path if self.kept else None
+            exc.knowflow_untouched = None if self.kept or target is None else target
+
+
+_STAGED: dict[int, RunFolder] = {}  # resumable staged runs being written, for `checkpointed`
+
+
+def checkpoint_saved(run_dir: str | Path) -> None:
+    """Say that `run_dir` now holds a complete checkpoint (`PartStore.save` and the Trainer's
+    staged checkpoints call it): a staged resumable run is published, in progress."""
+    for run in list(_STAGED.values()):
+        if Path(run.path) == Path(run_dir):
+            run.checkpointed()
+
+
+def _in_progress(run_dir: Path) -> bool:
+    try:
+        ident = read_json(Path(run_dir) / IDENTITY)
+    except (OSError, DataError):
+        return False
+    return isinstance(ident, dict) and ident.get(IN_PROGRESS) is True
 
 
 def start_run(config: dict, name: str, runs_root: str | Path | None = None,
-              out_dir: str | Path | None = None, inputs=()) -> RunFolder:
-    """A new run folder, claimed, with its `config.json` and `run.json` written: `out_dir` as
-    given (made if it is missing; see `outputs.check_out_dir` for what it may hold, never a
-    folder holding one of `inputs`), or a fresh `runs_root/name/<timestamp>/`."""
+              out_dir: str | Path | None = None, inputs=(), resumable: bool = False
+              ) -> RunFolder:
+    """A new, staged run folder (see `RunFolder`), claimed, with its `config.json` and
+    `run.json` written, that becomes `out_dir` (see `outputs.check_out_dir` for what it may
+    hold, never a folder holding one of `inputs`) or a fresh `runs_root/name/<timestamp>/`
+    when complete. `resumable`: an experiment's run, kept after a failure once it holds a
+    checkpoint."""
     if out_dir is not None:
-        path = Path(out_dir)
-        check_out_dir(path, name, inputs)
-        existed = _existing(path / "figures")  # figures/ too: kept if it was there
-        path.mkdir(parents=True, exist_ok=True)
+        target = Path(out_dir)
+        check_out_dir(target, name, inputs)
     else:
-        existed = _existing(Path(runs_root or "runs") / name)
-        path = new_run_dir(Path(runs_root or "runs"), name)
-    run = RunFolder(path, existed)
+        target = new_run_name(Path(runs_root or "runs"), name)
+    existed = _existing(target.parent)
+    run = RunFolder(stage_dir(target), existed, claimed=True, target=target,
+                    resumable=resumable, replace=out_dir is not None)
+    if resumable:
+        _STAGED[id(run)] = run
     try:
-        run.claim()
         if out_dir is not None:
-            check_out_dir(path, name, inputs)  # again, now that it is ours: no one slipped in
+            check_out_dir(target, name, inputs)  # again: no one slipped in meanwhile
         run.write_json(CONFIG, config)
-        run.write_json(IDENTITY, {"command": name, "config_sha256": config_hash(path)})
+        run.write_json(IDENTITY, {"command": name, "config_sha256": config_hash(run.path)})
     except BaseException:
         run.discard()
         raise
     return run
-
-
-@contextmanager
-def holding(out_dir: str | Path | None) -> Iterator[None]:
-    """Hold the claim on an `--out` folder across several steps (`evaluate`, then
-    `finish_run`), so no other process writes it in between; a folder made here and left
-    empty (a refusal) is removed again, with the parents made for it."""
-    if out_dir is None:
-        yield
-        return
-    out = Path(out_dir)
-    existed = _existing(out)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        claim(out)
-        try:
-            yield
-        finally:
-            release(out)
-    finally:
-        if out not in existed and out.is_dir() and not any(out.iterdir()):
-            _remove_made(out, existed)
 
 
 def check_identity(run_dir: Path, command: str) -> None:
@@ -230,14 +293,17 @@ def check_identity(run_dir: Path, command: str) -> None:
 
 
 def is_finished(run_dir: Path) -> bool:
-    return (Path(run_dir) / SUMMARY).exists()
+    """A run with its summary.json and no in-progress mark in run.json."""
+    return (Path(run_dir) / SUMMARY).exists() and not _in_progress(run_dir)
 
 
 def latest_unfinished(runs_root: Path, experiment: str) -> Path:
-    """The newest run of `experiment` that has a config but no summary (for --resume)."""
+    """The newest run of `experiment` that has a config and is not finished (for --resume);
+    never a staging folder (hidden) of a run being written."""
     base = Path(runs_root) / experiment
     candidates = sorted(
-        (p for p in base.glob("*") if (p / CONFIG).exists() and not is_finished(p)),
+        (p for p in base.glob("*") if not p.name.startswith(".") and (p / CONFIG).exists()
+         and not is_finished(p)),
         key=lambda p: p.name,
     ) if base.is_dir() else []
     if not candidates:
@@ -267,93 +333,4 @@ class PartStore:
 
     def save(self, key: str, records: list[dict], summary: dict) -> None:
         atomic_write_json(self.dir / f"{key}.json", {"records": records, "summary": summary})
-
-
-# What `knowflow.io`'s atomic writes leave when killed: `.<name>.<8 chars>.tmp` files and
-# `.<name>.<8 chars>` (or `.<name>.old.<8 chars>`) folders, as tempfile names them.
-_TEMP_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
-_TEMP_DIR = re.compile(r"^\..+\.(old\.)?[a-z0-9_]{8}$")
-
-
-def remove_stale_temps(run_dir: Path) -> None:
-    """Delete what a killed process left half-written: atomic writes' temp files and temp
-    folders, by their names. Nothing else: never results (those are renamed in), never a
-    hidden folder of the user's (`.git`, `.ipynb_checkpoints`), never anything inside one."""
-    for folder, dirs, files in os.walk(run_dir):
-        for name in files:
-            if _TEMP_FILE.match(name):
-                Path(folder, name).unlink(missing_ok=True)
-        temps = [d for d in dirs if _TEMP_DIR.match(d) and Path(folder) == Path(run_dir)]
-        for name in temps:
-            shutil.rmtree(Path(folder, name), ignore_errors=True)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-
-
-def check_run_files(run_dir: Path, resume: bool = True) -> None:
-    """Raise a `DataError` naming the first damaged file of a run, and how to recover.
-
-    Checks config.json, metrics.jsonl (line by line), summary.json, and every checkpoint:
-    JSON files parse, safetensors files are as long as their header says, torch files are
-    complete zip archives. Cheap: no tensor is loaded.
-    """
-    run_dir = Path(run_dir)
-    again = f"--resume --run-dir {run_dir}"
-    fresh = ("start a fresh run (without --resume); this run's config cannot be recovered"
-             if resume else "this run cannot be read; run it again")
-    read_json(run_dir / CONFIG, hint=fresh)
-    if (run_dir / METRICS).exists():
-        read_jsonl(run_dir / METRICS, hint="delete the damaged lines (or the run) and "
-                                           "run again")
-    if not resume and (run_dir / SUMMARY).exists():
-        read_json(run_dir / SUMMARY, hint=f"delete it and rewrite it with {again}")
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()
-                       and not p.name.startswith(".")):
-        piece = path if path.parent == folder else path.relative_to(folder).parts[0]
-        hint = f"delete {folder / piece} to recompute just that piece, then {again}"
-        if path.suffix == ".json":
-            _check_shape(path, read_json(path, hint=hint), folder, hint)
-        elif path.suffix == ".safetensors" and not _safetensors_complete(path):
-            raise DataError(path, "damaged checkpoint (shorter than its header says)",
-                            hint=hint)
-        elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
-            raise DataError(path, "damaged checkpoint (not a complete torch file)", hint=hint)
-
-
-    for ckpt in sorted(p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json")
-                       .is_file()):
-        names = ("adapter_model.safetensors", "adapter_model.bin") if \
-            (ckpt / "adapter_config.json").exists() else \
-            ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
-        if not any((ckpt / name).is_file() for name in names):
-            raise DataError(ckpt, f"damaged checkpoint (no {names[0]})",
-                            hint=f"delete {ckpt} to resume from the one before, then {again}")
-
-
-def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:
-    """A checkpoint JSON file holds what its reader expects (not just any JSON)."""
-    if path.parent == folder:  # a PartStore piece
-        ok = isinstance(data, dict) and isinstance(data.get("records"), list) and \
-            isinstance(data.get("summary"), dict)
-        what = "records and a summary"
-    elif path.name == "trainer_state.json":
-        ok = isinstance(data, dict) and isinstance(data.get("global_step"), int)
-        what = "an object with global_step"
-    else:
-        return
-    if not ok:
-        raise DataError(path, f"not a knowflow checkpoint (expected {what})", hint=hint)
-
-
-def _safetensors_complete(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                  default=0)
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-        return False
-    return path.stat().st_size >= 8 + size + end
+        checkpoint_saved(self.dir.parent)

@@ -23,7 +23,8 @@ cli = CliRunner()
 
 @pytest.fixture()
 def spies(monkeypatch):
-    """Which records files the shared writer wrote, and which folders `finish_run` finished."""
+    """Which records files the shared writer wrote, and which folders `finish_run` finished
+    (each run's folder once published: a run is finished staged, then renamed into place)."""
     seen = {"records": [], "finished": []}
     write_records, finish = runs_mod.RunFolder.write_records, runner_mod.finish_run
 
@@ -32,13 +33,17 @@ def spies(monkeypatch):
         return write_records(self, name, records)
 
     def finish_spy(run, *args, **kwargs):
-        seen["finished"].append(getattr(run, "path", run))
+        seen["finished"].append(run)
         return finish(run, *args, **kwargs)
 
     monkeypatch.setattr(runs_mod.RunFolder, "write_records", records_spy)
     monkeypatch.setattr(runner_mod, "finish_run", finish_spy)
     monkeypatch.setattr(api_mod, "finish_run", finish_spy)  # evaluate/probe through knowflow.api
     return seen
+
+
+def _paths(runs) -> list:
+    return [getattr(run, "path", run) for run in runs]
 
 
 def _tree(root) -> list[str]:
@@ -72,7 +77,7 @@ def test_eval_run_folder(tiny_model_dir, tmp_path, spies):
     assert res.exit_code == 0, res.output
     assert {p.name for p in out.iterdir()} == {"config.json", "run.json", "items.jsonl",
                                                "summary.json", "figures", "report.html"}
-    assert spies["records"] == ["items.jsonl"] and spies["finished"] == [out]
+    assert spies["records"] == ["items.jsonl"] and _paths(spies["finished"]) == [out]
     assert len(read_jsonl(out / "items.jsonl")) == 3
     assert (out / "figures" / "context_vs_memory.png").stat().st_size > 1000
     page = (out / "report.html").read_text()
@@ -88,7 +93,7 @@ def test_probe_run_folder(tiny_model_dir, tmp_path, spies):
     (run,) = (root / "probe-knockout").iterdir()
     assert {p.name for p in run.iterdir()} == {"config.json", "run.json", "records.jsonl",
                                                "summary.json", "figures", "report.html"}
-    assert spies["records"] == ["records.jsonl"] and spies["finished"] == [run]
+    assert spies["records"] == ["records.jsonl"] and _paths(spies["finished"]) == [run]
     assert read_json(run / "config.json")["probe"] == "knockout"
     assert (run / "figures" / "knockout.png").stat().st_size > 1000
     page = (run / "report.html").read_text()

@@ -26,6 +26,7 @@ from rich.text import Text
 from knowflow.cli.common import err_console
 from knowflow.errors import Interrupted, KnowflowError, Terminated, memory_error, out_of_memory
 from knowflow.outputs import run_command
+from knowflow.staging import target_of
 
 _OS_ERRORS = {
     errno.ENOENT: ("no such file or folder", "check the path"),
@@ -49,6 +50,19 @@ def _free_space(path: Path) -> str:
     return "free space unknown"
 
 
+def _what_was_kept(exc: BaseException) -> str:
+    """What a failed run left (`runs.RunFolder` notes it on the error): its target as it
+    was, or the run so far, kept to be resumed."""
+    kept, untouched = getattr(exc, "knowflow_kept", None), getattr(exc, "knowflow_untouched",
+                                                                     None)
+    if kept is not None:
+        experiment = run_command(Path(kept)) or Path(kept).parent.name
+        command = "sft" if experiment == "sft" else f"run {experiment}"
+        return (f"; the run so far is kept in {kept}: continue it with `knowflow {command} "
+                f"--resume --run-dir {kept}`")
+    return f"; nothing was written ({untouched} is as it was)" if untouched else ""
+
+
 def describe(exc: BaseException) -> tuple[str, int] | None:
     """(the one-line message, the exit code) for an error the user can act on, else None."""
     if isinstance(exc, KnowflowError):
@@ -56,10 +70,10 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError)):
         what, fix = _OS_ERRORS.get(exc.errno, (exc.strerror or type(exc).__name__,
                                                "check the path"))
-        where = exc.filename if exc.filename is not None else "file system"
+        where = target_of(exc.filename) if exc.filename is not None else "file system"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.filename is not None:
             what += f" ({_free_space(Path(exc.filename))}; the file was not written)"
-        return f"{where}: {what}; {fix}", 2
+        return f"{where}: {what}{_what_was_kept(exc)}; {fix}", 2
     if isinstance(exc, UnicodeDecodeError):
         return (f"input: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                 f"{exc.start}); save the file as UTF-8"), 2
@@ -137,8 +151,9 @@ def guard(command: Callable) -> Callable:
             raise typer.Exit(code=code) from None
         except Exception as exc:
             known = describe(exc)
-            message, code = known or (f"internal error ({type(exc).__name__}: {exc}); rerun "
-                                      "with --verbose for the traceback and report it", 1)
+            message, code = known or (f"internal error ({type(exc).__name__}: {exc})"
+                                      f"{_what_was_kept(exc)}; rerun with --verbose for the "
+                                      "traceback and report it", 1)
             _report(message, exc)
             raise typer.Exit(code=code) from None
 

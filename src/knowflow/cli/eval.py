@@ -109,7 +109,6 @@ def eval_cmd(
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.options import EvalConfig
     from knowflow.lens.load import check_device, check_model
-    from knowflow.runs import holding
 
     check_threads(threads)
     if from_lm_eval:
@@ -125,7 +124,7 @@ def eval_cmd(
     source = model_source(revision, trust_remote_code, offline)
     check_model(model, source)
     set_threads(threads)
-    with holding(out), Bars("eval") as progress:
+    with Bars("eval") as progress:
         # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
         result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
                           config=cfg, fields=mapping, preset=preset, device=device,
@@ -158,18 +157,16 @@ def _check_out(out: Path | None, inputs) -> None:
 
 
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
-    from knowflow.api import finish_eval
+    from knowflow.api import finish_eval_run
     from knowflow.evaluation.run import from_lm_eval
-    from knowflow.runs import holding
 
     if clash:
         raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
                           "--from-lm-eval", "drop --suite/--data")
     _check_out(out, samples)
-    with holding(out):
-        result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
-                              seed=seed)
-        report = finish_eval(result.out_dir)
+    result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
+                          seed=seed, finish=finish_eval_run)
+    report = result.out_dir / "report.html"
     print_eval(result.summary)
     console.print(f"results: {result.out_dir}", highlight=False)
     console.print(f"report: {report}", highlight=False)

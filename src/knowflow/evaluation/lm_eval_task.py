@@ -29,11 +29,12 @@ from pathlib import Path
 from knowflow.data.facts import ConflictItem
 from knowflow.data.loaders import json_records
 from knowflow.data.prompts import PromptConfig, render, resolve_format
-from knowflow.errors import DataError
+from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.items import choice
 from knowflow.evaluation.metrics import memorization_ratio
 from knowflow.evaluation.normalize import primary
 from knowflow.io import atomic_write_jsonl, atomic_write_text
+from knowflow.staging import staged_dir
 
 TASK_PREFIX = "knowflow_"
 LOADER = "knowflow_lmeval_loader"
@@ -99,14 +100,24 @@ def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: 
     if prompt_format == "auto":
         prompt_format = resolve_format("auto", tokenizer)
     out = Path(out_dir)
-    atomic_write_text(out / f"{LOADER}.py", _LOADER_SOURCE)
-    tasks: dict[str, Path] = {}
-    for suite, items in by_suite.items():
+    names: dict[str, str] = {}
+    for suite in by_suite:
         task = task_name(suite)
-        atomic_write_jsonl(out / f"{task}.jsonl", task_docs(items, tokenizer, prompt_format))
-        tasks[task] = atomic_write_text(out / f"{task}.yaml", _YAML.format(
-            n=len(items), suite=suite, fmt=prompt_format, folder=out, task=task,
-            loader=LOADER, data_file=f"{task}.jsonl"))
+        if task in names:
+            raise ConfigError(f"{names[task]!r} and {suite!r} both export as task {task!r}",
+                              "--data", "rename one of the files")
+        names[task] = suite
+    tasks: dict[str, Path] = {}
+    with staged_dir(out) as stage:  # the folder gets all its files, or none
+        atomic_write_text(stage / f"{LOADER}.py", _LOADER_SOURCE)
+        for suite, items in by_suite.items():
+            task = task_name(suite)
+            atomic_write_jsonl(stage / f"{task}.jsonl",
+                               task_docs(items, tokenizer, prompt_format))
+            atomic_write_text(stage / f"{task}.yaml", _YAML.format(
+                n=len(items), suite=suite, fmt=prompt_format, folder=out, task=task,
+                loader=LOADER, data_file=f"{task}.jsonl"))
+            tasks[task] = out / f"{task}.yaml"
     return tasks
 
 

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,7 +90,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
              preset: str | None = None, source: ModelSource | None = None,
-             **overrides) -> EvalResult:
+             finish: Callable[[RunFolder], None] | None = None, **overrides) -> EvalResult:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
     knowledge-conflict suites and/or data files or hub datasets (`fields`: their column
     mapping; `preset`: their published layout, else recognised from the columns; the config
@@ -99,8 +99,9 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     fields.
 
     Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
-    to a fresh `runs_root/eval/<timestamp>/`; with neither, nothing is written. Bad input
-    found while scoring, or Ctrl-C, removes what was written.
+    to a fresh `runs_root/eval/<timestamp>/`, then `finish(run)` (the figures and page);
+    with neither, nothing is written. The folder is staged (`runs.RunFolder`): it appears
+    only once complete, and any failure leaves `out_dir` as it was.
     """
     cfg = resolve_config(EvalConfig, config, overrides)
     start = time.time()
@@ -135,7 +136,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
-    with run.refusals(interrupt=True) if run is not None else contextlib.nullcontext():
+    with run if run is not None else contextlib.nullcontext():  # staged: see runs.RunFolder
         for name, items in by_suite.items():
             log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
             records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
@@ -147,11 +148,10 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
                              for mode in MODES[cfg.scoring]}
         swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
             else None
-    if run is not None:
-        try:
+        if run is not None:
             _write_items(run, [flat(r) for rs in records.values() for r in rs], summary, swept)
-        finally:
-            run.close()
+            if finish is not None:
+                finish(run)
     return _result(summary, records, config, run.path if run is not None else None,
                    time.time() - start, {k: round(v, 2) for k, v in timings.items()}, swept)
 
@@ -203,7 +203,8 @@ def _write_items(run: RunFolder, records: list[dict], summary: dict,
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
                  runs_root: str | Path | None = None, n_bootstrap: int = 1000,
-                 seed: int = 0) -> EvalResult:
+                 seed: int = 0, finish: Callable[[RunFolder], None] | None = None
+                 ) -> EvalResult:
     """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
     by `knowflow export lm-eval` (one file per suite)."""
     start = time.time()
@@ -218,10 +219,10 @@ def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = Non
     result = _result(summary, records, config, None, 0.0)
     run = _start(config, out_dir, runs_root)
     if run is not None:
-        try:
+        with run:  # staged: see runs.RunFolder
             _write_items(run, result.records, summary)
-        finally:
-            run.close()
+            if finish is not None:
+                finish(run)
         result.out_dir = run.path
     result.seconds = time.time() - start
     return result

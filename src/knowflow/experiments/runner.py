@@ -1,9 +1,10 @@
 """Run a registered experiment under the run contract (see `knowflow.runs`).
 
 Everything that can be checked is checked before the run directory is made (the config, the
-experiment's own `check`, that the runs folder is writable); bad input found later removes the
-run directory and the folders made for it, so a refused command leaves the filesystem as it
-was. Ctrl-C leaves the run resumable and raises `Interrupted` naming it.
+experiment's own `check`, that the runs folder is writable). The run is staged: written under
+a hidden name and renamed into place when complete, so bad input found later, Ctrl-C, SIGTERM
+or a full disk leave the filesystem as it was, unless the run already holds a complete
+checkpoint: then it is kept, marked in progress, and `Interrupted` names it for `--resume`.
 
 `finish_run` (`report.finish`) is the last step of every run folder (an experiment's here).
 """
@@ -111,24 +112,22 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
         if exp.check is not None:
             exp.check(cfg)
         check_output_dir(Path(runs_root) / name, "runs folder")
-        run = start_run(config_to_dict(cfg), name, runs_root=runs_root)
+        run = start_run(config_to_dict(cfg), name, runs_root=runs_root, resumable=True)
     start = time.perf_counter()
     # `progress(done, total)` reaches experiments whose run function takes it
     try:
-        with run.refusals():  # bad input found late (a module the model lacks): leave nothing
+        with run:  # staged (a resumed run: in place); see runs.RunFolder
             summary = exp.run(cfg, run.path, progress=progress) if progress is not None and \
                 "progress" in inspect.signature(exp.run).parameters else exp.run(cfg, run.path)
+            seconds = time.perf_counter() - start
+            finish_run(run, summary, exp.plot)
     except (MemoryError, RuntimeError) as exc:
         if not out_of_memory(exc):
             raise
         raise memory_error(f"choose smaller sizes (see `knowflow config {name}`)") from None
-    except KeyboardInterrupt as exc:
-        raise Interrupted(run.path, signal=getattr(exc, "signal", None)) from None
-    seconds = time.perf_counter() - start
-    try:
-        finish_run(run, summary, exp.plot)
-    finally:
-        run.close()
+    except KeyboardInterrupt as exc:  # kept only once it holds a checkpoint (or resumed)
+        raise Interrupted(run.path if run.kept or resume else None,
+                          signal=getattr(exc, "signal", None)) from None
     metrics = run.path / METRICS
     return Result(read_jsonl(metrics) if metrics.exists() else [], summary,
                   read_json(run.path / CONFIG), name, out_dir=run.path, seconds=seconds)

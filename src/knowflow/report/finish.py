@@ -16,8 +16,8 @@ def finish_run(run: RunFolder | Path, summary: dict | None,
                title: str = "knowflow report") -> tuple[list[Path], Path]:
     """Finish a run folder the same way for every command (experiment, eval, probe): its
     figures (`figures(run_dir)` draws them under `run_dir/figures/`), then `summary.json`
-    (None: already written), then `report.html`, and lets go of the folder. Returns (figure
-    paths, report path)."""
+    (None: already written), then `report.html`, and lets go of the folder (a staged run is
+    published by the caller's `with run:` block). Returns (figure paths, report path)."""
     run = run if isinstance(run, RunFolder) else RunFolder(Path(run))
     try:
         drawn = [Path(p) for p in (figures(run.path) or []) if p is not None] if figures \

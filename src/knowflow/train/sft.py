@@ -3,8 +3,9 @@
 `train_model` takes encoded examples (`input_ids`, `labels` with -100 on tokens without loss),
 pads them with transformers' `DataCollatorForSeq2Seq`, and trains for `cfg.steps` optimizer
 steps. Trainer checkpoints go to `<out_dir>/checkpoints/checkpoint-<step>`; a checkpoint
-counts only once its `trainer_state.json` (written last) exists, so `resume=True` continues
-from the newest complete one with the optimizer, scheduler, RNG and data order restored.
+is written staged (`stage_checkpoints`: under a hidden name, renamed into place once complete),
+so `resume=True` continues from the newest one with the optimizer, scheduler, RNG and data
+order restored.
 Multi-GPU runs go through `accelerate launch`/torchrun unchanged: the Trainer does the work.
 `cfg.trainer="trl"` trains the same rows with TRL's `SFTTrainer` and its collator instead (the
 rows are already tokenized with their `labels`, so TRL neither re-tokenizes nor re-masks them).
@@ -33,6 +34,8 @@ from knowflow.lens.adapt import (
     count_trainable,
     prepare_trainable,
 )
+from knowflow.runs import checkpoint_saved
+from knowflow.staging import publish, remove, stage_dir
 from knowflow.train.callback import EvalCallback
 from knowflow.train.curation import DynamicCuration
 
@@ -141,6 +144,53 @@ def last_checkpoint(out_dir: str | Path) -> Path | None:
     return max(complete, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
 
 
+def stage_checkpoints(trainer) -> None:
+    """Make `trainer` write each checkpoint staged (`knowflow.staging`): the Trainer writes
+    checkpoint-N in place, file by file, so a kill or a full disk mid-save would leave a
+    half-written one. Its `_save_checkpoint` is wrapped to point the Trainer's output folder
+    at a hidden staging folder beside `checkpoints/checkpoint-N` for the save, then rename the
+    complete checkpoint into place and rotate the old ones (`save_total_limit`) in the real
+    folder. Wrapping the one save method (not a callback: callbacks run after the save) keeps
+    every file the Trainer writes, in its own order, and needs no list of them. With several
+    processes (each rank writes its own RNG file into the shared folder) the Trainer's own
+    save is kept."""
+    if trainer.args.world_size != 1:
+        return
+    save = trainer._save_checkpoint
+
+    def staged(model, trial):
+        run_dir = Path(trainer._get_output_dir(trial=trial))
+        final = run_dir / f"checkpoint-{trainer.state.global_step}"
+        stage = stage_dir(final)
+        trainer._get_output_dir = lambda trial=None: str(stage)
+        try:
+            save(model, trial)
+            publish(stage / final.name, final)
+        finally:
+            del trainer._get_output_dir  # the class's own again
+            remove(stage)
+        best = trainer.state.best_model_checkpoint
+        if best and best.startswith(str(stage)):
+            trainer.state.best_model_checkpoint = str(run_dir / Path(best).name)
+        if trainer.args.should_save:
+            _rotate(trainer, run_dir)
+        checkpoint_saved(run_dir.parent)  # a staged run is resumable from now on
+
+    trainer._save_checkpoint = staged
+
+
+def _rotate(trainer, run_dir: Path) -> None:
+    """Delete the checkpoints past `save_total_limit`, as the Trainer does after a save."""
+    try:
+        from transformers.trainer_utils import rotate_checkpoints
+    except ImportError:  # transformers 4.x: a Trainer method
+        trainer._rotate_checkpoints(use_mtime=False, output_dir=str(run_dir))
+        return
+    rotate_checkpoints(output_dir=str(run_dir), save_total_limit=trainer.args.save_total_limit,
+                       best_model_checkpoint=trainer.state.best_model_checkpoint,
+                       use_mtime=False)
+
+
 class StepProgress(TrainerCallback):
     """Reports (step, max_steps) to `progress` after every step (the CLI draws a bar)."""
 
@@ -240,6 +290,7 @@ def train_model(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_d
             trainer = curation.trainer(list(dataset), collator, **kwargs) if curation else \
                 Trainer(train_dataset=list(dataset), data_collator=collator, **kwargs)
     trainer.remove_callback(PrinterCallback)  # library code never prints
+    stage_checkpoints(trainer)  # none is ever half-written
     for tracker in trackers:
         tracker.attach(trainer)
     checkpoint = last_checkpoint(out_dir) if resume else None

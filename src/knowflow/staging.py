@@ -1,0 +1,169 @@
+"""Staged outputs: nothing knowflow writes is ever seen half-written.
+
+Every output folder (a run folder, an `export lm-eval` task folder, a checkpoint) is written
+under a hidden name beside its target, `.<name>.staging.<8 chars>` (same parent, so the same
+file system), and renamed into place only once complete (`publish`). A failure of any kind
+removes the staging folder, so the target stays exactly as it was; a target that exists (an
+earlier run of the same command written again) is kept until the new folder is complete and
+only then replaced (moved aside as `.<name>.old.<8 chars>`, the new one renamed in, the old
+one removed).
+
+A staging folder is claimed (`outputs.claim`) while it is written: one left by a killed
+process (its claim died with it) is removed by the next command that stages beside it
+(`sweep`), and an old folder moved aside but not yet replaced is put back. (A resumable run
+published at its first checkpoint leaves a link under its staging name while it runs:
+`runs.RunFolder.checkpointed`.)
+
+`file_group()` does the same for several files (`curate`'s rows, scores and figure): inside
+the block, `knowflow.io`'s atomic writes go to temp files that are renamed into place
+together at its end, or removed if it fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from knowflow import io
+from knowflow.outputs import LOCK, claim, is_claimed, release
+
+STAGING = re.compile(r"^\.(?P<name>.+)\.staging\.[a-z0-9_]{8}$")
+OLD = re.compile(r"^\.(?P<name>.+)\.old\.[a-z0-9_]{8}$")
+
+
+def stage_dir(target: str | Path) -> Path:
+    """A new, empty staging folder beside `target` (its parents are made), claimed by this
+    process; stale ones beside it are swept."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sweep(target.parent)
+    path = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging.", dir=target.parent))
+    path.chmod(0o777 & ~io.UMASK)  # mkdtemp makes it private; a run folder is ordinary
+    claim(path)
+    return path
+
+
+def target_of(path: str | Path) -> Path:
+    """Where `path` will be once its staging folder is published: every staging folder on
+    the path named as its target (`path` itself if it passes through none)."""
+    parts = [(m["name"] if (m := STAGING.match(part)) else part) for part in Path(path).parts]
+    return Path(*parts) if parts else Path(path)
+
+
+def publish(stage: Path, target: Path, replace: bool = True) -> Path:
+    """Rename complete folder `stage` to `target` and let go of it. A missing or empty
+    target is taken at once; an existing one is replaced when `replace` (moved aside, the new
+    one renamed in, the old one removed), else (a fresh run's timestamped name that another
+    run took meanwhile) the next free name `<target>-1`, `-2`, ... is taken."""
+    release(stage)
+    if not replace:
+        for i in range(1000):
+            name = target if i == 0 else target.with_name(f"{target.name}-{i}")
+            try:
+                name.mkdir()  # reserved: only this process renames onto it
+            except FileExistsError:
+                continue
+            os.replace(stage, name)
+            return name
+        raise FileExistsError(errno.EEXIST, "no free run folder name", str(target))
+    try:
+        os.replace(stage, target)  # target missing, or an empty folder
+        return target
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    os.replace(target, old / target.name)
+    try:
+        os.replace(stage, target)
+    except BaseException:
+        os.replace(old / target.name, target)
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def remove(stage: Path) -> None:
+    """Give up a staging folder: let go of it and delete it."""
+    release(stage)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def sweep(folder: Path) -> None:
+    """Remove staging folders in `folder` that no live process holds (left by a killed
+    one), and put back a folder moved aside for a replacement that never came."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return
+    for path in entries:
+        if STAGING.match(path.name) and path.is_symlink():  # a published run's staging name
+            if not is_claimed(path):
+                path.unlink(missing_ok=True)
+        elif STAGING.match(path.name) and path.is_dir() and not is_claimed(path) and \
+                ((path / LOCK).exists() or time.time() - path.stat().st_mtime > 60):
+            shutil.rmtree(path, ignore_errors=True)  # (no lock yet: made this minute)
+        elif (match := OLD.match(path.name)) and path.is_dir():
+            moved, target = path / match["name"], path.parent / match["name"]
+            if moved.exists() and not target.exists():
+                os.replace(moved, target)
+            if not target.exists() or not moved.exists():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def staged_dir(target: str | Path) -> Iterator[Path]:
+    """Write a folder's files inside the block into the yielded staging folder; on success
+    they reach `target`: the whole folder when `target` is missing or empty, else file by
+    file (each an atomic rename; the folder's other files are kept). Any failure removes the
+    staging folder and leaves `target` as it was."""
+    target = Path(target)
+    existed = {p for p in target.parents if p.exists()}
+    stage = stage_dir(target)
+    try:
+        yield stage
+    except BaseException:
+        remove(stage)
+        for parent in target.parents:  # the folders made for it, emptied again
+            if parent in existed or any(parent.iterdir()):
+                break
+            parent.rmdir()
+        raise
+    if not target.is_dir() or not any(target.iterdir()):
+        publish(stage, target)
+        return
+    release(stage)
+    for path in sorted(stage.rglob("*")):
+        dest = target / path.relative_to(stage)
+        if path.is_dir():
+            dest.mkdir(exist_ok=True)
+        else:
+            os.replace(path, dest)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextmanager
+def file_group() -> Iterator[None]:
+    """Inside the block, atomic writes (`knowflow.io`) are renamed into place together at
+    its end; a failure removes them all, so no file of the group is written alone."""
+    pending: list[tuple[Path, Path]] = []
+    outer = io.PENDING
+    io.PENDING = pending
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        io.PENDING = outer
+    for tmp, path in pending:
+        os.replace(tmp, path)

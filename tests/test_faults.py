@@ -1,0 +1,91 @@
+"""Nothing half-written, ever (issue 46): a few cells of `benchmarks/fault_matrix.py`.
+
+A fault (ENOSPC, an exception, SIGTERM) injected at one write through `knowflow.io` leaves
+the target untouched (an earlier output of the same command kept byte for byte), or, for a
+run that checkpoints, a run marked in progress that `--resume` completes to the records of
+an uninterrupted run. The whole matrix: `python benchmarks/fault_matrix.py`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import load_benchmark
+from knowflow.io import atomic_write_text
+from knowflow.staging import file_group, staged_dir
+
+fm = load_benchmark("fault_matrix")
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    base = tmp_path_factory.mktemp("faults")
+    return fm.Matrix(base / "inputs", fm.setup(base / "inputs")), base
+
+
+@pytest.mark.parametrize("name,fault,at", [
+    ("eval", "enospc", 3),      # items.jsonl of a rewrite of an earlier eval
+    ("eval", "sigterm", -1),    # the last write: report.html
+    ("curate", "exception", 2),  # the scores, after the kept rows
+    ("augment", "enospc", 1),
+    ("export", "sigterm", 2),
+    ("report", "enospc", 1),
+])
+def test_a_fault_leaves_the_target_as_it_was(matrix, name, fault, at):
+    m, base = matrix
+    writes = m.ref(base, name)[1]
+    assert m.cell(base, name, fault, at if at > 0 else writes) == "untouched", m.rows[-1]
+    assert m.rows[-1][3] in (1, 2, 143)  # a one-line refusal, an internal error, SIGTERM
+
+
+@pytest.mark.parametrize("name", ["run", pytest.param("sft", marks=pytest.mark.slow)])
+def test_a_checkpointing_run_is_untouched_before_its_first_checkpoint_then_resumable(
+        matrix, name):
+    """`run cpi-toy` and `sft`: a fault before the first checkpoint leaves nothing; after
+    it, a run marked in progress that `--resume` completes to the same records."""
+    m, base = matrix
+    writes = m.ref(base, name)[1]
+    assert m.cell(base, name, "enospc", 1) == "untouched"  # config.json
+    assert m.cell(base, name, "sigterm", writes) == "resumed-equal", m.rows[-1]
+    assert m.cell(base, name, "exception", writes - 1) == "resumed-equal", m.rows[-1]
+
+
+def test_the_judge_sees_a_partial_folder(matrix, tmp_path):
+    """The check can fail: a folder written in place and left half-done is PARTIAL."""
+    m, _ = matrix
+    before = fm.snapshot(tmp_path)
+    atomic_write_text(tmp_path / "out" / "config.json", "{}")
+    outcome = m.judge(tmp_path, before, fm.COMMANDS["eval"], [])
+    assert outcome.startswith("PARTIAL") and "out" in outcome
+
+
+def test_staged_dir_publishes_whole_or_nothing_and_keeps_other_files(tmp_path):
+    target = tmp_path / "tasks"
+    with pytest.raises(OSError), staged_dir(target) as stage:
+        atomic_write_text(stage / "a.yaml", "a")
+        raise OSError(28, "No space left on device")
+    assert list(tmp_path.iterdir()) == []  # no staging folder, no target
+    with staged_dir(target) as stage:
+        atomic_write_text(stage / "a.yaml", "a")
+    (target / "mine.txt").write_text("kept")
+    with staged_dir(target) as stage:  # into a folder that holds other files: file by file
+        atomic_write_text(stage / "a.yaml", "b")
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"a.yaml": "b",
+                                                                 "mine.txt": "kept"}
+    assert [p.name for p in tmp_path.iterdir()] == ["tasks"]
+
+
+def test_a_file_group_renames_all_its_files_or_none(tmp_path):
+    (tmp_path / "kept.jsonl").write_text("old\n")
+    with pytest.raises(RuntimeError), file_group():
+        atomic_write_text(tmp_path / "kept.jsonl", "new\n")
+        atomic_write_text(tmp_path / "kept.scores.jsonl", json.dumps({}) + "\n")
+        raise RuntimeError("the figure failed")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.jsonl"]
+    assert (tmp_path / "kept.jsonl").read_text() == "old\n"
+    with file_group():
+        atomic_write_text(tmp_path / "kept.jsonl", "new\n")
+        assert (tmp_path / "kept.jsonl").read_text() == "old\n"  # not before the end
+    assert (tmp_path / "kept.jsonl").read_text() == "new\n"
