@@ -89,3 +89,10 @@ def test_a_file_group_renames_all_its_files_or_none(tmp_path):
         atomic_write_text(tmp_path / "kept.jsonl", "new\n")
         assert (tmp_path / "kept.jsonl").read_text() == "old\n"  # not before the end
     assert (tmp_path / "kept.jsonl").read_text() == "new\n"
+
+
+def test_a_published_page_names_its_folder_not_the_staging_one(matrix):
+    m, base = matrix
+    out = m.ref(base, "eval")[0] / "out"
+    page = (out / "report.html").read_text()
+    assert f"<small>{out}</small>" in page and ".staging." not in page

@@ -40,6 +40,7 @@ from knowflow.report.tracker_run import (
     tracker_summary,
 )
 from knowflow.runs import CONFIG, METRICS, SUMMARY
+from knowflow.staging import target_of
 
 NO_VERDICT = "the summary states no finding of its own; its measurements follow"
 UNFINISHED = "unfinished run: no summary.json yet"
@@ -144,7 +145,7 @@ def _kind_body(run: RunView) -> tuple[str, str, set[str]]:
 
 def _run_section(run: RunView, index: int) -> tuple[str, str]:
     parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)} '
-             f"<small>{html.escape(str(run.run_dir))}</small></h2>"]
+             f"<small>{html.escape(str(target_of(run.run_dir)))}</small></h2>"]
     if run.summary is None:
         parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
     body, script, shown = _kind_body(run)

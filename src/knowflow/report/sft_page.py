@@ -12,6 +12,7 @@ from knowflow.report.names import label, with_interval
 from knowflow.report.page import embedded_figure, run_figures, table
 from knowflow.report.reliance import reliance_png
 from knowflow.report.tracker_run import tracker_summary
+from knowflow.staging import target_of
 
 CAPTION = ("left to right: counterfactual accuracy (star: its peak), parametric accuracy, "
            "attention on the context, training loss; shaded: 95% Wilson score intervals over "
@@ -39,7 +40,7 @@ def sft_body(run_dir: Path, records: list[dict], summary: dict | None = None) ->
     curve = tracker_summary(records)
     figures = run_figures(run_dir, {"reliance.png": CAPTION})
     if not any("reliance" in f for f in figures):
-        figures.insert(0, embedded_figure(reliance_png({Path(run_dir).name: records}),
+        figures.insert(0, embedded_figure(reliance_png({target_of(run_dir).name: records}),
                                           "reliance curves", CAPTION))
     loss_start, loss_end = _loss(records, summary)
     rows = [
