@@ -71,3 +71,14 @@ def test_explain_attributes_a_context_past_the_threshold_hierarchically(lm):
     (rec,) = res.records
     assert rec["attribution_method"] == "hierarchical"
     assert len(rec["documents"]["unit_weights"]) == 3 and len(rec["sentences"]) == 9
+
+
+def test_long_items_hold_one_answer_sentence_among_documents():
+    from knowflow.explanation.contexts import long_items
+
+    for it in long_items(3, 40):
+        sents = split_sentences(it.context)
+        assert len(sents) == 40 and it.meta["documents"] >= 3
+        naming = [j for j, s in enumerate(sents) if it.counterfactual_answer in s.text]
+        assert naming == [it.meta["needle"]]
+        assert sum(it.subject in s.text for s in sents) == 1

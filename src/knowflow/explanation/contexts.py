@@ -83,3 +83,41 @@ def training_items(n: int, seed: int = 0, multi_document: float = 0.5
             parametric_answer="", relation=attr, subject=name,
             meta={"needle": needle, "n_sentences": total, "documents": len(sizes)}))
     return items
+
+
+def long_items(n: int, n_sentences: int, seed: int = 0, per_document: tuple[int, int] = (8, 12)
+               ) -> list[ConflictItem]:
+    """`n` long multi-document items of exactly `n_sentences` sentences with one answer
+    sentence (for benchmarks and the cost curve, never for fitting): each is a `needle-cf`
+    item whose needle statement is moved into documents of `per_document` statements drawn
+    from other needle items' contexts (true statements of other subjects, none naming the
+    item's subject or answers); `meta["needle"]` is its sentence index."""
+    from knowflow.data.suites import get_suite
+    from knowflow.explanation.splitter import split_sentences
+
+    base = get_suite("needle-cf", seed, None)
+    pool = sorted({s.text for it in base for j, s in enumerate(split_sentences(it.context))
+                   if j != it.meta["needle"]})
+    rng = random.Random(f"explain-long:{seed}:{n_sentences}")
+    items = []
+    for it in rng.sample(base, n):
+        banned = [w.lower() for w in (it.subject, it.counterfactual_answer,
+                                      it.parametric_answer) if w]
+        fillers = [s for s in pool if not any(b in s.lower() for b in banned)]
+        lines = rng.sample(fillers, n_sentences - 1)
+        needle = rng.randrange(n_sentences)
+        lines.insert(needle, split_sentences(it.context)[it.meta["needle"]].text)
+        docs, at = [], 0
+        while at < len(lines):
+            size = rng.randint(*per_document)
+            docs.append(" ".join(lines[at:at + size]))
+            at += size
+        items.append(ConflictItem(
+            id=f"long{n_sentences}-{it.id}", suite="explain-long", context="\n\n".join(docs),
+            question=it.question, counterfactual_answer=it.counterfactual_answer,
+            parametric_answer=it.parametric_answer,
+            counterfactual_aliases=it.counterfactual_aliases,
+            parametric_aliases=it.parametric_aliases, relation=it.relation,
+            subject=it.subject, meta={"needle": needle, "n_sentences": n_sentences,
+                                      "documents": len(docs)}))
+    return items

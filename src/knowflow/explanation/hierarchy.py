@@ -9,13 +9,16 @@ ablations as sentences grow. Here the ablations are spent in two stages:
    sentences. `document_ablations` random masks over the units (each unit kept whole or
    removed whole) are scored and a lasso surrogate gives each unit a weight.
 2. *Sentences.* The `top_documents` units with the largest weights are kept for the second
-   stage: `n_ablations` masks over their sentences (the other units stay in the prompt) give
-   each of those sentences its weight, and `n_holdout` more its LDS. Sentences of the other
-   units get no weight of their own (0.0), and their unit's weight is recorded.
+   stage: `n_ablations` masks over their sentences, with the other units removed (stage 1
+   found they matter least; removing them keeps these prompts as short as the top units,
+   which is what makes the stage cheap), give each of those sentences its weight, and
+   `n_holdout` more its LDS. Sentences of the other units get no weight of their own (0.0),
+   and their unit's weight is recorded.
 
 The number of ablations is `document_ablations + n_ablations + n_holdout` whatever the
-context's length (the flat method needs more as sentences grow for the same fit), and the
-scoring is chunked by tokens (`score_masks`), so memory grows with the chunk. When
+context's length (the flat method needs more as sentences grow for the same fit); only the
+first stage's prompts grow with the context. The scoring is chunked by tokens
+(`score_masks`), so memory grows with the chunk. When
 `top_documents` keeps every unit, stage 2 draws exactly the flat method's masks over all
 sentences, so the result equals the flat attribution.
 """
@@ -83,7 +86,7 @@ def hierarchical_attribute(model, tokenizer, item: ConflictItem,
     fit_m, held_m = ablation_masks(len(kept), cfg, key)                  # (abl, kept)
 
     def full(masks: torch.Tensor) -> torch.Tensor:                       # (abl, sentences)
-        out = torch.ones(len(masks), n, dtype=torch.int64)
+        out = torch.zeros(len(masks), n, dtype=torch.int64)   # the other units removed
         out[:, kept] = masks.long()
         return out
     targets = score_masks(model, tokenizer, item, sentences, full(torch.cat([fit_m, held_m])),
