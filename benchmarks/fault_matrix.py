@@ -56,7 +56,7 @@ COMMANDS: dict[str, Command] = {
     "probe": Command(("probe", "knockout", "--model", "{model}", "--limit", "2", "--all",
                       "--window", "1", "--out", "{root}/out"), "out", "records.jsonl"),
     "explain": Command(("explain", "--model", "{model}", "--context", "{root}/context.txt",
-                        "--question", "Where is Paris?", "--ablations", "4", "--holdout", "2",
+                        "--question", "Where is Paris?", "--ablations", "8", "--holdout", "4",
                         "--out", "{root}/out"), "out", "records.jsonl"),
     "run": Command(("run", "cpi-toy", "--runs-dir", "{root}/runs", "--set", "workers=1",
                     "--set", "parts=inversion", "--set", "finetune.steps=40", "--set",

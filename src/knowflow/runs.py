@@ -158,13 +158,15 @@ class RunFolder:
         ident = read_json(self.path / IDENTITY)
         atomic_write_json(self.path / IDENTITY, {**ident, IN_PROGRESS: True})
         self.final = publish(self.path, self.target, self.replace)
-        os.symlink(self.final.name, self.path)
+        if self.final != Path(self.path):
+            os.symlink(self.final.name, self.path)
         claim(self.final)
 
     def _settle(self) -> None:
         """A published run's staging link goes; `path` is the run folder again."""
         if self.final is not None:
-            Path(self.path).unlink(missing_ok=True)
+            if Path(self.path).is_symlink():
+                Path(self.path).unlink()
             self.path, self.target, self.final, self.claimed = self.final, None, None, True
 
     def keep(self) -> bool:

@@ -64,10 +64,13 @@ def _kinds(model: Path, data: Path, items: Path) -> dict[str, dict]:
 
 
 def _run_dirs(root: Path, kind: dict) -> list[Path]:
+    """The run folders (a killed run's hidden staging folder, or the link it leaves under
+    that name once published, is none: the next run sweeps it)."""
     folder = root / kind["folder"]
     if kind["resume"] is None:
         return [folder] if folder.exists() else []
-    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.exists() else []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if folder.exists() else []
 
 
 def _records(run: Path, name: str, ignore: tuple[str, ...] = ()) -> list[dict]:
