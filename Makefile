@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.knowflow-setup
 
-.PHONY: setup demo test test-all lint docs bench clean
+.PHONY: setup demo test test-all lint docs docs-examples bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,10 @@ lint: setup
 # The documentation site, offline and strict: a broken link, anchor or API name fails it.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# Rerun the README's and docs' fast examples and rewrite their output blocks (--slow: all).
+docs-examples: setup
+	$(BIN)/python benchmarks/docs_examples.py
 
 test: setup lint docs
 	$(BIN)/pytest
