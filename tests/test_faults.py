@@ -96,3 +96,30 @@ def test_a_published_page_names_its_folder_not_the_staging_one(matrix):
     out = m.ref(base, "eval")[0] / "out"
     page = (out / "report.html").read_text()
     assert f"<small>{out}</small>" in page and ".staging." not in page
+
+
+def test_what_a_killed_process_left_is_swept_and_nothing_else(tmp_path):
+    """A staging folder whose writer died (its lock file left, no live claim) and a folder
+    moved aside for a replacement that never came are cleaned up by the next stage beside
+    them; a live one, and hidden folders of the user's, are not."""
+    from knowflow.outputs import LOCK
+    from knowflow.staging import publish, stage_dir
+
+    dead = tmp_path / ".run.staging.abcd1234"
+    dead.mkdir()
+    (dead / LOCK).write_text("12345\n")  # SIGKILL: the claim died, the file stayed
+    (dead / "config.json").write_text("{}")
+    aside = tmp_path / ".out.old.abcd1234"
+    (aside / "out").mkdir(parents=True)
+    (aside / "out" / "summary.json").write_text("{}")  # killed mid-replacement
+    mine = tmp_path / ".notes.old.abcd1234"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("mine")  # the user's: not what a replacement leaves
+    live = stage_dir(tmp_path / "other")
+    stage_dir(tmp_path / "new")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert ".run.staging.abcd1234" not in names and ".out.old.abcd1234" not in names
+    assert (tmp_path / "out" / "summary.json").exists()  # put back
+    assert (mine / "todo.txt").read_text() == "mine" and live.is_dir()
+    publish(live, tmp_path / "other")
+    assert (tmp_path / "other").is_dir() and not live.exists()

@@ -109,14 +109,19 @@ def sweep(folder: Path) -> None:
             if not is_claimed(path):
                 path.unlink(missing_ok=True)
         elif STAGING.match(path.name) and path.is_dir() and not is_claimed(path) and \
-                ((path / LOCK).exists() or time.time() - path.stat().st_mtime > 60):
-            shutil.rmtree(path, ignore_errors=True)  # (no lock yet: made this minute)
-        elif (match := OLD.match(path.name)) and path.is_dir():
+                ((path / LOCK).exists() or _empty_and_old(path)):
+            shutil.rmtree(path, ignore_errors=True)  # its writer died (its lock is left)
+        elif (match := OLD.match(path.name)) and path.is_dir() and \
+                [p.name for p in path.iterdir()] == [match["name"]]:
             moved, target = path / match["name"], path.parent / match["name"]
-            if moved.exists() and not target.exists():
+            if not target.exists():
                 os.replace(moved, target)
-            if not target.exists() or not moved.exists():
-                shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _empty_and_old(path: Path) -> bool:
+    """Made and left before its writer claimed it (not in this last minute)."""
+    return not any(path.iterdir()) and time.time() - path.stat().st_mtime > 60
 
 
 @contextmanager
