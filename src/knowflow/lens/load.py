@@ -304,7 +304,9 @@ def _tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource):
 
 
 def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
-               attn_implementation: str | None = "sdpa", source: ModelSource | None = None):
+               attn_implementation: str | None = "sdpa", source: ModelSource | None = None,
+               device_map: str | dict | None = None, max_memory: dict | None = None,
+               offload_folder: str | Path | None = None):
     """Load (model, tokenizer) in eval mode; the tokenizer always has a pad token. `source`:
     the hub revision, trust_remote_code and offline use (default: main, False, online unless
     HF_HUB_OFFLINE is set).
@@ -312,7 +314,13 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     Attention runs through PyTorch's SDPA (fused kernels on GPU) where the architecture has
     it, else the model's default; probes that read attention probabilities (attention mass,
     the tracker's attention) switch to eager attention for those layers only, and knockout
-    edits the mask of the registered attention function over SDPA (`probes.intercept`)."""
+    edits the mask of the registered attention function over SDPA (`probes.intercept`).
+
+    A model larger than one device: `device_map="auto"` lets accelerate place its layers over
+    the devices present, each holding at most `max_memory[device]` (e.g. `{0: "20GiB", 1:
+    "20GiB", "cpu": "64GiB"}`); what fits nowhere is offloaded to `offload_folder` (a temp
+    folder if not given). The model then stays where accelerate put it (`device` only picks
+    the dtype); inputs go to its first device, as with any model."""
     from transformers import AutoModelForCausalLM
 
     weights, adapter, source = _resolve(name, source or ModelSource())
@@ -322,6 +330,8 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
             weights = _smollm2_folder()
         tokenizer = _tokenizer(weights, adapter, source)
         kwargs = dict(dtype=resolve_dtype(dtype, dev), **_model_kwargs(weights, source))
+        if device_map is not None:
+            kwargs.update(_placement(device_map, max_memory, offload_folder))
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 weights, attn_implementation=attn_implementation, **kwargs)
@@ -333,7 +343,24 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
         model = _with_adapter(model, adapter)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if device_map is not None:
+        return model.eval(), tokenizer
     return model.to(dev).eval(), tokenizer
+
+
+def _placement(device_map: str | dict, max_memory: dict | None,
+               offload_folder: str | Path | None) -> dict:
+    """from_pretrained's placement keywords for a model split by accelerate."""
+    if max_memory is not None and not isinstance(max_memory, dict):
+        raise ConfigError(f"max_memory must map devices to sizes, got {max_memory!r}")
+    if offload_folder is None:
+        import tempfile
+
+        offload_folder = tempfile.mkdtemp(prefix="knowflow-offload-")
+    kwargs = {"device_map": device_map, "offload_folder": str(offload_folder)}
+    if max_memory is not None:
+        kwargs["max_memory"] = max_memory
+    return kwargs
 
 
 @contextlib.contextmanager
