@@ -1,34 +1,49 @@
-"""knowflow's sentence attribution side by side with ContextCite (`context-cite` 0.0.4).
+"""knowflow's sentence attribution (ablation and learned) side by side with ContextCite
+(`context-cite` 0.0.4, default batch size 1 and batched), on needle and long items.
 
-    python benchmarks/bench_explain.py --items 48 --ablations 32,64 --threads 1
+    python benchmarks/bench_explain.py --items 48 --long 24 --ablations 32,64 --threads 1
+    python benchmarks/bench_explain.py --curve 10,40,100,200 --threads 1
 
-Both run on the same model, the same needle items (half `needle-cf`, half `needle-agree`),
-the same prompt (the chat template over "Context: ...\\n\\nQuestion: ...\\nAnswer in a few
-words."), the same answer (the model's greedy answer with the full context) and the same
-number of ablations. ContextCite calls nltk's downloader when imported; this script replaces
-it with a no-op and gives ContextCite knowflow's offline sentence splitter as its partitioner
-(as a user without network would), so both see the same sentences. ContextCite runs with its
-defaults otherwise (batch size 1, lasso alpha 0.01 on logit-probabilities).
+Every method runs on the same model, items, prompt (the chat template over "Context: ...\\n\\n
+Question: ...\\nAnswer in a few words."), the same explained span (the model's greedy answer,
+cut to its answer span as `knowflow explain` does: `explanation.target`; ContextCite
+attributes the same characters of the same response with its `start_idx`/`end_idx`) and the
+same ablation count. Items: `--items` needle items (half `needle-cf`, half `needle-agree`,
+5-10 sentences) and `--long` long multi-document items (`explanation.contexts.long_items`:
+`--long-sentences` sentences in documents of 8-12, one answer sentence). The sides take turns
+going first, item by item. ContextCite's nltk download is replaced by a no-op and its
+partitioner by knowflow's offline splitter, so both see the same sentences.
 
-Per tool and ablation count it prints: the top-1 hit rate on the needle sentence; the LDS
-(Spearman between the surrogate's predictions and the answer's actual log-probability on
-`--holdout` held-out ablations, the same masks for both tools, scored once by knowflow's
-scorer and not timed); the top-1 drop (the fall of the answer's log-probability when the top
-sentence is removed); seconds per item of the attribution alone (ablations + fit), wall-clock
-and CPU (the process's, so time the shared machine gives other processes is not counted);
-and the speed ratios, of the means and per item (median and range). The one-pass estimate's
-(gradient x input) hit rate is printed beside them.
+Per method it prints the top-1 hit rate on the answer sentence, the LDS (Spearman between
+the method's scores summed over kept sentences and the span's actual log-probability on
+`--holdout` held-out ablations, the same masks for all, scored once and not timed), the top-1
+and top-3 drops (the fall of the log-probability when the top sentences are removed), seconds
+per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
+seconds to each method's. knowflow's ablation is the flat surrogate up to `hierarchy_above`
+sentences and hierarchical past it, as `knowflow explain` runs it; `learned` needs an
+estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without.
+AT2 (`pip install at2`) ships no estimator for SmolLM2 and its trainer needs its own task
+pipeline; it is not run here (knowflow's learned method is the same family of estimator).
+
+`--curve N,N,...` prints, per context of N sentences (one long item each), CPU seconds and
+peak resident memory of one explanation by knowflow ablation, knowflow learned and
+ContextCite-batched, each in a fresh process (peak memory is the process's high-water mark
+less its level after loading the model).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+TOP = (1, 3)
 
 
 def _contextcite():
@@ -65,128 +80,124 @@ def _contextcite():
     return ContextCiter, OfflinePartitioner
 
 
-def needle_setup(model_name: str, n_items: int, seed: int):
-    """(model, tokenizer, items, prompts, encoded prompts, answers): the needle items, half
-    `needle-cf` and half `needle-agree`, their chat prompts and the model's greedy answers
-    (up to 16 tokens) with the full context, the answers both tools explain."""
+class Case:
+    """One item prepared for every method: prompt, answer, explained span and sentences."""
+
+    def __init__(self, item, tok, prompt, answer: str):
+        from knowflow.explanation.prompts import encode, sentence_tokens, with_lead
+        from knowflow.explanation.splitter import split_sentences
+        from knowflow.explanation.target import explained_span
+
+        self.item, self.prompt, self.answer = item, prompt, answer
+        self.lead, self.span, _ = explained_span(item, answer)
+        self.cont = (prompt.answer_prefix if not self.lead else "") + self.span
+        self.response = prompt.answer_prefix + answer   # what ContextCite sees
+        self.span_at = len(prompt.answer_prefix) + len(self.lead)
+        self.led_ids = encode(tok, [with_lead(prompt, self.lead)])[0]
+        self.sents = split_sentences(item.context)
+        self.spans = sentence_tokens(item, self.sents, tok, "chat")
+
+
+def setup(model_name: str, n_items: int, n_long: int, long_sentences: int, seed: int):
+    """(model, tokenizer, cases): needle items then long items, with greedy answers."""
     from knowflow.data.suites import get_suite
     from knowflow.evaluation.generate import generate
+    from knowflow.explanation.contexts import long_items
     from knowflow.explanation.prompts import encode, rendered
     from knowflow.lens.load import load_model
 
     model, tok = load_model(model_name, device="cpu", dtype="float32")
     half = n_items // 2
-    items = get_suite("needle-cf", seed, half) + get_suite("needle-agree", seed, n_items - half)
+    items = get_suite("needle-cf", seed, half) + get_suite("needle-agree", seed, n_items - half) \
+        if n_items else []
+    items += long_items(n_long, long_sentences, seed) if n_long else []
     prompts = [rendered(it, tok, "chat") for it in items]
-    seqs = encode(tok, prompts)
-    answers = generate(model, tok, seqs, batch_size=8, max_new_tokens=16)
-    return model, tok, items, prompts, seqs, answers
+    answers = generate(model, tok, encode(tok, prompts), batch_size=8, max_new_tokens=16)
+    return model, tok, [Case(it, tok, p, a) for it, p, a in zip(items, prompts, answers,
+                                                                strict=True)]
 
 
-def knowflow_weights(model, tok, item, sents, cont: str, cfg) -> torch.Tensor:
-    """knowflow's sentence attribution of one item, as `knowflow explain` computes it: the
-    ablation masks, their scores over the trie, the surrogate's weights, (sentences,)."""
+def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: int
+               ) -> torch.Tensor:
+    """One method's sentence scores (sentences,) for one case."""
     from knowflow.explanation.attribution import ablation_masks, score_masks
+    from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
+    from knowflow.explanation.learned import attention_features, learned_scores
+    from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import fit_surrogate
 
-    masks, _ = ablation_masks(len(sents), cfg, item.id + item.context)
-    targets = score_masks(model, tok, item, sents, masks, cont, cfg)
-    return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--items", type=int, default=48, help="needle items, half of each suite")
-    ap.add_argument("--ablations", default="32,64")
-    ap.add_argument("--holdout", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--first", type=int, default=0, help="skip the items before this index "
-                                                         "(to split a run across processes)")
-    ap.add_argument("--last", type=int, help="stop before this index")
-    ap.add_argument("--no-contextcite", action="store_true", help="knowflow only")
-    ap.add_argument("--json", type=Path, help="append each item's row here (JSONL) as it ends")
-    ap.add_argument("--summarize", type=Path, help="print the table of a --json file, run "
-                                                   "nothing")
-    args = ap.parse_args()
-    counts = [int(n) for n in args.ablations.split(",")]
-    if args.summarize:
-        rows = [json.loads(line) for line in args.summarize.read_text().splitlines() if line]
-        _report(rows, counts, any(k.startswith("contextcite") for k in rows[0]))
-        return 0
-    torch.set_num_threads(args.threads)
-
+    it = case.item
+    if method == "knowflow":
+        cfg = ExplainConfig(n_ablations=count, n_holdout=0, top_k=(), prompt_format="chat")
+        if hierarchical(cfg, len(case.sents)):
+            attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
+                                             case.lead)
+            return torch.tensor(attr.weights, dtype=torch.float64)
+        masks, _ = ablation_masks(len(case.sents), cfg, it.id + it.context)
+        targets = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead)
+        return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
+    if method == "learned":
+        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
+        return learned_scores(attention_features(model, case.led_ids, ids, case.spans),
+                              est.tensor())
     from knowflow.data.prompts import PromptConfig, qa_instruction
-    from knowflow.explanation.attribution import gradient_x_input, score_masks
+
+    citer, partitioner = _contextcite()
+    cc = citer(model, tok, it.context, qa_instruction(it, PromptConfig()),
+               num_ablations=count, prompt_template="Context: {context}\n\n{query}",
+               partitioner=partitioner(it.context),
+               batch_size=cc_batch if method == "contextcite-batched" else 1)
+    cc._cache["output"] = case.prompt.text + case.response     # explain the same answer
+    start = len(cc.response) - len(case.response) + case.span_at
+    side, tok.padding_side = tok.padding_side, "left"   # as ContextCite.from_pretrained sets
+    try:
+        return torch.tensor(cc.get_attributions(start_idx=start,
+                                                end_idx=start + len(case.span),
+                                                verbose=False), dtype=torch.float64)
+    finally:
+        tok.padding_side = side
+
+
+def reference(model, tok, case: Case, holdout: int, index: int):
+    """(held-out masks, their actual log-probs, the full log-prob): scored once, untimed."""
+    from knowflow.explanation.attribution import score_masks
     from knowflow.explanation.options import ExplainConfig
-    from knowflow.explanation.prompts import sentence_tokens
-    from knowflow.explanation.splitter import split_sentences
-    from knowflow.explanation.surrogate import random_masks, spearman
-    from knowflow.lens.scorer import score_continuations
+    from knowflow.explanation.surrogate import random_masks
 
-    model, tok, items, prompts, seqs, answers = needle_setup(args.model, args.items, args.seed)
-    if not args.no_contextcite:
-        ContextCiter, OfflinePartitioner = _contextcite()
-    rows = []
-    for i, (it, prompt, seq, answer) in enumerate(zip(items, prompts, seqs, answers,
-                                                      strict=True)):
-        if i < args.first or (args.last is not None and i >= args.last):
-            continue
-        sents = split_sentences(it.context)
-        n = len(sents)
-        cont = prompt.answer_prefix + answer
-        cfg = ExplainConfig(n_holdout=0)
-        gen = torch.Generator().manual_seed(10_000 + i)
-        held = random_masks(args.holdout, n, 0.5, gen)
-        actual = score_masks(model, tok, it, sents, held, cont, cfg)
-        full = score_continuations(model, tok, [seq], [[cont]])[0][0][0]
-        drops: dict[int, float] = {}   # top sentence -> the fall when it is removed
-        for top in range(n):
-            mask = torch.ones(1, n, dtype=torch.int64)
-            mask[0, top] = 0
-            drops[top] = full - float(score_masks(model, tok, it, sents, mask, cont, cfg)[0])
+    cfg = ExplainConfig(n_holdout=0, prompt_format="chat")
+    n = len(case.sents)
+    held = random_masks(holdout, n, 0.5, torch.Generator().manual_seed(10_000 + index))
+    both = torch.cat([held, torch.ones(1, n, dtype=torch.int64)])
+    scores = score_masks(model, tok, case.item, case.sents, both, case.cont, cfg, case.lead)
+    return held, scores[:-1], float(scores[-1])
 
-        row = {"id": it.id, "needle": it.meta["needle"], "n_sentences": n, "answer": answer}
-        spans = sentence_tokens(it, sents, tok, "chat")
-        clock = time.perf_counter()
-        one = gradient_x_input(model, seq, tok(cont, add_special_tokens=False)["input_ids"],
-                               spans)
-        row["one_pass"] = {"top": max(range(n), key=one.__getitem__),
-                           "seconds": time.perf_counter() - clock}
-        # the sides take turns going first, item by item, so a slow stretch of a shared
-        # machine falls on both
-        tools = ["knowflow"] if args.no_contextcite else \
-            ["knowflow", "contextcite"][::1 if i % 2 == 0 else -1]
-        for count in counts:
-            for tool in tools:
-                if tool == "knowflow":
-                    cfg_n = ExplainConfig(n_ablations=count, n_holdout=0, seed=args.seed)
-                    clock, cpu = time.perf_counter(), time.process_time()
-                    w = knowflow_weights(model, tok, it, sents, cont, cfg_n)
-                else:
-                    cc = ContextCiter(model, tok, it.context,
-                                      qa_instruction(it, PromptConfig()), num_ablations=count,
-                                      prompt_template="Context: {context}\n\n{query}",
-                                      partitioner=OfflinePartitioner(it.context))
-                    cc._cache["output"] = prompt.text + cont    # explain the same answer
-                    clock, cpu = time.perf_counter(), time.process_time()
-                    w = torch.tensor(cc.get_attributions(verbose=False), dtype=torch.float64)
-                secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
-                top = int(w.argmax())
-                row[f"{tool}_{count}"] = {"top": top, "seconds": secs, "cpu": cpu,
-                                          "drop": drops[top],
-                                          "lds": spearman(held.double() @ w, actual),
-                                          "weights": w.tolist()}
-        rows.append(row)
-        if args.json:
-            with args.json.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-        print(f"[{i + 1}/{len(items)}] " + "  ".join(
-            f"{k}: top {v['top']} (needle {row['needle']}) {v['seconds']:.1f}s"
-            for k, v in row.items() if isinstance(v, dict)), file=sys.stderr, flush=True)
-    _report(rows, counts, not args.no_contextcite)
-    return 0
+
+def measure(methods, counts, model, tok, case: Case, index: int, args, est) -> dict:
+    from knowflow.explanation.attribution import score_masks
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.surrogate import spearman
+
+    held, actual, full = reference(model, tok, case, args.holdout, index)
+    n = len(case.sents)
+    row = {"id": case.item.id, "needle": case.item.meta["needle"], "n_sentences": n,
+           "answer": case.answer, "span": case.span}
+    order = methods if index % 2 == 0 else methods[::-1]       # sides take turns first
+    for method in order:
+        for count in ([0] if method == "learned" else counts):
+            clock, cpu = time.perf_counter(), time.process_time()
+            w = run_method(method, count, model, tok, case, est, args.cc_batch)
+            secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
+            ranked = sorted(range(n), key=lambda j: -float(w[j]))
+            removed = torch.ones(len(TOP), n, dtype=torch.int64)
+            for r, k in enumerate(TOP):
+                removed[r, ranked[:k]] = 0
+            fallen = score_masks(model, tok, case.item, case.sents, removed, case.cont,
+                                 ExplainConfig(prompt_format="chat"), case.lead)
+            row[f"{method}_{count}"] = {
+                "top": ranked[0], "seconds": secs, "cpu": cpu,
+                "drop": {str(k): full - float(v) for k, v in zip(TOP, fallen, strict=True)},
+                "lds": spearman(held.double() @ w, actual)}
+    return row
 
 
 def _mean(values) -> float:
@@ -194,66 +205,145 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _answer_sentence(row: dict, item) -> int | None:
-    """The one sentence whose statement the model's answer names (its answer, or its subject
-    where that is not the question's), or None (none or several)."""
-    from knowflow.evaluation.normalize import alternatives, answers_present
-
-    named = [i for i, (subject, value) in enumerate(item.meta["statements"])
-             if answers_present(row["answer"], [alternatives(value)])[0] or
-             (subject != item.subject and answers_present(row["answer"],
-                                                          [alternatives(subject)])[0])]
-    return named[0] if len(named) == 1 else None
-
-
-def _report(rows: list[dict], counts: list[int], with_cc: bool) -> None:
-    from knowflow.data.suites import get_suite
-
-    _table(rows, counts, with_cc)
-    by_id = {it.id: it for suite in ("needle-cf", "needle-agree") for it in get_suite(suite)}
-    named = []
-    for r in rows:
-        where = _answer_sentence(r, by_id[r["id"]])
-        if where is not None:
-            named.append({**r, "needle": where})
-    print(f"\nthe {len(named)} of them whose answer names exactly one sentence's statement, "
-          "with that sentence as the one to find:")
-    if named:
-        _table(named, counts, with_cc)
-
-
-def _ratios(rows: list[dict], count: int, clock: str) -> list[float]:
-    """ContextCite's seconds over knowflow's, per item, sorted."""
-    return sorted(r[f"contextcite_{count}"][clock] / r[f"knowflow_{count}"][clock]
-                  for r in rows if clock in r[f"knowflow_{count}"])
+def report(rows: list[dict]) -> None:
+    for name, part in (("needle", [r for r in rows if not r["id"].startswith("long")]),
+                       ("long", [r for r in rows if r["id"].startswith("long")])):
+        if not part:
+            continue
+        keys = sorted({k for r in part for k, v in r.items() if isinstance(v, dict)})
+        base = [k for k in keys if k.startswith("contextcite-batched_")]
+        print(f"\n{len(part)} {name} items ({_mean([r['n_sentences'] for r in part]):.0f} "
+              "sentences on average)")
+        print(f"{'method':<28}{'hit':>7}{'LDS':>8}{'drop@1':>8}{'drop@3':>8}{'CPU s':>9}"
+              f"{'wall s':>9}{'CPU ratio':>11}")
+        for key in keys:
+            got = [r[key] for r in part if key in r]
+            count = key.rsplit("_", 1)[1]
+            ref = f"contextcite-batched_{count}" if f"contextcite-batched_{count}" in keys \
+                else (base[-1] if base else None)
+            cpu = _mean([g["cpu"] for g in got])
+            ratio = _mean([r[ref]["cpu"] for r in part if ref in r]) / cpu if ref else \
+                float("nan")
+            label = key.replace("_0", " (1 pass)").replace("_", " @")
+            print(f"{label:<28}"
+                  f"{_mean([float(r[key]['top'] == r['needle']) for r in part if key in r]):>7.3f}"
+                  f"{_mean([g['lds'] for g in got]):>8.3f}"
+                  f"{_mean([g['drop']['1'] for g in got]):>8.2f}"
+                  f"{_mean([g['drop']['3'] for g in got]):>8.2f}{cpu:>9.2f}"
+                  f"{_mean([g['seconds'] for g in got]):>9.2f}{ratio:>10.1f}x")
+        print("CPU ratio: ContextCite-batched's CPU seconds at the same ablation count (the "
+              "learned row: at the largest count) over the method's")
 
 
-def _table(rows: list[dict], counts: list[int], with_cc: bool) -> None:
-    print(f"{len(rows)} needle items ({sum(r['id'].startswith('needle-cf') for r in rows)} "
-          f"needle-cf, {sum(r['id'].startswith('needle-agree') for r in rows)} needle-agree)")
-    print(f"{'method':<22}{'ablations':>10}{'top-1 hit':>11}{'LDS':>8}{'top-1 drop':>12}"
-          f"{'wall s/item':>13}{'CPU s/item':>12}{'ratio wall':>12}{'ratio CPU':>11}")
-    for count in counts:
-        tools = ["knowflow"] + (["contextcite"] if with_cc else [])
-        secs = {(t, c): _mean([r[f"{t}_{count}"].get(c) for r in rows])
-                for t in tools for c in ("seconds", "cpu")}
-        for t in tools:
-            key = f"{t}_{count}"
-            hit = _mean([float(r[key]["top"] == r["needle"]) for r in rows])
-            ratio = [secs["contextcite", c] / secs[t, c] if with_cc else float("nan")
-                     for c in ("seconds", "cpu")]
-            print(f"{t:<22}{count:>10}{hit:>11.3f}{_mean([r[key]['lds'] for r in rows]):>8.3f}"
-                  f"{_mean([r[key]['drop'] for r in rows]):>12.3f}{secs[t, 'seconds']:>13.2f}"
-                  f"{secs[t, 'cpu']:>12.2f}{ratio[0]:>11.2f}x{ratio[1]:>10.2f}x")
-        for clock, name in (("seconds", "wall"), ("cpu", "CPU")):
-            per_item = _ratios(rows, count, clock) if with_cc else []
-            if per_item:
-                print(f"{'':<22}{count:>10}  median per-item speed ratio ({name}) "
-                      f"{per_item[len(per_item) // 2]:.2f}x (range {per_item[0]:.2f}-"
-                      f"{per_item[-1]:.2f}x over {len(per_item)} items, sides alternating)")
-    hit = _mean([float(r["one_pass"]["top"] == r["needle"]) for r in rows])
-    print(f"{'one-pass grad x input':<22}{'0':>10}{hit:>11.3f}{'':>8}{'':>12}"
-          f"{_mean([r['one_pass']['seconds'] for r in rows]):>13.2f}")
+def curve_point(args) -> None:
+    """One (method, sentences) point in this fresh process: JSON on stdout."""
+    from knowflow.explanation.estimator import load_estimator
+
+    model, tok, cases = setup(args.model, 0, 1, args.curve_point[1], args.seed)
+    est = load_estimator(model, args.model, args.estimator)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    clock, cpu = time.perf_counter(), time.process_time()
+    method = args.curve_point[0]
+    run_method(method, max(int(c) for c in args.ablations.split(",")), model, tok, cases[0],
+               est, args.cc_batch)
+    print(json.dumps({"method": method, "sentences": args.curve_point[1],
+                      "tokens": len(cases[0].led_ids), "cpu": time.process_time() - cpu,
+                      "seconds": time.perf_counter() - clock,
+                      "peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+                      / 1024}))
+
+
+def curve(args, methods) -> None:
+    print(f"{'sentences':>10}{'tokens':>8}  {'method':<22}{'CPU s':>9}{'wall s':>9}"
+          f"{'peak MB':>9}")
+    for n in (int(x) for x in args.curve.split(",")):
+        for method in methods:
+            cmd = [sys.executable, __file__, "--curve-point", method, str(n), "--model",
+                   args.model, "--ablations", args.ablations, "--threads", str(args.threads),
+                   "--cc-batch", str(args.cc_batch)]
+            cmd += ["--estimator", str(args.estimator)] if args.estimator else []
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:
+                print(f"{n:>10}  {method}: failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            p = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"{n:>10}{p['tokens']:>8}  {method:<22}{p['cpu']:>9.2f}{p['seconds']:>9.2f}"
+                  f"{p['peak_mb']:>9.0f}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--items", type=int, default=48, help="needle items, half of each suite")
+    ap.add_argument("--long", type=int, default=0, help="long multi-document items")
+    ap.add_argument("--long-sentences", type=int, default=40)
+    ap.add_argument("--ablations", default="32,64")
+    ap.add_argument("--holdout", type=int, default=32)
+    ap.add_argument("--cc-batch", type=int, default=16, help="ContextCite-batched batch size")
+    ap.add_argument("--estimator", type=Path, help="learned estimator file (default: the "
+                                                   "model's, beside its cache entry)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--first", type=int, default=0, help="skip the items before this index")
+    ap.add_argument("--last", type=int, help="stop before this index")
+    ap.add_argument("--no-contextcite", action="store_true", help="knowflow only")
+    ap.add_argument("--cc-default", action="store_true",
+                    help="also ContextCite at its default batch size 1 (slow)")
+    ap.add_argument("--json", type=Path, help="append each item's row here (JSONL)")
+    ap.add_argument("--summarize", type=Path, nargs="+",
+                    help="print the table of --json files (rows of one item merged by id)")
+    ap.add_argument("--methods", help="run only these (comma-separated: knowflow, learned, "
+                                      "contextcite-batched, contextcite)")
+    ap.add_argument("--curve", help="sentence counts of the cost curve, e.g. 10,40,100,200")
+    ap.add_argument("--curve-point", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.summarize:
+        merged: dict[str, dict] = {}
+        for path in args.summarize:
+            for line in path.read_text().splitlines():
+                if line:
+                    row = json.loads(line)
+                    merged.setdefault(row["id"], {}).update(row)
+        report(list(merged.values()))
+        return 0
+    torch.set_num_threads(args.threads)
+    methods = ["knowflow", "learned"] + ([] if args.no_contextcite else
+                                         ["contextcite-batched"] +
+                                         (["contextcite"] if args.cc_default else []))
+    if args.methods:
+        methods = [m for m in args.methods.split(",") if m]
+    if args.curve_point:
+        args.curve_point = (args.curve_point[0], int(args.curve_point[1]))
+        curve_point(args)
+        return 0
+    if args.curve:
+        curve(args, methods)
+        return 0
+    from knowflow.explanation.estimator import load_estimator
+
+    counts = [int(n) for n in args.ablations.split(",")]
+    model, tok, cases = setup(args.model, args.items, args.long, args.long_sentences,
+                              args.seed)
+    est = load_estimator(model, args.model, args.estimator)
+    if est is None and "learned" in methods:
+        print("no learned estimator: `knowflow explain fit` first; learned skipped",
+              file=sys.stderr)
+        methods.remove("learned")
+    rows = []
+    for i, case in enumerate(cases):
+        if i < args.first or (args.last is not None and i >= args.last):
+            continue
+        row = measure(methods, counts, model, tok, case, i, args, est)
+        rows.append(row)
+        if args.json:
+            with args.json.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        print(f"[{i + 1}/{len(cases)}] {row['id']} ({row['n_sentences']} sentences, span "
+              f"{row['span']!r}): " + "  ".join(
+                  f"{k}: top {v['top']} (answer {row['needle']}) {v['cpu']:.1f}s"
+                  for k, v in row.items() if isinstance(v, dict)), file=sys.stderr, flush=True)
+    report(rows)
+    return 0
 
 
 if __name__ == "__main__":

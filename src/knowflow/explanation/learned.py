@@ -40,7 +40,7 @@ from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
 from knowflow.probes.intercept import AttentionPlan, intercepted
 
-RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
 
 
 @torch.no_grad()
