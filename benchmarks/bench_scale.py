@@ -12,6 +12,8 @@ wall seconds per item (per step for sft), and the child's peak resident memory
 model's float32 weights, printed beside it as `weights`). The parent prints one table per job,
 fitted log-log exponents (seconds ~ params^a at a fixed context, ~ context^b at a fixed model)
 and writes a log-log PNG. Never asserts on time; on a shared machine the figures are noisy.
+With no flags (as `make bench` runs it): SmolLM2-135M's shape, eval-loglik and explain, contexts
+256 and 1k; `--full`: the whole grid.
 
 Jobs: eval-loglik (items), eval-generate (items, greedy, 8 new tokens), explain (ablation
 attribution, 8 subsets + 4 held out, per item), knockout (attention knockout sweep, per
@@ -240,9 +242,12 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(CONFIGS))
-    ap.add_argument("--jobs", default=",".join(JOBS))
-    ap.add_argument("--contexts", default="256,1024,2048", help="context tokens")
+    ap.add_argument("--models", default="smollm2-135m",
+                    help=f"comma-separated, of {', '.join(CONFIGS)}")
+    ap.add_argument("--jobs", default="eval-loglik,explain", help=f"of {', '.join(JOBS)}")
+    ap.add_argument("--contexts", default="256,1024", help="context tokens")
+    ap.add_argument("--full", action="store_true",
+                    help="every model, job and context 256,1024,2048 (hours on a laptop CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", type=Path, help="write the log-log PNG here")
     ap.add_argument("--json", type=Path, help="write the rows here")
@@ -253,6 +258,9 @@ def main() -> None:
         name, job, ctx = args.cell.split(",")
         print(json.dumps(cell(name, job, int(ctx), args.threads)))
         return
+    if args.full:
+        args.models, args.jobs = ",".join(CONFIGS), ",".join(JOBS)
+        args.contexts = "256,1024,2048"
     models = [m.strip() for m in args.models.split(",")]
     jobs = [j.strip() for j in args.jobs.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
