@@ -147,14 +147,14 @@ def run_job(job: str, model, tok, items, context: int, n: int):
         raise SystemExit(f"unknown job {job!r} (known: {', '.join(JOBS)})")
 
 
-def cell(name: str, job: str, context: int, threads: int) -> dict:
+def cell(name: str, job: str, context: int, threads: int, items: int | None = None) -> dict:
     """One measurement in this (fresh) process; returns its figures."""
     import torch
 
     torch.set_num_threads(threads)
     model, tok = build_model(name)
     params = sum(p.numel() for p in model.parameters())
-    n = ITEMS[job]
+    n = items or ITEMS[job]
     items = long_items(tok, max(n, 2), context)
     prompt_tokens = len(tok(items[0].context)["input_ids"])
     warm = model if job != "sft" else build_model(name)[0]  # sft wraps its model in LoRA
@@ -252,11 +252,13 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, help="write the log-log PNG here")
     ap.add_argument("--json", type=Path, help="write the rows here")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    ap.add_argument("--items", type=int, help="items (sft: steps) per cell, instead of "
+                                               f"each job's default {ITEMS}")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # model,job,context: run one cell here
     args = ap.parse_args()
     if args.cell:
         name, job, ctx = args.cell.split(",")
-        print(json.dumps(cell(name, job, int(ctx), args.threads)))
+        print(json.dumps(cell(name, job, int(ctx), args.threads, args.items)))
         return
     if args.full:
         args.models, args.jobs = ",".join(CONFIGS), ",".join(JOBS)
@@ -271,7 +273,8 @@ def main() -> None:
         for name in models:
             for ctx in contexts:
                 cmd = [sys.executable, __file__, "--cell", f"{name},{job},{ctx}",
-                       "--threads", str(args.threads)]
+                       "--threads", str(args.threads)] + (
+                           ["--items", str(args.items)] if args.items else [])
                 try:
                     done = subprocess.run(cmd, capture_output=True, text=True,
                                           timeout=args.timeout)
