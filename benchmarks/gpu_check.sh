@@ -45,7 +45,7 @@ else
     # float32: bf16 matmuls on a CPU are slow and not what the GPU runs; the check then
     # compares float32 with float32 (it exercises the path; the bf16 tolerance is the GPU's).
     DEV=cpu; DTYPE=float32; THREADS=(--threads "$(nproc)")
-    EVAL_LIMIT=1; REF_LIMIT=1; EXPLAIN_LIMIT=1; ABLATIONS=4; KO_LIMIT=1; HEADS_LIMIT=1
+    EVAL_LIMIT=1; REF_LIMIT=1; EXPLAIN_LIMIT=1; ABLATIONS=8; KO_LIMIT=1; HEADS_LIMIT=1
     SFT_STEPS=2; SFT_BATCH=2; CURATE_ROWS=8
 fi
 
@@ -131,7 +131,8 @@ for M in smollm2 random; do
     job "$M probe knockout" "$KO_LIMIT" "$KF" probe knockout --model "$MODEL" "${D[@]}" \
         --limit "$KO_LIMIT" --all --out "$WORK/$M-knockout"
     job "$M probe heads" "$HEADS_LIMIT" "$KF" probe heads --model "$MODEL" "${D[@]}" \
-        --suite cf-capitals --limit "$HEADS_LIMIT" --ablation zero --out "$WORK/$M-heads"
+        --suite cf-capitals --limit "$HEADS_LIMIT" --ablation zero --rank-by zero \
+        --out "$WORK/$M-heads"
     # sft: LoRA, float32 weights (bf16 autocast on GPU: the Trainer's bf16), the tracker on.
     job "$M sft lora+tracker" $((SFT_STEPS * SFT_BATCH)) "$KF" sft --model "$MODEL" \
         --device "$DEV" "${THREADS[@]}" --train lora --steps "$SFT_STEPS" \
