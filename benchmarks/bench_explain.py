@@ -180,7 +180,8 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est) -> d
     held, actual, full = reference(model, tok, case, args.holdout, index)
     n = len(case.sents)
     row = {"id": case.item.id, "needle": case.item.meta["needle"], "n_sentences": n,
-           "answer": case.answer, "span": case.span}
+           "answer": case.answer, "span": case.span,
+           "answer_sentence": answer_sentence(case.item.context, case.span)}
     order = methods if index % 2 == 0 else methods[::-1]       # sides take turns first
     for method in order:
         for count in ([0] if method == "learned" else counts):
@@ -205,17 +206,38 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def answer_sentence(context: str, span: str) -> int | None:
+    """The one sentence that holds the explained span as whole words (the sentence the
+    answer comes from), or None (none or several)."""
+    import re
+
+    from knowflow.explanation.splitter import split_sentences
+
+    word = span.strip().rstrip(".")
+    if not word:
+        return None
+    found = [j for j, s in enumerate(split_sentences(context))
+             if re.search(rf"(?<!\w){re.escape(word)}(?!\w)", s.text, re.IGNORECASE)]
+    return found[0] if len(found) == 1 else None
+
+
 def report(rows: list[dict]) -> None:
     for name, part in (("needle", [r for r in rows if not r["id"].startswith("long")]),
                        ("long", [r for r in rows if r["id"].startswith("long")])):
         if not part:
             continue
         keys = sorted({k for r in part for k, v in r.items() if isinstance(v, dict)})
+        part = [r for r in part if all(k in r for k in keys)]   # items every method ran on
+        if not part:
+            continue
         base = [k for k in keys if k.startswith("contextcite-batched_")]
         print(f"\n{len(part)} {name} items ({_mean([r['n_sentences'] for r in part]):.0f} "
               "sentences on average)")
-        print(f"{'method':<28}{'hit':>7}{'LDS':>8}{'drop@1':>8}{'drop@3':>8}{'CPU s':>9}"
-              f"{'wall s':>9}{'CPU ratio':>11}")
+        named = [r for r in part if r.get("answer_sentence") is not None]
+        print(f"answer-sentence hit: on the {len(named)} items whose span is named by exactly "
+              "one sentence, the top sentence is that one")
+        print(f"{'method':<28}{'hit':>7}{'ans-hit':>8}{'LDS':>8}{'drop@1':>8}{'drop@3':>8}"
+              f"{'CPU s':>9}{'wall s':>9}{'CPU ratio':>11}")
         for key in keys:
             got = [r[key] for r in part if key in r]
             count = key.rsplit("_", 1)[1]
@@ -226,7 +248,8 @@ def report(rows: list[dict]) -> None:
                 float("nan")
             label = key.replace("_0", " (1 pass)").replace("_", " @")
             print(f"{label:<28}"
-                  f"{_mean([float(r[key]['top'] == r['needle']) for r in part if key in r]):>7.3f}"
+                  f"{_mean([float(r[key]['top'] == r['needle']) for r in part]):>7.3f}"
+                  f"{_mean([float(r[key]['top'] == r['answer_sentence']) for r in named]):>8.3f}"
                   f"{_mean([g['lds'] for g in got]):>8.3f}"
                   f"{_mean([g['drop']['1'] for g in got]):>8.2f}"
                   f"{_mean([g['drop']['3'] for g in got]):>8.2f}{cpu:>9.2f}"
