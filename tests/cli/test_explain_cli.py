@@ -126,8 +126,11 @@ def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_mode
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
     assert rec["attribution_method"] == "learned" and "learned" in rec["seconds"]
     auto = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question", "Where?",
-                "--answer", "Italy", "--attribution", "ablation", "--levels",
+                "--answer", "Italy", "--attribution", "auto", "--levels",
                 "source,sentences")
-    assert auto.exit_code == 0 and "attribution: ablation" in auto.output
+    assert auto.exit_code == 0 and "attribution: learned" in auto.output  # fitted: used
+    plain = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question", "Where?",
+                 "--answer", "Italy", "--levels", "source,sentences")
+    assert plain.exit_code == 0 and "attribution: ablation" in plain.output  # the default
     bad = runner.invoke(app, ["explain", "refit", "--model", str(tiny_model_dir)])
     assert bad.exit_code == 2 and "action" in bad.output

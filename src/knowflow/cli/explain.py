@@ -69,8 +69,9 @@ def explain_cmd(
                                     "comma-separated; source is always on).")
                       ] = "source,sentences,mechanism",
     attribution: Annotated[str, Opt(help="Sentence attribution: ablation (the reference), "
-                                         "learned (one pass; needs `explain fit`), auto "
-                                         "(learned where fitted).")] = "auto",
+                                         "learned (one pass; needs `explain fit`; below "
+                                         "ablation's fidelity so far), auto (learned where "
+                                         "fitted).")] = "ablation",
     ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
     contexts: Annotated[int, Opt(help="fit: generated training contexts.")] = 48,
     fit_ablations: Annotated[int, Opt(help="fit: ablations per training context.")] = 32,

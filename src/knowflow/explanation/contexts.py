@@ -21,6 +21,8 @@ import random
 
 from knowflow.data.facts import ConflictItem
 from knowflow.data.people import known_words, load_families, make_names
+from knowflow.data.suites import get_suite
+from knowflow.explanation.splitter import split_sentences
 
 # attribute -> (statement, question, (family, 0: the pair's fact / 1: its implication))
 ATTRIBUTES = {
@@ -92,9 +94,6 @@ def long_items(n: int, n_sentences: int, seed: int = 0, per_document: tuple[int,
     item whose needle statement is moved into documents of `per_document` statements drawn
     from other needle items' contexts (true statements of other subjects, none naming the
     item's subject or answers); `meta["needle"]` is its sentence index."""
-    from knowflow.data.suites import get_suite
-    from knowflow.explanation.splitter import split_sentences
-
     base = get_suite("needle-cf", seed, None)
     pool = sorted({s.text for it in base for j, s in enumerate(split_sentences(it.context))
                    if j != it.meta["needle"]})

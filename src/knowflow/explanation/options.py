@@ -28,9 +28,10 @@ class ExplainConfig:
     # source verdict
     context_ratio: float = 2.0           # the context supports the answer: it multiplies its
     #                                      odds (against all others, or the rival) this much
-    # sentence attribution: ablation (the reference), learned (one pass, with a fitted
-    # estimator: `knowflow explain fit`), auto (learned where the model has one)
-    attribution: Method = "auto"
+    # sentence attribution: ablation (the reference and the default: learned's LDS is still
+    # below it, docs/commands/explain.md), learned (one pass, with a fitted estimator:
+    # `knowflow explain fit`), auto (learned where the model has one)
+    attribution: Method = "ablation"
     estimator: str | None = None         # the estimator file (default: beside the model's
     #                                      cache entry, estimator.estimator_path)
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
