@@ -5,6 +5,7 @@ the CLI writes (same files, same summary and records, byte for byte)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import knowflow
@@ -24,6 +25,7 @@ def test_evaluate_out_dir_writes_the_cli_folder(tiny_model_dir, tmp_path):
                             out_dir=tmp_path / "api")
     cli = CliRunner().invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite",
                                    "cf-capitals", "--limit", "2", "--max-new-tokens", "2",
+                                   "--threads", str(torch.get_num_threads()),  # as the API's
                                    "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 0, cli.output
     api_dir, cli_dir = tmp_path / "api", tmp_path / "cli"
@@ -85,7 +87,8 @@ def test_probe_out_dir_writes_the_cli_folder(kind, args, tiny_model_dir, tmp_pat
     res = knowflow.probe(str(tiny_model_dir), kind=kind, limit=2, known_only=False,
                          out_dir=tmp_path / "api", **fields)
     cli = CliRunner().invoke(app, ["probe", kind, "--model", str(tiny_model_dir), "--limit",
-                                   "2", *args, "--out", str(tmp_path / "cli")])
+                                   "2", *args, "--threads", str(torch.get_num_threads()),
+                                   "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 0, cli.output
     api_dir, cli_dir = tmp_path / "api", tmp_path / "cli"
     assert res.out_dir == api_dir and res.summary and res.records

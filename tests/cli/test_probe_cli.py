@@ -24,7 +24,8 @@ FACTS = [
 def model_dir(make_tiny_llama, tmp_path_factory):
     tok = byte_bpe()
     return save_model_folder(tmp_path_factory.mktemp("tiny-llama"),
-                             make_tiny_llama(tok, layers=4, **SHARP), tok)
+                             make_tiny_llama(tok, layers=4, **{**SHARP, "max_positions": 512}),
+                             tok)  # a window the suites' prompts fit in
 
 
 @pytest.fixture()

@@ -8,6 +8,7 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.cpi_toy.experiment import PARTS
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.io import read_json, read_jsonl
+from knowflow.report.names import label
 from knowflow.schema import KINDS, named_curve
 
 TINY = {
@@ -48,7 +49,7 @@ def test_tiny_run_writes_the_whole_contract(tmp_path):
     assert figures == ["1_inversion.png", "2_c_only.png", "3_with_s.png", "4_train_v.png",
                        "5_mitigations.png"]
     html = (run_dir / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "mc_peak" in html
+    assert html.count("data:image/png;base64,") == 5 and label("mc_peak") in html
 
 
 def _check_schema_names(summary: dict, records: list[dict]) -> None:

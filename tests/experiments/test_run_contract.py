@@ -17,6 +17,7 @@ from knowflow.cli import app
 from knowflow.errors import DataError
 from knowflow.experiments.runner import finish_run
 from knowflow.io import read_json, read_jsonl
+from knowflow.report.names import label
 
 cli = CliRunner()
 
@@ -97,7 +98,7 @@ def test_probe_run_folder(tiny_model_dir, tmp_path, spies):
     assert read_json(run / "config.json")["probe"] == "knockout"
     assert (run / "figures" / "knockout.png").stat().st_size > 1000
     page = (run / "report.html").read_text()
-    assert "<b>probe-knockout</b>" in page and "most_negative_layer" in page
+    assert "<b>probe-knockout</b>" in page and label("most_negative_layer") in page
 
 
 def test_a_probe_refused_after_its_folder_was_made_leaves_nothing(tiny_model_dir, tmp_path,
