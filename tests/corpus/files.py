@@ -93,8 +93,6 @@ def _answer_text_files(item: dict) -> dict[str, str]:
     rows = _items(2)
     return {
         "zw-answer.jsonl": _jsonl([rows[0], {**rows[1], "answer": "\u200b"}]),
-        "punct-answer.jsonl": _jsonl([rows[0], {**rows[1], "answer": "???"}]),
-        "article-answer.jsonl": _jsonl([{**rows[0], "memory_answer": "The"}]),
         "control-answer.jsonl": _jsonl([{**rows[0], "answer": " \u2060\x07 "}]),
         # an NFC answer and an NFD memory answer, a zero-width space inside: the same word
         "nfd-same.jsonl": _jsonl([{**rows[0], "answer": "Z\u00fcrich",

@@ -41,6 +41,10 @@ def write_valid(root: Path) -> None:
         "separators.jsonl": _crlf([{**it, "context": it["context"] + " \u2028 \u2029 \x85"}
                                    for it in items]),
         "separators-train.jsonl": _crlf([{**r, "input": r["input"] + "\u2028"} for r in rows]),
+        # answers with no word generation could match: log-likelihood scores them (a
+        # multiple-choice letter, an article), generation leaves the items out
+        "wordless.jsonl": _crlf([items[0], {**items[1], "answer": "???"},
+                                 {**items[2], "memory_answer": "The"}]),
         "bom-prompts.jsonl": BOM + _crlf([{"prompt": "The capital of France is",
                                            "subject": "France", "answer": "Paris"}]),
     }
@@ -70,6 +74,8 @@ VALID = [
     Case(f"eval {M} --scoring loglik --no-known-filter --out résultats --data "
          "'données/évaluation ü.jsonl'", 0, "results: résultats"),
     Case(f"{EVAL} separators.jsonl", 0, "results: out"),
+    Case(f"eval {M} --scoring both --no-known-filter --out out --data wordless.jsonl", 0,
+         "results: out"),
     Case(f"eval {M} --scoring both --max-new-tokens 2 --no-known-filter --out out --data "
          "answers.jsonl", 0, "results: out"),
     Case(f"eval {M} --scoring generate --max-new-tokens 2 --no-known-filter --out out --data "

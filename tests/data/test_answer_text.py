@@ -62,8 +62,6 @@ def test_answers_with_a_word_have_none(text):
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("answer", "\u200b", "empty (or only zero-width"),
-    ("answer", "???", "'???' has no word to match"),
-    ("memory_answer", "The", "'The' has no word to match"),
     ("memory_answer", "\x07\u2060", "empty"),
 ])
 def test_an_answer_that_normalises_to_nothing_is_refused_by_line_and_field(
@@ -78,12 +76,12 @@ def test_an_answer_that_normalises_to_nothing_is_refused_by_line_and_field(
 def test_knowflow_schema_and_memotrap_answers_follow_the_same_rule(tmp_path):
     own = _jsonl(tmp_path / "own.jsonl", [{
         "context": "c", "question": "q", "counterfactual_answer": "Zorb",
-        "parametric_answer": "?!"}])
+        "parametric_answer": "\u200b\x07"}])
     with pytest.raises(DataError, match="line 1: field 'parametric_answer'"):
         load_items(own)
     memotrap = tmp_path / "memotrap.csv"
-    memotrap.write_text('prompt,classes,answer_index\n"Say: it ends","[\' end.\', \' ...\']",0\n')
-    with pytest.raises(DataError, match="line 2: field 'classes': '...' has no word"):
+    memotrap.write_text('prompt,classes,answer_index\n"Say: it ends","[\' end.\', \'\u200b\']",0\n')
+    with pytest.raises(DataError, match="line 2: field 'classes': empty"):
         load_items(memotrap)
 
 
@@ -210,7 +208,7 @@ def test_a_broken_jsonl_file_keeps_its_line_message(tmp_path):
 
 def test_parquet_answers_follow_the_same_rule(tmp_path):
     """A table (parquet, save_to_disk, the Hub) reaches the same reader: NQ-Swap's answer lists
-    cleaned, an answer with no word refused by row and column."""
+    cleaned, an answer left empty refused by row and column."""
     pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (pip install '.[data]')")
     import pyarrow.parquet as pq
 
@@ -225,6 +223,28 @@ def test_parquet_answers_follow_the_same_rule(tmp_path):
     assert counts["preset"] == "nq-swap" and counts["n_skipped_same_answers"] == 1
     assert [(it.counterfactual_answer, it.counterfactual_aliases) for it in items] == \
         [("Zorb", ("zorb",))]
-    pq.write_table(table([["Rome"], ["..."]], [["Paris"], ["Paris"]]), path)
+    pq.write_table(table([["Rome"], ["\u200b"]], [["Paris"], ["Paris"]]), path)
     err = _refused(load_items, path, path.read_bytes())
-    assert f"{path}, row 2: field 'answer': '...' has no word" in str(err)
+    assert f"{path}, row 2: field 'answer': empty" in str(err)
+
+
+def test_an_answer_with_no_word_is_kept_for_loglik_and_left_out_by_generation(
+        tmp_path, tiny_model_dir):
+    """'The', '???' or a letter 'A' is a continuation log-likelihood scores; generation, whose
+    outputs could never name it, leaves the item out as it does equal answers."""
+    from knowflow.evaluation.normalize import alternatives
+
+    path = _jsonl(tmp_path / "items.jsonl", [ITEM, {**ITEM, "answer": "???"},
+                                             {**ITEM, "memory_answer": "The"}])
+    items = load_items(path)
+    assert [it.counterfactual_answer for it in items][1] == "???"
+    assert [it.parametric_answer for it in items][2] == "The"
+    assert alternatives("???") == [] and alternatives("The") == []
+    import knowflow
+
+    res = knowflow.evaluate(str(tiny_model_dir), str(path), scoring="both", max_new_tokens=2,
+                            known_filter=False)
+    (suite,) = res.summary.values() if len(res.summary) == 1 else \
+        [v for k, v in res.summary.items() if k == "items"]
+    assert suite["generate"]["n"] == 1 and suite["generate"]["n_skipped_equal_answers"] == 2
+    assert suite["loglik"]["n"] == 3

@@ -14,8 +14,10 @@ Comparing (`words`, what `evaluation.normalize` matches outputs with): NFKD with
 dropped, casefolded, apostrophes removed, other punctuation and zero-width characters turned
 into word breaks or removed, the articles a/an/the dropped, as SQuAD-style evaluation does. An
 answer whose words are none (only punctuation "???", only an article "The", only a zero-width
-space) could never be found in an output: `answer_problem` names it and the loader refuses it
-with the file, line and field; an alias of that kind is dropped. An alias is kept once
+space) could never be found in an output: `answer_problem` names it. The loader refuses an
+answer left empty, with the file, line and field; one with text but no word is kept (it is a
+continuation log-likelihood scores, e.g. a multiple-choice letter "A") and generation leaves
+its item out as it does equal answers; an alias of that kind is dropped. An alias is kept once
 (`unique_aliases`, by a set: linear in their number); generation scoring then keeps one
 alternative per word sequence (`evaluation.normalize.alternatives`, by a set of those).
 """

@@ -13,8 +13,10 @@ Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk fo
   the instruction asks for, the other class the memorized one.
 Anything malformed raises one `DataError` naming the file, line and field. Every answer and alias
 is read by the one answer-text rule (`answer_text.py`: NFC, zero-width and control characters
-removed); an answer with no word to match (only punctuation, only an article, only a zero-width
-space) is refused by field, an alias of that kind dropped, repeated aliases kept once. An item
+removed); an answer the rule leaves empty (only zero-width or control characters) is refused
+by field; one with no word generation could match (only punctuation, only an article) is kept
+for log-likelihood and left out by generation like equal answers; an alias of that kind is
+dropped, repeated aliases kept once. An item
 whose context answer is its memory answer after that rule (so also an NFC and an NFD spelling
 of one word) cannot tell the two apart under any scoring: it is skipped, with one warning.
 Answers that differ only in case or punctuation (MemoTrap's " End." / " end.") are kept:
@@ -196,12 +198,13 @@ def _text(path: Path, line: int, rec: dict, name: str, required: bool = True,
 
 
 def _answer(path: Path, line: int, rec: dict, name: str) -> str:
-    """An answer field under the answer-text rule; one that normalises to nothing is refused."""
+    """An answer field under the answer-text rule; one left empty by it is refused. One with
+    no word generation could match ("The", "???", a letter "A") is kept: log-likelihood scores
+    it, and generation leaves the item out as it does equal answers (evaluation/items.py)."""
     text = clean_answer(_text(path, line, rec, name))
-    problem = answer_problem(text)
-    if problem:
-        raise DataError(path, f"{problem}: no output could ever match it", line=line,
-                        field=name, hint="give the answer's words")
+    if not text:
+        raise DataError(path, f"{answer_problem(text)}: nothing could ever match it",
+                        line=line, field=name, hint="give the answer's words")
     return text
 
 

@@ -128,7 +128,9 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                                "garbled": near,
                                "outcome": classify(out, hit_cf, hit_par, near, it.question,
                                                    it.subject or ""),
-                               "equal_answers": bool(set(cf) & set(par))}
+                               # one for generation: a shared spelling, or an answer with
+                               # no word an output could name ("The", "???": data/answer_text)
+                               "equal_answers": bool(set(cf) & set(par)) or not cf or not par}
         clock.stop("generate")
     if "loglik" in MODES[cfg.scoring]:
         clock.start()
