@@ -4,6 +4,8 @@
     python benchmarks/docs_examples.py --check    # rerun, change nothing, exit 1 on a difference
     python benchmarks/docs_examples.py --slow     # the slow ones too (minutes to hours)
     python benchmarks/docs_examples.py --list     # which blocks, fast or slow
+    python benchmarks/docs_examples.py --ran-in DIR FILE.md   # the slow blocks of FILE.md
+                             # already ran in DIR: keep their output, take figures and tables
 
 An example is a fenced block right after a marker line in a Markdown file:
 `<!-- docs-example: fast -->` or `<!-- docs-example: slow -->`. A shell block holds `$ knowflow
@@ -14,9 +16,19 @@ an expression statement and what a statement prints become the `# ` lines right 
 rounded to 3 places; the comment lines after a statement are output and are rewritten; a
 comment of the author's goes on the statement's own line or after a blank line).
 
-Timings (`12.3 s`, `0.5 s/it`), run folders' timestamps and temporary paths are masked when
-outputs are compared, so `--check` fails only on a real difference. `make docs-examples` runs
-the fast ones; tests/test_docs_examples.py (slow) runs `--check`.
+The blocks of one file share a working folder, so a later block can read an earlier one's
+run. Three more markers make the rest of a page regenerate from the run folder the last block
+above names (its `run directory:` or `results:` line):
+`<!-- docs-figure: figures/x.png -> docs/img/y.png -->` copies that run's figure into the docs;
+`<!-- docs-table: NAME summary.json -->` rebuilds the Markdown table below it from that run's
+file (NAME is one of `TABLES`); `<!-- docs-excerpt: FILE keep=REGEX -->` before a fenced block
+rebuilds it from FILE's first example: its `$` lines and the output lines REGEX matches, `...`
+for each gap (the README's headline is an excerpt of its experiment page).
+
+Timings (`12.3 s`, `0.5 s/it`, `0:00:08`), run folders' timestamps and temporary paths are
+masked when outputs are compared, so `--check` fails only on a real difference (a figure
+differs when its bytes do). `make docs-examples` runs the fast ones;
+tests/test_docs_examples.py (slow) runs `--check`.
 """
 
 from __future__ import annotations
@@ -26,18 +38,22 @@ import ast
 import contextlib
 import difflib
 import io
+import json
 import os
 import pprint
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER = re.compile(r"^<!-- docs-example: (fast|slow) -->\s*$")
+MARKER = re.compile(r"^<!-- docs-(example|figure|table|excerpt): (.+?) -->\s*$")
+RUN_LINE = re.compile(r"^(run directory|results): (\S+)")
 WIDTH = 150
 _MASKS = ((re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
+          (re.compile(r"\b\d+:\d\d:\d\d\b"), "<time>"),
           (re.compile(r"\d{8}-\d{6}"), "<timestamp>"),
           (re.compile(r"/tmp/[\w./-]+"), "<tmp>"))
 
@@ -59,9 +75,10 @@ def blocks(text: str) -> list[tuple[str, int, int, str]]:
     out = []
     for i, line in enumerate(lines):
         found = MARKER.match(line)
-        if found and i + 1 < len(lines) and lines[i + 1].startswith("```"):
+        if found and found.group(1) == "example" and i + 1 < len(lines) \
+                and lines[i + 1].startswith("```"):
             end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
-            out.append((found.group(1), i + 2, end, lines[i + 1][3:].strip()))
+            out.append((found.group(2), i + 2, end, lines[i + 1][3:].strip()))
     return out
 
 
@@ -143,51 +160,194 @@ def _is_output(body: list[str], k: int) -> bool:
     return j >= 0 and bool(body[j].strip())
 
 
-def regenerate(path: Path, speeds: set[str]) -> str:
-    text = path.read_text()
-    lines = text.split("\n")
-    for speed, start, end, lang in reversed(blocks(text)):
-        if speed not in speeds:
-            continue
+def _run_folder(output: list[str], cwd: Path) -> Path:
+    """The run folder a block's output names (`run directory:` / `results:`), else `cwd`."""
+    named = [m.group(2) for line in output if (m := RUN_LINE.match(line))]
+    return cwd / named[-1] if named else cwd
+
+
+def _one(folder: Path, pattern: str) -> Path:
+    found = sorted(folder.glob(pattern))
+    if not found:
+        raise SystemExit(f"docs-example: nothing matches {pattern!r} in {folder}")
+    return found[-1]
+
+
+def _table_end(lines: list[str], start: int) -> int:
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return end
+
+
+class Pass:
+    """One pass over the docs: the rewritten texts, and the figures that differ."""
+
+    def __init__(self, speeds: set[str], ran_in: Path | None, check: bool):
+        self.speeds, self.ran_in, self.check = speeds, ran_in, check
+        self.texts: dict[Path, str] = {}
+        self.figures_differ: list[str] = []
+
+    def regenerate(self, path: Path) -> str:
+        """`path`'s text with its examples rerun, figures copied and tables rebuilt. The
+        blocks of one file share a working folder (a later block reads an earlier one's
+        run); a figure or table marker reads the folder of the last block above it."""
+        lines = path.read_text().split("\n")
+        out: list[str] = []
         with tempfile.TemporaryDirectory(prefix="kf-docs-") as tmp:
-            runner = run_python if lang == "python" else run_shell
-            lines[start:end] = runner(lines[start:end], Path(tmp))
-    return "\n".join(lines)
+            cwd, folder, i = Path(tmp), None, 0  # folder: None until a block ran above
+            while i < len(lines):
+                found = MARKER.match(lines[i])
+                out.append(lines[i])
+                i += 1
+                if not found:
+                    continue
+                kind, arg = found.groups()
+                if kind == "example" and i < len(lines) and lines[i].startswith("```"):
+                    end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+                    body, lang = lines[i + 1:end], lines[i][3:].strip()
+                    if arg == "slow" and self.ran_in is not None:
+                        # run before, output as shown; its run folder, if it names one
+                        named = _run_folder(body, self.ran_in)
+                        folder = named if named != self.ran_in else None
+                    elif arg in self.speeds:
+                        runner = run_python if lang == "python" else run_shell
+                        body = runner(body, cwd)
+                        folder = _run_folder(body, cwd)
+                    else:
+                        folder = None
+                    out += [lines[i], *body, lines[end]]
+                    i = end + 1
+                elif kind == "figure" and folder is not None:
+                    source, dest = (part.strip() for part in arg.split("->"))
+                    self.figure(_one(folder, source), ROOT / dest)
+                elif kind == "table" and folder is not None:
+                    name, pattern = arg.split(maxsplit=1)
+                    end = _table_end(lines, i)
+                    out += TABLES[name](json.loads(_one(folder, pattern).read_text()))
+                    i = end
+        return "\n".join(out)
+
+    def figure(self, source: Path, dest: Path) -> None:
+        if dest.exists() and dest.read_bytes() == source.read_bytes():
+            return
+        if self.check:
+            self.figures_differ.append(str(dest.relative_to(ROOT)))
+        else:
+            shutil.copyfile(source, dest)
+            print(f"copied {dest.relative_to(ROOT)}")
+
+    def excerpts(self, path: Path, text: str) -> str:
+        """`text` with each `docs-excerpt: FILE keep=REGEX` block rebuilt from FILE's first
+        example: its `$` lines and the output lines REGEX matches, `...` for each gap."""
+        lines = text.split("\n")
+        for i in reversed(range(len(lines))):
+            found = MARKER.match(lines[i])
+            if not found or found.group(1) != "excerpt":
+                continue
+            name, keep = found.group(2).split(" keep=", 1)
+            source = self.texts.get(ROOT / name) or (ROOT / name).read_text()
+            src = source.split("\n")
+            _, start, end, _ = blocks(source)[0]
+            rule, picked, gap = re.compile(keep), [], False
+            for line in src[start:end]:
+                if line.startswith("$ ") or rule.search(line):
+                    picked += ["..."] if gap and picked else []
+                    picked.append(line)
+                    gap = False
+                else:
+                    gap = True
+            close = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+            lines[i + 2:close] = picked
+        return "\n".join(lines)
+
+
+def _per_seed(summary: dict) -> list[str]:
+    """inversion-tiny's per-seed rows: start, peak (step), final and fall of every arm."""
+    rows = ["| arm | seed | start | peak | peak step | final | fall |",
+            "|---|---|---|---|---|---|---|"]
+    for arm in ARMS:
+        if arm not in summary or arm == "qk_only":
+            continue
+        a = summary[arm]
+        for k, seed in enumerate(a["seeds"]):
+            rows.append(f"| {arm} | {seed} | {a['cf_acc_start_seeds'][k]:.3f} | "
+                        f"{a['cf_acc_peak_seeds'][k]:.3f} | {a['cf_acc_peak_step_seeds'][k]} | "
+                        f"{a['cf_acc_final_seeds'][k]:.3f} | {a['fall_seeds'][k]:.3f} |")
+    return rows
+
+
+def _mitigations(summary: dict) -> list[str]:
+    """inversion-tiny's mitigations: each arm's fall (mean of the per-seed falls), its 95%
+    interval over seeds, and the findings' shares."""
+    f = summary["findings"]
+    rows = ["| arm | fall (mean of the per-seed falls) | 95% interval over seeds | reduces the "
+            "fall on every seed | share of the fall removed | in-distribution change |",
+            "|---|---|---|---|---|---|"]
+    for arm in ARMS:
+        if arm not in summary:
+            continue
+        a, lo_hi = summary[arm], summary[arm]["fall_ci95"]
+        fall = sum(a["fall_seeds"]) / len(a["fall_seeds"])
+        every = {True: "yes", False: "no"}.get(f.get(f"{arm}_reduces_fall_every_seed"), "-")
+        share = f.get(f"{arm}_fall_removed")
+        change = f.get(f"{arm}_in_dist_minus_mixed")
+        rows.append(f"| {arm} | {fall:.3f} | [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}] | {every} | "
+                    + (f"{100 * share:.0f}%" if share is not None else "-") + " | "
+                    + (f"{change:+.3f}" if change is not None else "-") + " |")
+    return rows
+
+
+ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora", "dynamic")
+TABLES = {"inversion-tiny-per-seed": _per_seed, "inversion-tiny-mitigations": _mitigations}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="compare, change nothing")
     parser.add_argument("--slow", action="store_true", help="the slow examples too")
+    parser.add_argument("--ran-in", type=Path, default=None,
+                        help="a folder where the slow examples' commands already ran: keep "
+                             "their outputs as shown, take their figures and tables from it "
+                             "(they are not rerun)")
     parser.add_argument("--list", action="store_true", help="list the examples")
+    parser.add_argument("files", nargs="*", type=Path,
+                        help="only these Markdown files (default: the README and docs/)")
     args = parser.parse_args(argv)
-    speeds = {"fast", "slow"} if args.slow else {"fast"}
-    differ = 0
-    for path in doc_files():
-        text = path.read_text()
-        found = blocks(text)
-        if args.list:
-            for speed, start, _, lang in found:
+    chosen = {p.resolve() for p in args.files}
+    if args.list:
+        for path in doc_files():
+            for speed, start, _, lang in blocks(path.read_text()):
                 print(f"{speed:4}  {path.relative_to(ROOT)}:{start}  {lang or 'shell'}")
-            continue
-        if not any(speed in speeds for speed, *_ in found):
-            continue
-        new = regenerate(path, speeds)
+        return 0
+    speeds = {"fast", "slow"} if args.slow else {"fast"}
+    run = Pass(speeds, args.ran_in.resolve() if args.ran_in else None, args.check)
+    olds = {path: path.read_text() for path in doc_files()
+            if not chosen or path.resolve() in chosen}
+    for path, text in olds.items():
+        run.texts[path] = run.regenerate(path) if "<!-- docs-" in text else text
+    differ = 0
+    for path, text in olds.items():
+        new = run.excerpts(path, run.texts[path])
         if mask(new) == mask(text):
             continue
+        differ += 1
         if args.check:
-            differ += 1
             sys.stdout.writelines(difflib.unified_diff(
                 mask(text).splitlines(True), mask(new).splitlines(True),
                 str(path.relative_to(ROOT)), "rerun"))
         else:
             path.write_text(new)
             print(f"rewrote {path.relative_to(ROOT)}")
-    if not args.slow and not args.list:
+    for name in run.figures_differ:
+        print(f"{name}: differs from the figure its example draws")
+    if not args.slow:
         slow = [f"{p.relative_to(ROOT)}:{b[1]}" for p in doc_files()
                 for b in blocks(p.read_text()) if b[0] == "slow"]
-        print(f"skipped {len(slow)} slow example(s) (--slow runs them): {', '.join(slow)}")
-    return 1 if differ else 0
+        print(f"{'took' if args.ran_in else 'skipped'} {len(slow)} slow example(s) "
+              f"({'from ' + str(args.ran_in) if args.ran_in else '--slow runs them'}): "
+              f"{', '.join(slow)}")
+    return 1 if args.check and (differ or run.figures_differ) else 0
 
 
 if __name__ == "__main__":
