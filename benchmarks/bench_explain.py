@@ -117,12 +117,17 @@ def setup(model_name: str, n_items: int, n_long: int, long_sentences: int, seed:
                                                                 strict=True)]
 
 
-def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: int
-               ) -> torch.Tensor:
-    """One method's sentence scores (sentences,) for one case."""
+def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: int,
+               at2=None) -> torch.Tensor:
+    """One method's sentence scores (sentences,) for one case: `count` ablations (learned:
+    ablations that correct its one-pass scores, 0 for none)."""
     from knowflow.explanation.attribution import ablation_masks, score_masks
     from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
-    from knowflow.explanation.learned import attention_features, learned_scores
+    from knowflow.explanation.learned import (
+        attention_features,
+        corrected_scores,
+        learned_scores,
+    )
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import fit_surrogate
 
@@ -138,8 +143,19 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
     if method == "learned":
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
-        return learned_scores(attention_features(model, case.led_ids, ids, case.spans),
-                              est.tensor())
+        scores = learned_scores(attention_features(model, case.led_ids, ids, case.spans),
+                                est.tensor())
+        if not count:
+            return scores
+        cfg = ExplainConfig(n_ablations=max(count, 8), n_holdout=0, prompt_format="chat")
+        masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
+        return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
+                                                           case.cont, cfg, case.lead))
+    if method == "at2":
+        from at2_peer import at2_features, at2_scores
+
+        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
+        return at2_scores(at2, at2_features(model, case.led_ids, ids, case.spans))
     from knowflow.data.prompts import PromptConfig, qa_instruction
 
     citer, partitioner = _contextcite()
@@ -172,7 +188,8 @@ def reference(model, tok, case: Case, holdout: int, index: int):
     return held, scores[:-1], float(scores[-1])
 
 
-def measure(methods, counts, model, tok, case: Case, index: int, args, est) -> dict:
+def measure(methods, counts, model, tok, case: Case, index: int, args, est, at2=None
+            ) -> dict:
     from knowflow.explanation.attribution import score_masks
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import spearman
@@ -184,9 +201,10 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est) -> d
            "answer_sentence": answer_sentence(case.item.context, case.span)}
     order = methods if index % 2 == 0 else methods[::-1]       # sides take turns first
     for method in order:
-        for count in ([0] if method == "learned" else counts):
+        for count in (args.learned_counts if method == "learned" else
+                      [0] if method == "at2" else counts):
             clock, cpu = time.perf_counter(), time.process_time()
-            w = run_method(method, count, model, tok, case, est, args.cc_batch)
+            w = run_method(method, count, model, tok, case, est, args.cc_batch, at2)
             secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
             ranked = sorted(range(n), key=lambda j: -float(w[j]))
             removed = torch.ones(len(TOP), n, dtype=torch.int64)
@@ -267,8 +285,14 @@ def curve_point(args) -> None:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     clock, cpu = time.perf_counter(), time.process_time()
     method = args.curve_point[0]
-    run_method(method, max(int(c) for c in args.ablations.split(",")), model, tok, cases[0],
-               est, args.cc_batch)
+    at2 = None
+    if method == "at2":
+        from at2_peer import load_at2
+
+        at2 = load_at2(args.at2)
+    count = args.learned_counts[-1] if method == "learned" else \
+        max(int(c) for c in args.ablations.split(","))
+    run_method(method, count, model, tok, cases[0], est, args.cc_batch, at2)
     print(json.dumps({"method": method, "sentences": args.curve_point[1],
                       "tokens": len(cases[0].led_ids), "cpu": time.process_time() - cpu,
                       "seconds": time.perf_counter() - clock,
@@ -285,6 +309,8 @@ def curve(args, methods) -> None:
                    args.model, "--ablations", args.ablations, "--threads", str(args.threads),
                    "--cc-batch", str(args.cc_batch)]
             cmd += ["--estimator", str(args.estimator)] if args.estimator else []
+            cmd += ["--at2", str(args.at2)] if args.at2 else []
+            cmd += ["--learned-ablations", args.learned_ablations]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{n:>10}  {method}: failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -292,6 +318,59 @@ def curve(args, methods) -> None:
             p = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{n:>10}{p['tokens']:>8}  {method:<22}{p['cpu']:>9.2f}{p['seconds']:>9.2f}"
                   f"{p['peak_mb']:>9.0f}", flush=True)
+
+
+def fit_both(args) -> None:
+    """knowflow's estimator (`fit_estimator`) and AT2's (`at2_peer.train_at2`) on the same
+    generated contexts: `--contexts` of `training_items` per seed in `--fit-seeds`, their
+    ablations scored once (`fit_examples`, kept in DIR/examples-seed<S>.pt and reused) and
+    given to both; prints each fit's cost and held-out LDS (the same held-out contexts)."""
+    from at2_peer import at2_features, train_at2
+    from knowflow.explanation.estimator import save_estimator
+    from knowflow.explanation.fit import FitConfig, fit_estimator, fit_examples
+    from knowflow.explanation.learned import FitExample, mean_lds
+    from knowflow.lens.load import load_model
+
+    out = args.fit_estimators
+    out.mkdir(parents=True, exist_ok=True)
+    model, tok = load_model(args.model, device="cpu", dtype="float32")
+    examples, cost = [], 0.0
+    for seed in (int(s) for s in args.fit_seeds.split(",")):
+        cfg = FitConfig(n_contexts=args.contexts, n_ablations=32, seed=seed,
+                        prompt_format="chat")
+        path = out / f"examples-seed{seed}.pt"
+        if not path.exists():
+            cpu = time.process_time()
+            got = fit_examples(model, tok, cfg)
+            torch.save({"examples": got, "cpu": time.process_time() - cpu}, path)
+        saved = torch.load(path, weights_only=False)
+        examples += saved["examples"]
+        cost += saved["cpu"]
+    cut = max(1, round(len(examples) * 0.75))
+    clock = time.process_time()
+    est = fit_estimator(model, tok, args.model, cfg, examples=examples)
+    ridge_cpu = time.process_time() - clock
+    est.provenance.update({"training_seeds": args.fit_seeds, "contexts_per_seed": args.contexts,
+                           "examples_cpu_seconds": cost})
+    save_estimator(est, args.model, out / "knowflow.json")
+    clock = time.process_time()
+    feats = [at2_features(model, ex.prompt_ids, ex.answer_ids, ex.spans) for ex in examples]
+    at2_cpu = time.process_time() - clock
+    clock = time.process_time()
+    at2 = train_at2(model, [(f, ex.masks, ex.targets) for f, ex in
+                            zip(feats[:cut], examples[:cut], strict=True)])
+    train_cpu = time.process_time() - clock
+    at2.save(out / "at2.pt")
+    weights = at2.linear.weight.detach()[0].double()
+    held = [FitExample(f, ex.masks, ex.targets) for f, ex in
+            zip(feats[cut:], examples[cut:], strict=True)]
+    print(f"{len(examples)} contexts ({cut} fit, {len(examples) - cut} held out); their "
+          f"ablations and features: {cost:.0f} CPU s")
+    print(f"knowflow: ridge {est.provenance['ridge']:g}, held-out LDS "
+          f"{est.provenance['heldout_lds']:.3f}, fit {ridge_cpu:.1f} CPU s -> "
+          f"{out / 'knowflow.json'}")
+    print(f"AT2: held-out LDS {mean_lds(held, weights):.3f}; its features "
+          f"{at2_cpu:.1f} CPU s, training {train_cpu:.1f} CPU s -> {out / 'at2.pt'}")
 
 
 def main() -> int:
@@ -317,6 +396,15 @@ def main() -> int:
                     help="print the table of --json files (rows of one item merged by id)")
     ap.add_argument("--methods", help="run only these (comma-separated: knowflow, learned, "
                                       "contextcite-batched, contextcite)")
+    ap.add_argument("--learned-ablations", default="0",
+                    help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
+    ap.add_argument("--at2", type=Path, help="AT2 estimator file (from --fit-estimators)")
+    ap.add_argument("--fit-estimators", type=Path, metavar="DIR",
+                    help="fit knowflow's learned estimator and train AT2's on the same "
+                         "generated contexts (--contexts per --fit-seeds seed), save both "
+                         "in DIR (see fit_both)")
+    ap.add_argument("--contexts", type=int, default=24, help="fit: contexts per seed")
+    ap.add_argument("--fit-seeds", default="0,1", help="fit: training_items seeds")
     ap.add_argument("--curve", help="sentence counts of the cost curve, e.g. 10,40,100,200")
     ap.add_argument("--curve-point", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -330,9 +418,13 @@ def main() -> int:
         report(list(merged.values()))
         return 0
     torch.set_num_threads(args.threads)
-    methods = ["knowflow", "learned"] + ([] if args.no_contextcite else
-                                         ["contextcite-batched"] +
-                                         (["contextcite"] if args.cc_default else []))
+    args.learned_counts = [int(n) for n in args.learned_ablations.split(",")]
+    if args.fit_estimators:
+        fit_both(args)
+        return 0
+    methods = ["knowflow", "learned"] + (["at2"] if args.at2 else []) + \
+        ([] if args.no_contextcite else ["contextcite-batched"] +
+         (["contextcite"] if args.cc_default else []))
     if args.methods:
         methods = [m for m in args.methods.split(",") if m]
     if args.curve_point:
@@ -348,6 +440,11 @@ def main() -> int:
     model, tok, cases = setup(args.model, args.items, args.long, args.long_sentences,
                               args.seed)
     est = load_estimator(model, args.model, args.estimator)
+    at2 = None
+    if "at2" in methods:
+        from at2_peer import load_at2
+
+        at2 = load_at2(args.at2)
     if est is None and "learned" in methods:
         print("no learned estimator: `knowflow explain fit` first; learned skipped",
               file=sys.stderr)
@@ -356,7 +453,7 @@ def main() -> int:
     for i, case in enumerate(cases):
         if i < args.first or (args.last is not None and i >= args.last):
             continue
-        row = measure(methods, counts, model, tok, case, i, args, est)
+        row = measure(methods, counts, model, tok, case, i, args, est, at2)
         rows.append(row)
         if args.json:
             with args.json.open("a") as fh:

@@ -10,6 +10,7 @@ from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
     FitExample,
     attention_features,
+    corrected_scores,
     fit_head_weights,
     learned_scores,
 )
@@ -84,3 +85,19 @@ def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
     assert load_estimator(model, "tiny", tmp_path / "none.json") is None
     with pytest.raises(ConfigError, match="other weights"):
         load_estimator(make_tiny_llama(tok, seed=1), "tiny", path)
+
+
+def test_corrected_scores_keep_an_exact_prior_and_approach_the_surrogate_with_many_masks():
+    gen = torch.Generator().manual_seed(3)
+    w = torch.tensor([2.0, 0.0, -0.5, 0.3, 0.0, 1.0], dtype=torch.float64)   # (sentences,)
+    few = (torch.rand(6, 6, generator=gen) < 0.5).long()                        # (6, 6)
+    # a prior proportional to the true weights needs no correction: exactly recovered
+    assert torch.allclose(corrected_scores(3.0 * w, few, 1.5 + few.double() @ w), w,
+                          atol=1e-6)
+    # a wrong prior: a few masks move it towards the truth, many masks give the truth
+    prior = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.5], dtype=torch.float64)
+    many = (torch.rand(2000, 6, generator=gen) < 0.5).long()
+    got = corrected_scores(prior, many, 1.5 + many.double() @ w, strength=1.0)
+    assert torch.allclose(got, w, atol=0.01)
+    moved = corrected_scores(prior, few, 1.5 + few.double() @ w, strength=1.0)
+    assert (moved - w).norm() < (prior - w).norm()

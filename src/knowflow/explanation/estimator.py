@@ -136,7 +136,9 @@ def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> st
     if est is not None:
         prov = est.provenance
         lds = prov.get("heldout_lds")
-        return (f"attribution: learned (one pass; estimator fitted {prov.get('fitted', '?')} "
+        passes = "one pass" if not cfg.learned_ablations else \
+            f"one pass + {cfg.learned_ablations} ablations"
+        return (f"attribution: learned ({passes}; estimator fitted {prov.get('fitted', '?')} "
                 f"on {prov.get('n_contexts', '?')} generated contexts, held-out LDS "
                 f"{'-' if lds is None else f'{lds:.2f}'})")
     if cfg.attribution == "ablation":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,12 @@ class FitConfig:
 def fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | None = None
                  ) -> list[FitExample]:
     """The training contexts' features and ablation scores (see the module docstring)."""
+    return list(iter_fit_examples(model, tokenizer, cfg, progress))
+
+
+def iter_fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | None = None
+                      ) -> Iterator[FitExample]:
+    """`fit_examples` one context at a time (a caller may keep each as it comes)."""
     fmt = resolve_format(cfg.prompt_format, tokenizer)
     items = training_items(cfg.n_contexts, cfg.seed, cfg.multi_document)
     prompts = [rendered(it, tokenizer, fmt) for it in items]
@@ -70,7 +77,6 @@ def fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | None = N
                     stage="generate answers")
     ecfg = ExplainConfig(n_ablations=cfg.n_ablations, n_holdout=0, prompt_format=fmt,
                          seed=cfg.seed)
-    out = []
     for i, (it, prompt, answer) in enumerate(zip(items, prompts, said, strict=True)):
         if progress is not None:
             progress(i, len(items), "fit contexts")
@@ -85,20 +91,23 @@ def fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | None = N
         spans = sentence_tokens(it, sents, tokenizer, fmt)
         span_ids = tokenizer(cont, add_special_tokens=False)["input_ids"]
         feats = attention_features(model, led_ids, span_ids, spans)
-        out.append(FitExample(feats, masks, targets))
+        yield FitExample(feats, masks, targets, tuple(led_ids), tuple(span_ids),
+                         tuple(tuple(s) for s in spans))
     if progress is not None:
         progress(len(items), len(items), "fit contexts")
-    return out
 
 
 def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = None,
-                  progress: Progress | None = None, revision: str | None = None
-                  ) -> Estimator:
-    """Fit the estimator of `model` (see the module docstring); the caller saves it."""
+                  progress: Progress | None = None, revision: str | None = None,
+                  examples: list[FitExample] | None = None) -> Estimator:
+    """Fit the estimator of `model` (see the module docstring); the caller saves it.
+    `examples` (from `fit_examples`) skips computing them; the fit's cost then counts
+    only the regression."""
     cfg = cfg or FitConfig()
     cfg.validate()
     clock, cpu = time.perf_counter(), time.process_time()
-    examples = fit_examples(model, tokenizer, cfg, progress)
+    if examples is None:
+        examples = fit_examples(model, tokenizer, cfg, progress)
     cut = max(1, round(len(examples) * (1 - cfg.heldout)))
     fit = fit_head_weights(examples[:cut], examples[cut:])
     arch = arch_of(model)

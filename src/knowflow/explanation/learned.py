@@ -40,6 +40,7 @@ from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
 from knowflow.probes.intercept import AttentionPlan, intercepted
 
+CORRECTION_STRENGTH = 1.0
 RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
 
 
@@ -69,6 +70,24 @@ def learned_scores(features: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     return features.double() @ weights.double()
 
 
+def corrected_scores(scores: torch.Tensor, masks: torch.Tensor, targets: torch.Tensor,
+                     strength: float = CORRECTION_STRENGTH) -> torch.Tensor:
+    """(sentences,) the learned scores corrected by a few scored ablations: w = c s + d
+    minimising |y - b - X w|^2 + strength * |d|^2 over the intercept b, the scale c and
+    the per-sentence corrections d, for the m masks X (m, sentences) and the answer's
+    log-probabilities y under them (m,); s is scaled to max |s| = 1 first. The penalty does
+    not grow with m: a few masks move the learned scores a little, many masks give the
+    unpenalised linear surrogate."""
+    m, n = masks.shape
+    s = scores.double() / scores.double().abs().max().clamp_min(1e-12)          # (n,)
+    x = masks.double()                                                            # (m, n)
+    design = torch.cat([torch.ones(m, 1, dtype=torch.float64), (x @ s)[:, None], x], 1)
+    penalty = torch.diag(torch.tensor([0.0, 0.0] + [strength] * n, dtype=torch.float64))
+    gram = design.T @ design + penalty + 1e-9 * torch.eye(n + 2, dtype=torch.float64)
+    beta = torch.linalg.solve(gram, design.T @ targets.double())                 # (2 + n,)
+    return beta[1] * s + beta[2:]
+
+
 @dataclass(frozen=True)
 class FitExample:
     """One training context: its features and the answer's log-probability under ablations."""
@@ -76,6 +95,9 @@ class FitExample:
     features: torch.Tensor      # (sentences, F)
     masks: torch.Tensor         # (ablations, sentences) {0, 1}
     targets: torch.Tensor       # (ablations,)
+    prompt_ids: tuple[int, ...] = ()              # what the features were computed from:
+    answer_ids: tuple[int, ...] = ()              # other features (or another method's)
+    spans: tuple[tuple[int, ...], ...] = ()       # can be computed again without ablations
 
 
 @dataclass(frozen=True)
@@ -131,13 +153,18 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
                       prompt_ids: Sequence[int], continuation: str, logprob_full: float,
                       spans: Sequence[Sequence[int]], weights: torch.Tensor,
                       cfg: ExplainConfig, lead: str = "") -> Attribution:
-    """The learned attribution of one answer (one forward pass), with the same checks as the
-    ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
+    """The learned attribution of one answer (one forward pass; with
+    `cfg.learned_ablations`, that many scored ablations correct it), with the same checks as
+    the ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
     attribution holds out) and the top-k drops. `prompt_ids` end with `lead`."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     feats = attention_features(model, prompt_ids, answer_ids, spans)    # (sentences, F)
     scores = learned_scores(feats, weights)                             # (sentences,)
-    _, held = ablation_masks(len(sentences), cfg, item.id + item.context)
+    fit, held = ablation_masks(len(sentences), cfg, item.id + item.context)
+    few = fit[:cfg.learned_ablations]                        # (learned_ablations, sentences)
+    if len(few):
+        scores = corrected_scores(scores, few, score_masks(model, tokenizer, item, sentences,
+                                                           few, continuation, cfg, lead))
     lds = None
     if len(held) > 1:
         actual = score_masks(model, tokenizer, item, sentences, held, continuation, cfg, lead)
@@ -145,4 +172,5 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
     order, drops = topk_drops(model, tokenizer, item, sentences, scores, continuation,
                               logprob_full, cfg, lead)
     return Attribution([float(w) for w in scores], None, None, order[0], lds, drops,
-                       len(held) + len(drops), "learned")
+                       len(few) + len(held) + len(drops),
+                       f"learned+{len(few)}" if len(few) else "learned")

@@ -34,6 +34,8 @@ class ExplainConfig:
     attribution: Method = "ablation"
     estimator: str | None = None         # the estimator file (default: beside the model's
     #                                      cache entry, estimator.estimator_path)
+    learned_ablations: int = 0           # learned: scored ablations that correct its scores
+    #                                      (learned.corrected_scores; 0: one pass only)
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
@@ -82,6 +84,9 @@ class ExplainConfig:
         for name in ("n_ablations", "document_ablations"):
             if getattr(self, name) < 8:
                 raise ConfigError("a surrogate needs at least 8 ablations", name)
+        if not 0 <= self.learned_ablations <= self.n_ablations:
+            raise ConfigError(f"must lie in [0, n_ablations = {self.n_ablations}]",
+                              "learned_ablations")
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
