@@ -256,7 +256,8 @@ def check_remote_code(name: str, config: dict, tokenizer_config: dict,
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     model_type = config.get("model_type")
-    if isinstance(model_type, str) and model_type in CONFIG_MAPPING:
+    if isinstance(model_type, str) and model_type in CONFIG_MAPPING and \
+            _builtin_tokenizer(tokenizer_config):
         log.warning("model %r: %s names the repository's own code (auto_map); loading "
                     "transformers' built-in %s classes instead (--trust-remote-code runs the "
                     "repository's code)", name, " and ".join(files), model_type)
@@ -265,3 +266,15 @@ def check_remote_code(name: str, config: dict, tokenizer_config: dict,
         f"model {name!r}: its {' and '.join(files)} asks to run the repository's own Python "
         f"code (auto_map), which knowflow runs only when asked",
         hint="pass --trust-remote-code (trust_remote_code=True) if you trust that code")
+
+
+def _builtin_tokenizer(tokenizer_config: dict) -> bool:
+    """Whether transformers has the tokenizer class tokenizer_config.json names (none named:
+    the model type's own); a class only the repository's code defines needs that code."""
+    import transformers
+
+    name = tokenizer_config.get("tokenizer_class")
+    if name is None:
+        return True
+    return isinstance(name, str) and name.isidentifier() and any(
+        hasattr(transformers, n) for n in (name, name.removesuffix("Fast")))

@@ -24,6 +24,7 @@ import torch
 
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.io import atomic_write_folder, check_output_dir
+from knowflow.lens.checks import check_config, check_finite, check_tokenizer, check_weights
 from knowflow.lens.hub import (
     ModelSource,
     check_remote_code,
@@ -275,10 +276,25 @@ def _pretrained_kwargs(weights: Path | str, source: ModelSource) -> dict:
     return source.pretrained_kwargs()
 
 
+def _checked_config(weights: Path | str, source: ModelSource) -> dict:
+    """config.json of the weights to load, after the checks of `lens/checks.py` that need no
+    load (its sizes and architecture; a local folder's weight files)."""
+    if isinstance(weights, Path):
+        path = weights / "config.json"
+        config = json_object(path, "the model's config.json is damaged; save it again")
+        check_config(config, str(path))
+        check_weights(weights)
+        return config
+    config = model_configs(weights, source)[0]
+    check_config(config, f"model {weights!r}: config.json")
+    return config
+
+
 def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
     """The model's from_pretrained keyword arguments: transformers (5.x) looks for a LoRA
-    adapter beside the weights without its local_files_only, so offline it is passed again."""
-    kwargs = _pretrained_kwargs(weights, source)
+    adapter beside the weights without its local_files_only, so offline it is passed again;
+    weights load from safetensors only (a pickle is never unpickled)."""
+    kwargs = {**_pretrained_kwargs(weights, source), "use_safetensors": True}
     return {**kwargs, "adapter_kwargs": {"local_files_only": True}} \
         if kwargs["local_files_only"] else kwargs
 
@@ -328,7 +344,9 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     with _hub_progress(), hub_mode(source), _load_errors(name, source):
         if weights == SMOLLM2:
             weights = _smollm2_folder()
+        config = _checked_config(weights, source)
         tokenizer = _tokenizer(weights, adapter, source)
+        check_tokenizer(tokenizer, config, name)
         kwargs = dict(dtype=resolve_dtype(dtype, dev), **_model_kwargs(weights, source))
         if device_map is not None:
             kwargs.update(_placement(device_map, max_memory, offload_folder))
@@ -341,6 +359,7 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
             model = AutoModelForCausalLM.from_pretrained(weights, **kwargs)
     if adapter is not None:
         model = _with_adapter(model, adapter)
+    check_finite(model, name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if device_map is not None:
@@ -381,8 +400,18 @@ def _hub_progress():
 @contextlib.contextmanager
 def _load_errors(name: str, source: ModelSource):
     """transformers' errors while loading, as one line each."""
+    from huggingface_hub.errors import StrictDataclassError
+    from safetensors import SafetensorError
+
     try:
         yield
+    except SafetensorError as exc:  # a hub model's weights (a folder's are checked first)
+        raise KnowflowError(f"model {name!r}: a damaged weights file ({exc})",
+                            "download the model again") from None
+    except StrictDataclassError as exc:  # config.json values of the wrong type
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise KnowflowError(f"model {name!r}: config.json: {first}",
+                            "fix config.json, or save the model again") from None
     except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
         text = str(exc).strip()
         if "trust_remote_code" in text:
@@ -394,6 +423,12 @@ def _load_errors(name: str, source: ModelSource):
         raise KnowflowError(f"cannot load {name!r} as a causal LM: {first}") from None
     except OSError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if "safetensors" in first and ".bin" in str(exc):
+            raise KnowflowError(f"model {name!r}: its weights are saved only as a pickle "
+                                "(pytorch_model.bin), which can run code when loaded; knowflow "
+                                "loads safetensors weights only",
+                                "use a revision or copy of the model saved as safetensors"
+                                ) from None
         if looks_like_path(name) or Path(name).expanduser().exists():
             raise KnowflowError(f"cannot load model {name!r}: {first}",
                                 "give a folder saved with save_pretrained") from None

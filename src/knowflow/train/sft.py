@@ -34,6 +34,7 @@ from knowflow.lens.adapt import (
     count_trainable,
     prepare_trainable,
 )
+from knowflow.lens.checks import check_pad_token
 from knowflow.runs import checkpoint_saved
 from knowflow.staging import publish, remove, stage_dir
 from knowflow.train.callback import EvalCallback
@@ -270,6 +271,7 @@ def train_model(model, tokenizer, dataset: Sequence[dict], cfg: SFTConfig, out_d
     check_qk_weight_decay(model, cfg.weight_decay)
     trainable, total = count_trainable(model)
     log.info("training %s of %s parameters (%s)", f"{trainable:,}", f"{total:,}", cfg.train)
+    check_pad_token(tokenizer, type(model).__name__)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE,

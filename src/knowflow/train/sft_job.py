@@ -35,6 +35,7 @@ from knowflow.io import atomic_write_folder
 from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.arch import model_window
 from knowflow.lens.hub import ModelSource
+from knowflow.lens.checks import check_pad_token
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
@@ -191,6 +192,7 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
         dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
         model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype,
                                       source=cfg.source)
+    check_pad_token(tokenizer, str(cfg.model))
     cfg = resolved(cfg, model, tokenizer)
     if cfg.sft.train == "lora":
         check_targets(model, cfg.sft.lora_targets)
