@@ -12,11 +12,23 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from knowflow.boundaries import (
+    EVAL_SUMMARY,
+    JSON_OBJECT,
+    ItemRecord,
+    MetricRecord,
+    RunIdentity,
+    read_checked,
+    read_checked_lines,
+)
 from knowflow.errors import DataError
-from knowflow.io import read_json, read_jsonl
-from knowflow.outputs import CONFIG, SUMMARY
+from knowflow.io import read_json
+from knowflow.outputs import CONFIG, IDENTITY, SUMMARY, run_command
 
 METRICS = "metrics.jsonl"
+# what a finished run's other files hold, checked before `report` reads them
+_RECORDS = {"items.jsonl": ItemRecord, "conditions.jsonl": ItemRecord,
+            "records.jsonl": JSON_OBJECT}
 
 
 # What `knowflow.io`'s atomic writes leave when killed: `.<name>.<8 chars>.tmp` files and
@@ -42,20 +54,23 @@ def remove_stale_temps(run_dir: Path) -> None:
 def check_run_files(run_dir: Path, resume: bool = True) -> None:
     """Raise a `DataError` naming the first damaged file of a run, and how to recover.
 
-    Checks config.json, metrics.jsonl (line by line), summary.json, and every checkpoint:
-    JSON files parse, safetensors files are as long as their header says, torch files are
-    complete zip archives. Cheap: no tensor is loaded.
+    Checks run.json, config.json, metrics.jsonl (line by line), and for `report` summary.json
+    and the records files, each against its schema (`knowflow.boundaries`), and every
+    checkpoint: JSON files parse, safetensors files are as long as their header says, torch
+    files are complete zip archives. Cheap: no tensor is loaded.
     """
     run_dir = Path(run_dir)
     again = f"--resume --run-dir {run_dir}"
     fresh = ("start a fresh run (without --resume); this run's config cannot be recovered"
              if resume else "this run cannot be read; run it again")
-    read_json(run_dir / CONFIG, hint=fresh)
+    if (run_dir / IDENTITY).exists():
+        read_checked(run_dir / IDENTITY, RunIdentity, hint=fresh)
+    read_checked(run_dir / CONFIG, JSON_OBJECT, hint=fresh)
     if (run_dir / METRICS).exists():
-        read_jsonl(run_dir / METRICS, hint="delete the damaged lines (or the run) and "
-                                           "run again")
-    if not resume and (run_dir / SUMMARY).exists():
-        read_json(run_dir / SUMMARY, hint=f"delete it and rewrite it with {again}")
+        read_checked_lines(run_dir / METRICS, MetricRecord,
+                           hint="delete the damaged lines (or the run) and run again")
+    if not resume:
+        _check_results(run_dir, again)
     folder = run_dir / "checkpoints"
     if not folder.is_dir():
         return
@@ -80,6 +95,19 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
         if not any((ckpt / name).is_file() for name in names):
             raise DataError(ckpt, f"damaged checkpoint (no {names[0]})",
                             hint=f"delete {ckpt} to resume from the one before, then {again}")
+
+
+def _check_results(run_dir: Path, again: str) -> None:
+    """summary.json and the records files of a finished run, before `report` reads them."""
+    if (run_dir / SUMMARY).exists():
+        read_checked(run_dir / SUMMARY, EVAL_SUMMARY if run_command(run_dir) == "eval" else
+                     JSON_OBJECT, hint=f"delete it and rewrite it with {again}")
+    hint = "this run cannot be read; run it again"
+    for name, schema in _RECORDS.items():
+        if (run_dir / name).exists():
+            read_checked_lines(run_dir / name, schema, hint=hint)
+    if (run_dir / "conditions.json").exists():
+        read_checked(run_dir / "conditions.json", JSON_OBJECT, hint=hint)
 
 
 def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from knowflow.boundaries import RunIdentity, read_checked
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json
 from knowflow.outputs import IDENTITY, check_out_dir, claim, config_hash, release, run_command
@@ -233,10 +234,9 @@ def checkpoint_saved(run_dir: str | Path) -> None:
 
 def _in_progress(run_dir: Path) -> bool:
     try:
-        ident = read_json(Path(run_dir) / IDENTITY)
+        return read_checked(Path(run_dir) / IDENTITY, RunIdentity).in_progress
     except (OSError, DataError):
         return False
-    return isinstance(ident, dict) and ident.get(IN_PROGRESS) is True
 
 
 def start_run(config: dict, name: str, runs_root: str | Path | None = None,
@@ -283,9 +283,9 @@ def check_identity(run_dir: Path, command: str) -> None:
                         if not owner.startswith(("eval", "probe")) else
                         "an eval or probe run cannot be resumed; start a fresh run")
     path = Path(run_dir) / IDENTITY
-    ident = read_json(path, hint="start a fresh run (without --resume)")
-    saved = ident.get("config_sha256") if isinstance(ident, dict) else None
-    if not isinstance(saved, str):
+    saved = read_checked(path, RunIdentity, hint="start a fresh run (without --resume)"
+                         ).config_sha256
+    if saved is None:
         raise DataError(path, "not a knowflow run identity (no config_sha256)",
                         hint="start a fresh run (without --resume)")
     if saved != config_hash(run_dir):

@@ -55,7 +55,7 @@ def lm_eval_cmd(
     from knowflow.data.prompts import format_note, resolve_format
     from knowflow.data.tables import parse_fields
     from knowflow.evaluation.items import load_suites
-    from knowflow.evaluation.lm_eval_task import export_lm_eval
+    from knowflow.evaluation.lm_eval_task import check_task_names, export_lm_eval
     from knowflow.evaluation.options import EvalConfig
     from knowflow.io import check_output_dir
 
@@ -65,6 +65,7 @@ def lm_eval_cmd(
     check_suites(suite)
     check_output_dir(out, "task folder")
     by_suite = load_suites(suite, data, limit, seed, fields=mapping, preset=preset)
+    check_task_names(list(by_suite))  # before the tokenizer loads
     tokenizer = None
     if prompt_format in ("chat", "auto"):  # auto: chat when the tokenizer has a template
         from knowflow.lens.load import load_tokenizer

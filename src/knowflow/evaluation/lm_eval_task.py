@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from knowflow.boundaries import LmEvalSample, check
 from knowflow.data.facts import ConflictItem
 from knowflow.data.loaders import json_records
 from knowflow.data.prompts import PromptConfig, render, resolve_format
@@ -80,6 +81,17 @@ def task_name(suite: str) -> str:
     return TASK_PREFIX + re.sub(r"[^A-Za-z0-9_-]", "_", suite)
 
 
+def check_task_names(suites: Sequence[str]) -> None:
+    """Each suite gets a task name of its own (`my data` and `my_data` would share one)."""
+    names: dict[str, str] = {}
+    for suite in suites:
+        task = task_name(suite)
+        if task in names:
+            raise ConfigError(f"{names[task]!r} and {suite!r} both export as task {task!r}",
+                              "--data", "rename one of the files")
+        names[task] = suite
+
+
 def task_docs(items: Sequence[ConflictItem], tokenizer, prompt_format: str) -> list[dict]:
     """One lm-eval document per item: knowflow's prompt and its two scored continuations."""
     pcfg = PromptConfig(prompt_format)
@@ -100,13 +112,7 @@ def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: 
     if prompt_format == "auto":
         prompt_format = resolve_format("auto", tokenizer)
     out = Path(out_dir)
-    names: dict[str, str] = {}
-    for suite in by_suite:
-        task = task_name(suite)
-        if task in names:
-            raise ConfigError(f"{names[task]!r} and {suite!r} both export as task {task!r}",
-                              "--data", "rename one of the files")
-        names[task] = suite
+    check_task_names(by_suite)
     tasks: dict[str, Path] = {}
     with staged_dir(out) as stage:  # the folder gets all its files, or none
         atomic_write_text(stage / f"{LOADER}.py", _LOADER_SOURCE)
@@ -148,6 +154,8 @@ def read_lm_eval_samples(path: str | Path) -> tuple[str, list[dict]]:
                 "choices" not in doc:
             raise DataError(path, "not a sample of a task written by knowflow export lm-eval",
                             line=line, field="doc")
+        check(LmEvalSample, sample, path, line=line, hint="give the samples file lm-eval "
+              "logged for a task `knowflow export lm-eval` wrote, unedited")
         par, cf = _logliks(path, line, sample)
         suites.add(doc["suite"])
         rec = {k: v for k, v in doc.items() if k not in ("choices", "gold", "meta")}

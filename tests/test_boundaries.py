@@ -1,0 +1,92 @@
+"""`knowflow.boundaries`: each schema accepts what knowflow writes and refuses a wrong shape
+with one DataError naming the file, the line and the field."""
+
+import json
+
+import pytest
+
+from knowflow.boundaries import (
+    EVAL_SUMMARY,
+    JSON_OBJECT,
+    ItemRecord,
+    LmEvalSample,
+    MetricRecord,
+    RunIdentity,
+    check,
+    read_checked,
+    read_checked_lines,
+)
+from knowflow.data.facts import ConflictItem
+from knowflow.errors import DataError
+
+DOC = {**ConflictItem("x0", "cf-bio", "Ann lives in Rome.", "Where does Ann live?", "Rome",
+                      "Paris").to_dict(), "meta": "{}", "prompt": "Q", "choices": [" Paris",
+                                                                               " Rome"],
+       "gold": 1, "prompt_format": "plain"}
+
+
+def _sample(**doc) -> dict:
+    return {"doc_id": 0, "doc": {**DOC, **doc}, "resps": [[["-1.0", "False"]]], "acc": 1.0}
+
+
+def test_what_knowflow_writes_passes():
+    assert RunIdentity.model_validate({"command": "eval", "config_sha256": "ab"}).in_progress \
+        is False
+    assert check(RunIdentity, {"command": "sft", "config_sha256": "ab", "in_progress": True},
+                 "run.json").in_progress is True
+    assert check(LmEvalSample, _sample(), "s.jsonl", line=3).doc.suite == "cf-bio"
+    assert check(EVAL_SUMMARY, {"cf-bio": {"loglik": {"n": 3}}}, "summary.json") == \
+        {"cf-bio": {"loglik": {"n": 3}}}
+    assert check(MetricRecord, {"step": 0, "cf_acc": 0.5}, "m.jsonl", line=1).step == 0
+    assert check(ItemRecord, {"suite": "cf-bio", "extra": [1]}, "items.jsonl", line=1) \
+        .model_extra == {"extra": [1]}  # other fields are kept
+
+
+@pytest.mark.parametrize("schema, value, where", [
+    (LmEvalSample, _sample(suite=5), "s.jsonl, line 7: field 'doc.suite': must be a string, "
+                                     "got 5"),
+    (LmEvalSample, _sample(suite=["a"]), "field 'doc.suite': must be a string, got a list"),
+    (LmEvalSample, {"doc": {k: v for k, v in DOC.items() if k != "suite"}},
+     "field 'doc.suite': is missing"),
+    (LmEvalSample, _sample(choices=["a"]),
+     "field 'doc.choices': must have at least 2 items, got a list"),
+    (LmEvalSample, _sample(choices=["a", 2]), "field 'doc.choices[1]': must be a string"),
+    (LmEvalSample, _sample(task="chat"), "field 'doc.task': must be 'qa' or 'complete'"),
+    (RunIdentity, [1], "s.jsonl, line 7: must be a JSON object, got a list"),
+    (RunIdentity, {"command": 5}, "field 'command': must be a string, got 5"),
+    (RunIdentity, {"command": ""}, "field 'command': must have at least 1 character(s), got \"\""),
+    (RunIdentity, {"command": "x", "in_progress": "yes"},
+     "field 'in_progress': must be true or false, got \"yes\""),
+    (MetricRecord, {"step": "3"}, "field 'step': must be an integer, got \"3\""),
+    (MetricRecord, {"step": True}, "field 'step': must be an integer, got true"),
+    (MetricRecord, {"step": -1}, "field 'step': must be at least 0, got -1"),
+    (ItemRecord, {"method": "greedy"}, "field 'suite': is missing"),
+    (JSON_OBJECT, [1, 2], "s.jsonl, line 7: must be a JSON object, got a list"),
+    (EVAL_SUMMARY, {"cf-bio": [1]}, "field 'cf-bio': must be a JSON object, got a list"),
+])
+def test_a_wrong_shape_names_file_line_and_field(schema, value, where):
+    with pytest.raises(DataError) as err:
+        check(schema, value, "s.jsonl", line=7, hint="fix it")
+    assert where in str(err.value) and str(err.value).endswith("; fix it")
+    assert err.value.line == 7
+
+
+def test_long_values_are_shortened():
+    with pytest.raises(DataError, match=r'got "x{36}\.\.\.$'):
+        check(MetricRecord, {"step": "x" * 500}, "m.jsonl")
+
+
+def test_files_are_read_then_checked(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"command": "eval", "config_sha256": "ab"}))
+    assert read_checked(run, RunIdentity).command == "eval"
+    run.write_text('{"command": "eval",')
+    with pytest.raises(DataError, match="run.json, line 1: damaged JSON"):
+        read_checked(run, RunIdentity)
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 0}\n\n{"step": 1}\n{"step": 2.5}\n')
+    with pytest.raises(DataError, match=r"metrics.jsonl, line 4: field 'step'") as err:
+        read_checked_lines(metrics, MetricRecord)
+    assert err.value.field == "step"
+    metrics.write_text('{"step": 0}\n\n{"step": 1}\n')
+    assert [r.step for r in read_checked_lines(metrics, MetricRecord)] == [0, 1]
