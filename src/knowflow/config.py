@@ -60,6 +60,9 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
     if origin is tuple:
         if isinstance(value, str):
             value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"expected a list, got {_json_kind(value)}", key,
+                              'give a JSON list (["a", "b"]) or comma-separated values')
         args = get_args(tp)
         item_tp = args[0] if args else str
         return tuple(_parse(v.strip() if isinstance(v, str) else v, item_tp, key) for v in value)
@@ -91,6 +94,8 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
                                   "give an ordinary number such as 0.001")
             return number
         if tp is str:
+            if isinstance(value, dict | list):
+                raise ConfigError(f"expected a string, got {_json_kind(value)}", key)
             return str(value)
     except (TypeError, ValueError, OverflowError):
         name = getattr(tp, "__name__", str(tp))
@@ -98,6 +103,14 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
             f"{str(value)[:20]}... ({len(str(value))} characters)"
         raise ConfigError(f"cannot parse {shown!r} as {name}", key) from None
     return value
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words ("a number", "an object")."""
+    kinds = ((bool, "true or false"), (int | float, "a number"), (str, "a string"),
+             (dict, "an object"), (list | tuple, "a list"), (type(None), "null"))
+    return next((f"{name} ({value!r})" if name == "a number" else name
+                 for t, name in kinds if isinstance(value, t)), type(value).__name__)
 
 
 def _json_literal(value: Any) -> Any:
