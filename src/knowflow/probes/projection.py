@@ -77,6 +77,10 @@ def projection(model, tokenizer, examples: Sequence[ProbeExample],
     if cfg.top_k < 1:
         raise ConfigError("must be at least 1", "top_k")
     arch = arch_of(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    if cfg.top_k > vocab:  # before any forward pass: topk cannot pick more than there are
+        raise ConfigError(f"must be at most the model's vocabulary size ({vocab}), got "
+                          f"{cfg.top_k}", "top_k")
     located, preds, chosen = recall_examples(model, tokenizer, examples, cfg.known_only,
                                              "project", cfg.batch_size)
     dev = model_device(model)

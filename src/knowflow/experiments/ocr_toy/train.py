@@ -146,6 +146,10 @@ def train(model: ToyOCR, train_data: OcrData, test_data: OcrData, candidates: to
             logits = model(train_data.tokens)  # (S, N, d)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             if not torch.isfinite(logits).all():
+                if step == 0:  # before any update: the initialization's fault
+                    raise ConfigError("the initial weights give non-finite logits",
+                                      "model.init_scale", "lower model.init_scale (or "
+                                      "model.kq_init), or use dtype=float64")
                 raise ConfigError(f"training diverged by step {step} (non-finite logits); "
                                   "lower the learning rate", "train.lr")
             recs = measure(model, train_data, test_data, candidates, logits.detach(),
