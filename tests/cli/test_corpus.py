@@ -9,11 +9,13 @@ import torch
 from typer.testing import CliRunner
 
 from corpus.cases import CASES
+from corpus.cases_boundary import BOUNDARY_CASES, write_boundary_files
 from corpus.files import write_inputs, write_runs
 from corpus.valid import VALID, write_valid
 from knowflow.cli import app
 
 runner = CliRunner()
+ALL_CASES = CASES + BOUNDARY_CASES
 
 
 def _snapshot(root: Path) -> dict[str, tuple]:
@@ -22,12 +24,13 @@ def _snapshot(root: Path) -> dict[str, tuple]:
             for p in sorted(root.rglob("*"))}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch):
     if case.cuda is False and torch.cuda.is_available():
         pytest.skip("the message is for a machine without CUDA")
     write_inputs(tmp_path)
     write_runs(tmp_path, str(tiny_model_dir))
+    write_boundary_files(tmp_path)
     monkeypatch.chdir(tmp_path)
     for name, value in case.env:
         monkeypatch.setenv(name, value)
