@@ -1,61 +1,94 @@
 """Every decoding method on every phrasing: generation counterfactual accuracy, what the other
 answers are (cut off, garbled, other), and log-likelihood counterfactual accuracy (issue 42).
 
-    python benchmarks/bench_decoding.py [--limit 32] [--threads 2] [--out runs/bench_decoding]
+    python benchmarks/bench_decoding.py [--limit 24] [--suites all] [--threads 1]
+        [--heads SPEC | --heads calibrate] [--out runs/bench_decoding]
+    python benchmarks/bench_decoding.py --merge OUT1 OUT2 ...     # print saved tables
 
-Runs `knowflow.evaluate` once over: the four built-in suites (`--limit` items each), the four
-phrasings of `cf-phrasing` (`--limit` items each, as suites `cf-phrasing:<phrasing>`), and a
-file in the documented `--data` layout (`context`, `question`, `answer`, `memory_answer`) whose
-contexts state the answer only in their last words and whose question asks for "the capital
-city" (`cf_capitals_late.jsonl`, written to `--out`). Methods: greedy, cad, adacad, coiecd,
-cocoa and heads; `heads` calibrates on half of every suite's items, so every method is scored
-on the other half (the held-out items). A second pass runs plain CAD (`guard=False`, the
-decoding before issue 42) on the same held-out items. Prints one row per suite and method:
-generation cf accuracy (95% bootstrap interval), the cut-off, garbled and other shares (95%
-Wilson intervals) and log-likelihood cf accuracy; writes the rows to `--out`/table.json.
+Suites, `--limit` held-out items each: the four built-in suites (cf-capitals without the dev
+countries), each phrasing of `cf-phrasing` on its test countries (`cf-phrasing:<phrasing>`),
+and `cf_capitals_late`, a file in the documented `--data` layout whose contexts name the answer
+only in their last words (benchmarks/make_cf_capitals_late.py, test countries). The dev
+countries of `data/phrasing.py` are never scored here: settings were chosen on them.
+
+Methods: greedy, cad, adacad, coiecd, cocoa (defaults: beta 0.3, the guard) and heads. `heads`
+is calibrated on cf-phrasing's dev countries (`--heads calibrate`: the search of
+heads_calibration.py on `--heads-items` dev items per phrasing, printed and saved) or given as
+a spec from an earlier calibration (`--heads x1`, `--heads 24.3+27.1x2`), so every method is
+scored on the same held-out items. A spec that steers no head (`x1`) leaves the model as it
+is, so its rows are greedy's (labelled `heads:x1 (= greedy)`) and are not recomputed.
+`--unguarded` adds plain CAD (guard=False) on them.
+
+One `knowflow.evaluate` pass per suite; after each, the rows so far are written to
+`--out`/table.json and the generations to `--out`/outputs.jsonl, so a stopped run keeps its
+finished suites. Prints one row per suite and method: n, generation cf accuracy (95% bootstrap
+interval), the cut-off, garbled, other and memory shares (95% Wilson intervals) and
+log-likelihood cf accuracy (95% bootstrap interval).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
 import knowflow
-from knowflow.data.phrasing import LATE_CONTEXTS, PHRASINGS
+from knowflow.data.phrasing import PHRASINGS, dev_subjects
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.items import flat, load_data
+from knowflow.evaluation.steer_heads import HeadSteering
 
-SUITES = ("cf-capitals", "cf-world", "cf-bio", "cf-quotes")
-METHODS = "greedy,cad,adacad,coiecd,cocoa,heads"
+sys.path.insert(0, str(Path(__file__).parent))
+from make_cf_capitals_late import write as write_late  # noqa: E402
 
-
-def late_file(path: Path, n: int, seed: int) -> Path:
-    """A conflict file in the documented --data layout whose contexts name the answer last."""
-    rows = []
-    for it in get_suite("cf-capitals", seed=seed + 1):
-        rng = random.Random(f"{seed}:late:{it.subject}")
-        ctx = rng.choice(LATE_CONTEXTS).format(country=it.subject, answer=it.counterfactual_answer)
-        rows.append({"id": f"late-{len(rows):03d}", "context": ctx,
-                     "question": f"What is the capital city of {it.subject}?",
-                     "answer": it.counterfactual_answer, "memory_answer": it.parametric_answer})
-    random.Random(seed).shuffle(rows)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:n]),
-                    encoding="utf-8")
-    return path
+BUILTIN = ("cf-capitals", "cf-world", "cf-bio", "cf-quotes")
+LATE = "cf_capitals_late"
+SUITES = (*BUILTIN, *(f"cf-phrasing:{p}" for p in PHRASINGS), LATE)
+METHODS = "greedy,cad,adacad,coiecd,cocoa"
+MODEL = "smollm2-135m-instruct"
+RUN = dict(seed=0, prompt_format="chat", known_filter=False, max_new_tokens=24)
 
 
-def phrasing_items(limit: int, seed: int) -> list:
-    """`limit` cf-phrasing items per phrasing, each phrasing its own suite."""
-    import dataclasses
-    out = []
-    for phrasing in PHRASINGS:
-        items = [i for i in get_suite("cf-phrasing", seed=seed) if i.meta["phrasing"] == phrasing]
-        random.Random(f"{seed}:{phrasing}").shuffle(items)
-        out += [dataclasses.replace(i, suite=f"cf-phrasing:{phrasing}") for i in items[:limit]]
-    return out
+def phrasing_split(phrasing: str, split: str, limit: int, seed: int) -> list:
+    """`limit` cf-phrasing items of one phrasing and split (dev or test), as their own suite."""
+    items = [i for i in get_suite("cf-phrasing", seed=seed)
+             if i.meta["phrasing"] == phrasing and i.meta["split"] == split]
+    random.Random(f"{seed}:{phrasing}").shuffle(items)
+    return [dataclasses.replace(i, suite=f"cf-phrasing:{phrasing}") for i in items[:limit]]
+
+
+def suite_items(name: str, limit: int, seed: int, out: Path) -> list:
+    """The held-out items of one suite of SUITES."""
+    if name.startswith("cf-phrasing:"):
+        return phrasing_split(name.split(":", 1)[1], "test", limit, seed)
+    if name == LATE:
+        path = write_late(out / f"{LATE}.jsonl", limit, seed, "test")
+        return [i for v in load_data([path]).values() for i in v]
+    items = get_suite(name, seed=seed)
+    if name == "cf-capitals":
+        dev = dev_subjects(i.subject for i in items)
+        items = [i for i in items if i.subject not in dev]
+    random.Random(f"{seed}:{name}:bench").shuffle(items)
+    return items[:limit]
+
+
+def calibrate_heads(n: int, seed: int, out: Path) -> str:
+    """The heads spec calibrated on `n` dev items per cf-phrasing phrasing (half of them
+    calibrate, heads_calibration.py); the search is saved to `out`/heads_calibration.json."""
+    items = [i for p in PHRASINGS for i in phrasing_split(p, "dev", n, seed)]
+    res = knowflow.evaluate(MODEL, items, method="greedy,heads", scoring="loglik",
+                            **{**RUN, "seed": seed})
+    record = res.config["heads_calibration"]
+    (out / "heads_calibration.json").write_text(json.dumps(record, indent=1, default=str))
+    for c in record.get("candidates", []):
+        heads = "+".join(f"{layer}.{head}" for layer, head in c["heads"])
+        print(f"#   heads:{heads}x{c['gamma']:g}: calibration loglik cf acc "
+              f"{c['counterfactual_accuracy']}, robustness {c['robustness']}")
+    return record["spec"]
 
 
 def _cell(row: dict, key: str) -> str:
@@ -69,6 +102,8 @@ def rows_of(conditions: dict) -> list[dict]:
     out = []
     for method, suites in conditions.items():
         for suite, modes in suites.items():
+            if suite == "all":
+                continue
             gen = modes.get("generate", {}).get("conflicting", {})
             ll = modes.get("loglik", {}).get("conflicting", {})
             out.append({"suite": suite, "method": method, "n": gen.get("n"),
@@ -76,33 +111,46 @@ def rows_of(conditions: dict) -> list[dict]:
                         "gen_cf_ci": gen.get("context_share_ci"),
                         **{k: v for k, v in gen.items() if k.startswith("outcome_")},
                         "loglik_cf": ll.get("context_share"),
-                        "loglik_cf_ci": ll.get("context_share_ci")})
+                        "loglik_cf_ci": ll.get("context_share_ci"), "n_loglik": ll.get("n")})
     return out
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'suite':22} {'method':18} {'n':>3}  {'gen cf acc':17} {'cut off':17} "
+    head = (f"{'suite':22} {'method':20} {'n':>3}  {'gen cf acc':17} {'cut off':17} "
             f"{'garbled':17} {'other':17} {'memory':17} {'loglik cf acc':17}")
     print(head)
     print("-" * len(head))
-    for r in sorted(rows, key=lambda r: (r["suite"], r["method"] != "greedy")):
-        print(f"{r['suite']:22} {r['method']:18} {r['n'] or 0:>3}  {_cell(r, 'gen_cf'):17} "
+    order = {s: i for i, s in enumerate(SUITES)}
+    for r in sorted(rows, key=lambda r: (order.get(r["suite"], 99), r["suite"],
+                                         r["method"] != "greedy")):
+        print(f"{r['suite']:22} {r['method']:20} {r['n'] or 0:>3}  {_cell(r, 'gen_cf'):17} "
               f"{_cell(r, 'outcome_cut_off'):17} {_cell(r, 'outcome_garbled'):17} "
               f"{_cell(r, 'outcome_other'):17} {_cell(r, 'outcome_memory'):17} "
               f"{_cell(r, 'loglik_cf'):17}")
 
 
+def _outputs(records) -> str:
+    keys = ("suite", "method", "id", "subject", "counterfactual_answer", "generate_output",
+            "generate_outcome")
+    return "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n"
+                   for r in map(flat, records))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--limit", type=int, default=32, help="items per suite and per phrasing")
+    ap.add_argument("--limit", type=int, default=24, help="held-out items per suite")
+    ap.add_argument("--suites", default="all",
+                    help=f"comma-separated, of: {', '.join(SUITES)} (default: all)")
     ap.add_argument("--methods", default=METHODS)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--heads", default="calibrate",
+                    help="'calibrate' (on the dev countries), a spec such as x1 or "
+                         "24.3+27.1x2, or 'none' to leave heads out")
+    ap.add_argument("--heads-items", type=int, default=8,
+                    help="dev items per phrasing for --heads calibrate")
+    ap.add_argument("--unguarded", action="store_true", help="add plain CAD (guard=False)")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_decoding")
-    ap.add_argument("--part", choices=("all", "builtin", "phrasing", "late"), default="all",
-                    help="builtin: the four built-in suites; phrasing: cf-phrasing and the "
-                         "late file (two processes on a shared machine); late: the late file "
-                         "and the answer-late phrasings only (sentence, passage)")
     ap.add_argument("--merge", nargs="+", metavar="OUT",
                     help="print the table of earlier runs' --out folders and stop")
     args = ap.parse_args()
@@ -112,38 +160,41 @@ def main() -> None:
         return
     import torch
     torch.set_num_threads(args.threads)
+    names = SUITES if args.suites == "all" else tuple(s.strip() for s in args.suites.split(","))
+    if unknown := set(names) - set(SUITES):
+        ap.error(f"unknown suite(s) {', '.join(sorted(unknown))}; give some of "
+                 f"{', '.join(SUITES)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    items = []
-    if args.part in ("all", "builtin"):
-        items += [i for name in SUITES for i in get_suite(name, seed=args.seed, limit=args.limit)]
-    if args.part in ("all", "phrasing", "late"):
-        files = load_data([late_file(out / "cf_capitals_late.jsonl", args.limit, args.seed)])
-        items += [*phrasing_items(args.limit, args.seed), *(i for v in files.values() for i in v)]
-    if args.part == "late":
-        items = [i for i in items if i.suite.split(":")[-1] in
-                 ("sentence", "passage", "cf_capitals_late")]
-    t0 = time.time()
-    res = knowflow.evaluate("smollm2-135m-instruct", items, method=args.methods,
-                            scoring="both", seed=args.seed, prompt_format="chat",
-                            known_filter=False, max_new_tokens=24)
-    rows = rows_of(res.conditions)
-    spec = (res.config.get("heads_calibration") or {}).get("spec")
-    print(f"# main pass {time.time() - t0:.0f} s; heads calibration chose {spec}")
-    scored = {(r["suite"], r["id"]) for recs in res.by_suite.values() for r in recs}
-    held = [i for i in items if (i.suite, i.id) in scored]
-    t1 = time.time()
-    plain = knowflow.evaluate("smollm2-135m-instruct", held, method="greedy,cad",
-                              scoring="generate", seed=args.seed, prompt_format="chat",
-                              known_filter=False, max_new_tokens=24, guard=False)
-    rows += [r for r in rows_of(plain.conditions) if r["method"] != "greedy"]
-    print(f"# plain CAD pass {time.time() - t1:.0f} s")
-    (out / "table.json").write_text(json.dumps({"rows": rows, "config": res.config}, indent=1,
-                                               default=str))
-    (out / "outputs.jsonl").write_text("".join(
-        json.dumps({k: r.get(k) for k in ("suite", "method", "id", "generate_output",
-                                          "generate_outcome")}, ensure_ascii=False) + "\n"
-        for r in map(flat, [*res.swept.records, *plain.swept.records])), encoding="utf-8")
+    methods, same, spec = args.methods, False, ""
+    if args.heads != "none":
+        t0 = time.time()
+        spec = calibrate_heads(args.heads_items, args.seed, out) if args.heads == "calibrate" \
+            else f"heads:{args.heads}"
+        print(f"# heads: {spec} ({time.time() - t0:.0f} s)", flush=True)
+        same = not HeadSteering.parse(spec.split(":", 1)[1]).heads
+        methods = methods if same else f"{methods},{spec}"
+    rows, records = [], []
+    for name in names:
+        t0 = time.time()
+        items = suite_items(name, args.limit, args.seed, out)
+        res = knowflow.evaluate(MODEL, items, method=methods, scoring="both",
+                                **{**RUN, "seed": args.seed})
+        new = rows_of(res.conditions)
+        if same:  # no head steered: the model unchanged, so heads' answers are greedy's
+            new += [{**r, "method": f"{spec} (= greedy)"} for r in new
+                    if r["method"] == "greedy"]
+        rows += new
+        records += res.swept.records
+        if args.unguarded:
+            plain = knowflow.evaluate(MODEL, items, method="cad", scoring="generate",
+                                      guard=False, **{**RUN, "seed": args.seed})
+            rows += rows_of(plain.conditions)
+            records += plain.swept.records
+        (out / "table.json").write_text(json.dumps({"rows": rows, "methods": methods,
+                                                    "limit": args.limit}, indent=1))
+        (out / "outputs.jsonl").write_text(_outputs(records), encoding="utf-8")
+        print(f"# {name}: {len(items)} items, {time.time() - t0:.0f} s", flush=True)
     print_table(rows)
 
 

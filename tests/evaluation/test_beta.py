@@ -9,6 +9,7 @@ import torch
 
 from helpers import contrastive_setup
 from knowflow.errors import ConfigError
+from knowflow.evaluation.closed_class import CLOSED_CLASS
 from knowflow.evaluation.decoding import (
     Method,
     cad_logits,
@@ -61,10 +62,11 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
     text = [tok.decode([i]) if i < len(tok) else "" for i in range(n_vocab)]
     special = set(tok.all_special_ids) | set(_eos_ids(model))
 
-    def ends(i):  # end of sequence, a newline, or punctuation only
+    def ends(i):  # end of sequence, a newline, punctuation only, or a closed-class word
         t = text[i]
         return i in special or "\n" in t or (t.strip() != "" and
-                                               not any(c.isalnum() for c in t))
+                                               not any(c.isalnum() for c in t)) \
+            or t.strip().lower() in CLOSED_CLASS
 
     out: list[int] = []
     has_text = False
@@ -80,7 +82,8 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
         if guard:
             top = int(z_c.argmax())
             mid = bool(out) and text[out[-1]][-1:].isalpha()
-            if ends(top) or (mid and text[top][:1].isalpha()):
+            supported = z_c.log_softmax(-1)[top] >= z_b.log_softmax(-1)[top]
+            if ends(top) or (mid and text[top][:1].isalpha()) or supported:
                 t = top
             else:
                 for i in range(n_vocab):

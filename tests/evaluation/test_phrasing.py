@@ -95,6 +95,7 @@ def test_token_table_flags():
     assert TABLE.word_piece[ID["hara"]] and not TABLE.word_piece[ID[" Pok"]]
     assert TABLE.word_end[ID[" Pok"]] and not TABLE.word_end[ID["."]]
     assert TABLE.stops[ID["<eos>"]] and TABLE.stops[ID["."]] and not TABLE.stops[ID["hara"]]
+    assert TABLE.closed[ID[" The"]] and TABLE.closed[ID[" is"]] and not TABLE.closed[ID[" Pok"]]
 
 
 def test_phrasing_suite_asks_every_country_in_every_phrasing():
@@ -116,3 +117,55 @@ def test_phrasing_suite_asks_every_country_in_every_phrasing():
     assert get_suite("cf-phrasing", seed=3) != items
     assert [i.id for i in get_suite("cf-phrasing", limit=20)] == \
         [i.id for i in get_suite("cf-phrasing", limit=20)]
+
+
+def _logits(probs: dict) -> torch.Tensor:
+    """(1, vocab) log-probabilities: the named tokens, the rest shared evenly."""
+    rest = (1.0 - sum(probs.values())) / (len(VOCAB) - len(probs))
+    return torch.tensor([[math.log(probs.get(t, rest)) for t in VOCAB]])
+
+
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("cad", 1.0),
+                                    Method("adacad", beta=0.3), Method("cocoa", beta=0.3)],
+                         ids=lambda m: m.label)
+def test_a_closed_class_word_is_the_models_call(method):
+    """The with-context model starts its sentence with " The"; the no-context model is surer
+    of it, so the contrast prefers a word piece the context lifts (" Pok"), whose continuation
+    the model never planned (on SmolLM2 "B" for Belize City became "Bahia, Bahia, ...").
+    A closed-class word the model puts first is emitted; the contrast never picks one over a
+    content word the model puts first."""
+    z_ctx, z_base = _logits({" The": 0.45, " Pok": 0.4}), _logits({" The": 0.97, " Pok": 0.001})
+    none = torch.tensor([-1])
+    assert int(method.next_logits(z_ctx, z_base).argmax()) == ID[" Pok"]
+    assert int(method.pick(z_ctx, z_base, none, TABLE)) == ID[" The"]
+    z_ctx, z_base = _logits({" Pok": 0.45, " The": 0.4}), _logits({" Pok": 0.97, " The": 0.001})
+    assert int(method.next_logits(z_ctx, z_base).argmax()) == ID[" The"]
+    assert int(method.pick(z_ctx, z_base, none, TABLE)) != ID[" The"]
+
+
+def test_dev_and_test_countries_are_apart():
+    items = get_suite("cf-phrasing")
+    dev = {it.subject for it in items if it.meta["split"] == "dev"}
+    test = {it.subject for it in items if it.meta["split"] == "test"}
+    assert len(dev) == 64 and not dev & test and len(dev | test) == len(items) // len(PHRASINGS)
+    assert dev == {it.subject for it in get_suite("cf-phrasing", seed=5)
+                   if it.meta["split"] == "dev"}
+
+
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("coiecd"),
+                                    Method("adacad", beta=0.3), Method("cocoa", beta=0.3)],
+                         ids=lambda m: m.label)
+def test_the_contrast_overrides_only_a_token_the_context_lowers(method):
+    """The model's top token " Pok" is likelier with the context than without: the contrast
+    would still prefer a tail token the context lifts more (" Kathmandu" here), a swerve
+    ("The capital city of Canada is also Paris." for Toronto on SmolLM2); the model's token is
+    kept. When the context lowers the top token (the memorized " Kathmandu"), the contrast
+    decides, and picks the context's name."""
+    none = torch.tensor([-1])
+    z_ctx, z_base = _logits({" Pok": 0.4, " Kathmandu": 0.3}), \
+        _logits({" Pok": 0.2, " Kathmandu": 0.0005})
+    assert int(method.next_logits(z_ctx, z_base).argmax()) == ID[" Kathmandu"]
+    assert int(method.pick(z_ctx, z_base, none, TABLE)) == ID[" Pok"]
+    z_ctx, z_base = _logits({" Kathmandu": 0.45, " Pok": 0.4}), \
+        _logits({" Kathmandu": 0.97, " Pok": 0.001})
+    assert int(method.pick(z_ctx, z_base, none, TABLE)) == ID[" Pok"]

@@ -17,6 +17,10 @@ varies two things, recorded in each item's `meta`:
 
 Every country is asked in every phrasing (one item each); the context position is drawn per
 (country, phrasing) from `random.Random(f"{seed}:cf-phrasing:{country}:{phrasing}")`.
+
+`meta["split"]` keeps a fixed set of `DEV_SIZE` countries (`dev`) apart from the rest
+(`test`): decoding settings are chosen on the dev countries and reported on the test ones
+(benchmarks/bench_decoding.py), so no reported number was tuned on its own items.
 """
 
 from __future__ import annotations
@@ -49,10 +53,22 @@ LATE_CONTEXTS = (
 )
 
 
+DEV_SIZE = 64
+
+
+def dev_subjects(subjects) -> frozenset[str]:
+    """The `DEV_SIZE` countries of `subjects` set apart for choosing settings: a fixed draw
+    (the same for every seed), so a country is dev or test everywhere."""
+    ordered = sorted(set(subjects))
+    random.Random("dev").shuffle(ordered)
+    return frozenset(ordered[:DEV_SIZE])
+
+
 def phrasing_items(seed: int, base: list[ConflictItem]) -> list[ConflictItem]:
     """One item per (cf-capitals item, phrasing) of `base` (the cf-capitals items of `seed`)."""
     early = templates()["capitals"]["context"]
     truth = {r["country"]: r for r in read_table("capitals.tsv")}
+    dev = dev_subjects(it.subject for it in base)
     items = []
     for it in base:
         country = it.subject
@@ -70,5 +86,6 @@ def phrasing_items(seed: int, base: list[ConflictItem]) -> list[ConflictItem]:
                 parametric_aliases=split_aliases(row["aliases"]), relation="capital_of",
                 subject=country,
                 meta={"agreeing_context": tpl.format(**{**fields, "answer": row["capital"]}),
-                      "phrasing": phrasing, "answer_position": position}))
+                      "phrasing": phrasing, "answer_position": position,
+                      "split": "dev" if country in dev else "test"}))
     return items

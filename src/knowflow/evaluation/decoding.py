@@ -147,7 +147,7 @@ class Method:
         scores = self.next_logits(z_ctx, z_base)                        # (live, vocab)
         if not self.guard:
             return scores.argmax(-1)
-        return guarded_argmax(z_ctx, scores, last, table)
+        return guarded_argmax(z_ctx, z_base, scores, last, table)
 
 
 def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:

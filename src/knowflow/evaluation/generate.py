@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from knowflow.evaluation.closed_class import CLOSED_CLASS
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.prefix import Prefix, forward
 from knowflow.lens.prompt_batches import prefill, sorted_batches
@@ -32,6 +33,7 @@ class StopTable:
     punct: torch.Tensor        # (vocab,) bool: non-blank, no letter or digit (".", ",", ").")
     word_piece: torch.Tensor   # (vocab,) bool: starts with a letter (continues a word)
     word_end: torch.Tensor     # (vocab,) bool: ends with a letter (the word may go on)
+    closed: torch.Tensor       # (vocab,) bool: a whole closed-class word ("The", " is")
 
     @property
     def stops(self) -> torch.Tensor:
@@ -55,7 +57,8 @@ def token_table(texts: Sequence[str], eos_ids: Sequence[int] = ()) -> StopTable:
         blank=flags(lambda t: t.strip() == ""),
         punct=flags(lambda t: t.strip() != "" and not any(c.isalnum() for c in t)),
         word_piece=flags(lambda t: t[:1].isalpha()),
-        word_end=flags(lambda t: t[-1:].isalpha()))
+        word_end=flags(lambda t: t[-1:].isalpha()),
+        closed=flags(lambda t: t.strip().lower() in CLOSED_CLASS))
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -1,4 +1,4 @@
-"""The contrast decides content, the with-context model decides form (issue 42).
+"""The contrast decides content the context argues for; the model decides the rest (issue 42).
 
 Contrastive decoding (CAD, AdaCAD, COIECD, CoCoA) scores each next token by how much more
 likely the context makes it. On function words that is the wrong question: after "The capital
@@ -8,21 +8,32 @@ the answer ends before the name ("The capital city of Nepal."). Inside a name th
 model has no idea how the context's city is spelt, so the contrast favours stray pieces
 ("Suhan Reap" for Siem Reap, "Kandeshtar" for Kandahar).
 
-The guard splits each generation step in two:
+The guard leaves each generation step to the with-context model (its top token is emitted)
+in four cases, and otherwise lets the method's own scores choose, within its plausibility
+constraint, among the tokens none of the rules reserves:
 
-- **ending and punctuation are the with-context model's call**: when its top token ends the
-  answer (end of sequence, a newline) or is punctuation, that token is emitted; otherwise no
-  such token is eligible, so a contrast can never end, or punctuate, an answer the model
-  would have continued;
-- **a word, once begun, is finished by the with-context model**: after a token that ends in a
-  letter, the model's top token is emitted when it continues the word (starts with a letter);
-  otherwise no word piece is eligible, so the contrast never splices a piece onto a finished
-  word.
+- **ending and punctuation**: its top token ends the answer (end of sequence, a newline) or
+  is punctuation; such tokens are never the contrast's to pick, so a contrast can never end,
+  or punctuate, an answer the model would have continued;
+- **the rest of a begun word**: after a token that ends in a letter, its top token continues
+  the word; otherwise no word piece is eligible, so the contrast never splices a piece onto a
+  finished word;
+- **closed-class words** (articles, auxiliaries, pronouns, prepositions, conjunctions:
+  `closed_class.py`): its top token is one, or the contrast would pick one. The no-context
+  model is usually surer of a sentence's frame ("The capital city of ...") than the
+  with-context model, so the contrast prefers any piece the context lifts over "The" and
+  starts a word the model never planned ("B" -> "Bahia, Bahia, ..." for Belize City);
+- **a token the context supports**: its top token is at least as likely with the context as
+  without it, `p(top|c,x) >= p(top|x)`. The contrast exists to overrule what the model says
+  *against* its context; a token the context makes likelier needs no correction, and
+  overruling it only swerves the sentence to a tail token the context lifts further ("The
+  capital city of Canada is also Paris." where the model says Toronto).
 
-Everywhere else (the start of every word and every number's digits) the method's own scores
-decide, within its plausibility constraint. So the contrast still chooses which name comes
-(" Pok" over " Kathmandu"), but not whether an answer goes on or how a name is spelt.
-Log-likelihood scoring teacher-forces the candidates and is not affected.
+So the contrast acts only where the with-context model's choice is one the context argues
+against: at the memorized name (" Kathmandu" is likelier without the passage) it still picks
+the context's name (" Pok"), but it never decides whether an answer goes on, its form words,
+or how a name is spelt. Log-likelihood scoring teacher-forces the candidates and is not
+affected.
 """
 
 from __future__ import annotations
@@ -32,16 +43,19 @@ import torch
 from knowflow.evaluation.generate import StopTable
 
 
-def guarded_argmax(z_ctx: torch.Tensor, scores: torch.Tensor, last: torch.Tensor,
-                   table: StopTable) -> torch.Tensor:
-    """Each live row's token, (live,), from the with-context logits `z_ctx` and the method's
-    `scores` (both (live, vocab)) and each row's previous token `last` (live,; -1: none)."""
+def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tensor,
+                   last: torch.Tensor, table: StopTable) -> torch.Tensor:
+    """Each live row's token, (live,), from the with-context and no-context logits `z_ctx`,
+    `z_base`, the method's `scores` (all (live, vocab)) and each row's previous token `last`
+    (live,; -1: none)."""
     device = scores.device
-    stops = table.stops.to(device)                                  # (vocab,)
+    form = (table.stops | table.closed).to(device)                  # (vocab,)
     piece, end = table.word_piece.to(device), table.word_end.to(device)
     top = z_ctx.argmax(-1)                                          # (live,)
     mid_word = (last >= 0) & end[last.clamp(min=0)]                 # (live,)
-    own = stops[top] | (mid_word & piece[top])                      # (live,) the model's call
-    blocked = stops[None, :] | (mid_word[:, None] & piece[None, :])  # (live, vocab)
+    lp = torch.log_softmax(z_ctx.float(), -1).gather(-1, top[:, None])[:, 0]    # (live,)
+    lq = torch.log_softmax(z_base.float(), -1).gather(-1, top[:, None])[:, 0]   # (live,)
+    own = form[top] | (mid_word & piece[top]) | (lp >= lq)          # (live,) the model's call
+    blocked = form[None, :] | (mid_word[:, None] & piece[None, :])  # (live, vocab)
     chosen = scores.masked_fill(blocked, float("-inf")).argmax(-1)  # (live,)
     return torch.where(own, top, chosen)
