@@ -285,6 +285,20 @@ ANSWER_TEXT_CASES = [
       "parquet"),
 ]
 
+# flags with no effect under the chosen method, a run generation cannot score (issue 43)
+OPTION_CASES = [
+    C("eval --method greedy --beta 0.5", 2, "config field 'beta': is the plausibility "
+      "constraint of cad, adacad, cocoa, but --method greedy uses none of them"),
+    C("eval --method opinion --beta 0,0.3", 2, "'beta'"),
+    C("eval --alpha 2", 2, "config field 'alpha': is CAD's alpha, but --method greedy has no "
+      "cad"),
+    C("eval --method adacad --alpha 0.5", 2, "--method adacad has no cad"),
+    C(f"{_data(EVAL, 'caseonly.jsonl')} --scoring generate", 2, "caseonly.jsonl: generation "
+      "can score none of its 2 items"),
+    C("explain --set cv_folds=1", 2, "config field 'cv_folds': must be at least 2, got 1"),
+    C("explain --set cv_folds=0", 2, "'cv_folds'"),
+]
+
 RUN_CASES = [
     C("run cpi-toy --set finetune.lr=inf", 2, "'finetune.lr': 'inf' is not a finite number"),
     C("run cpi-toy --set finetune.lr=nan", 2, "'finetune.lr': 'nan' is not a finite number"),
@@ -452,7 +466,7 @@ CLASS_CASES = {
 CLASS_CASES = {name: [dataclasses.replace(c, klass=name) for c in cs]
                for name, cs in CLASS_CASES.items()}
 CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES
-         + ANSWER_TEXT_CASES + RUN_CASES
+         + ANSWER_TEXT_CASES + OPTION_CASES + RUN_CASES
          + REPORT_CASES + CONFIG_CASES + [c for cs in CLASS_CASES.values() for c in cs])
 
 

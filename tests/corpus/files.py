@@ -110,6 +110,8 @@ def _answer_text_files(item: dict) -> dict[str, str]:
         "wrapped.json": json.dumps({"data": rows}, indent=2),
         "wrapped-train.json": json.dumps({"data": _instructions(2)}, indent=2),
         "pretty.jsonl": json.dumps(rows[0], indent=2),
+        # answers that differ only by case: generation scores them as one (issue 43)
+        "caseonly.jsonl": _jsonl([{**r, "memory_answer": r["answer"].upper()} for r in rows]),
     }
 
 

@@ -18,7 +18,7 @@ from knowflow.data.hub import is_hub
 from knowflow.data.loaders import load_items_checked
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.data.suites import get_suite, list_suites, sample
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.decoding import generate_with, score_with, single_method
 from knowflow.evaluation.garbled import garbled
 from knowflow.evaluation.generate import generate
@@ -93,6 +93,35 @@ def load_data(data=None, limit: int | None = None, seed: int = 0,
     return out
 
 
+def one_answer(cf: Sequence[str], par: Sequence[str]) -> bool:
+    """Whether generation scoring cannot tell an item's two answers apart: they share a
+    normalised spelling (case, accents, punctuation), or one has no word an output could name
+    ("The", "???": data/answer_text). Such items are left out of generation's metrics."""
+    return bool(set(cf) & set(par)) or not cf or not par
+
+
+def check_generation_scorable(by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig,
+                              data=None) -> None:
+    """Under generation scoring alone, refuse a suite of which generation can score no item
+    (every item's two answers one answer to it): the run would score nothing. `data`: what
+    `load_data` read, to name the file."""
+    if cfg.scoring != "generate":
+        return
+    for name, items in by_suite.items():
+        if items and all(one_answer(alternatives(it.counterfactual_answer,
+                                                 it.counterfactual_aliases),
+                                    alternatives(it.parametric_answer, it.parametric_aliases))
+                         for it in items):
+            entries = data if isinstance(data, (list, tuple)) else [data]
+            where = next((str(e) for e in entries if isinstance(e, (str, Path)) and
+                          Path(str(e)).stem == name), f"suite {name}")
+            raise DataError(where, f"generation can score none of its {len(items)} items: "
+                            "each item's answer and memory answer are one answer once case, "
+                            "accents and punctuation are set aside (or one has no word an "
+                            "output could name)", hint="score them with --scoring loglik (or "
+                            "both), which compares the two spellings as given")
+
+
 def render_prompts(items, tokenizer, cfg: EvalConfig, use_context: bool):
     opinion = single_method(cfg.method, cfg.alpha, cfg.beta, cfg.guard).opinion
     pcfg = PromptConfig(cfg.prompt_format, use_context, cfg.context_only, opinion)
@@ -130,7 +159,7 @@ def evaluate_items(model, tokenizer, name: str, items: list[ConflictItem], cfg: 
                                                    it.subject or ""),
                                # one for generation: a shared spelling, or an answer with
                                # no word an output could name ("The", "???": data/answer_text)
-                               "equal_answers": bool(set(cf) & set(par)) or not cf or not par}
+                               "equal_answers": one_answer(cf, par)}
         clock.stop("generate")
     if "loglik" in MODES[cfg.scoring]:
         clock.start()

@@ -11,7 +11,7 @@ from typing import Literal
 
 from knowflow.data.prompts import FORMATS, PromptFormat
 from knowflow.errors import ConfigError
-from knowflow.evaluation.decoding import BETA, methods_of
+from knowflow.evaluation.decoding import BETA, BETA_METHODS, methods_of, parse_alphas, parse_betas
 
 Scoring = Literal["generate", "loglik", "both"]
 MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", "loglik")}
@@ -107,3 +107,23 @@ def validate_sweep(cfg) -> None:
         if conditions != ("conflicting",):
             raise ConfigError("shows contexts, but --no-context shows none", "conditions",
                               "drop --no-context or --conditions")
+    check_method_flags(cfg, methods)
+
+
+def check_method_flags(cfg, methods) -> None:
+    """A method's own setting given to methods that do not use it is refused (it would have
+    no effect): --alpha without cad, --beta without cad, adacad or cocoa, the guard off
+    without a contrastive method. Values equal to the defaults pass (nothing to ignore)."""
+    bases = {m.base for m in methods}
+    named = f"--method {cfg.method}"
+    if parse_alphas(cfg.alpha) != (1.0,) and "cad" not in bases:
+        raise ConfigError(f"is CAD's alpha, but {named} has no cad: it would have no effect",
+                          "alpha", "drop --alpha, or add cad to --method")
+    if parse_betas(getattr(cfg, "beta", BETA)) != (BETA,) and not bases & set(BETA_METHODS):
+        raise ConfigError(f"is the plausibility constraint of {', '.join(BETA_METHODS)}, but "
+                          f"{named} uses none of them: it would have no effect", "beta",
+                          "drop --beta, or add one of those methods to --method")
+    if not getattr(cfg, "guard", True) and not any(m.contrastive for m in methods):
+        raise ConfigError(f"turns off the contrastive methods' generation guard, but {named} "
+                          "has no contrastive method: it would have no effect", "guard",
+                          "drop guard=false, or add a contrastive method to --method")

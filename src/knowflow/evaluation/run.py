@@ -31,7 +31,13 @@ from knowflow.data.prompts import resolve_format
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.conditions import Sweep, Swept
 from knowflow.evaluation.heads_calibration import calibrate as calibrate_heads
-from knowflow.evaluation.items import evaluate_items, flat, load_data, render_prompts
+from knowflow.evaluation.items import (
+    check_generation_scorable,
+    evaluate_items,
+    flat,
+    load_data,
+    render_prompts,
+)
 from knowflow.evaluation.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
@@ -107,6 +113,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     start = time.time()
     quality: dict[str, dict] = {}
     by_suite = load_data(data, cfg.limit, cfg.seed, quality, fields, preset)  # before loading
+    check_generation_scorable(by_suite, cfg, data)
     model_name = model if isinstance(model, str) else type(model).__name__
     timings: dict[str, float] = {}
     if isinstance(model, (str, Path)):

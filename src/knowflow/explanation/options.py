@@ -76,7 +76,10 @@ class ExplainConfig:
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
-        for name in ("max_new_tokens", "n_ablations", "window", "batch_size", "cv_folds",
+        if self.cv_folds < 2:  # one fold would hold out every ablation and fit on none
+            raise ConfigError(f"must be at least 2, got {self.cv_folds}", "cv_folds",
+                              "k-fold cross-validation fits on all folds but the held-out one")
+        for name in ("max_new_tokens", "n_ablations", "window", "batch_size",
                      "score_chunk", "score_tokens", "hierarchy_above", "top_documents",
                      "block_sentences"):
             if getattr(self, name) < 1:
