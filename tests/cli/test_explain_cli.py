@@ -129,6 +129,16 @@ def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_mode
                 "--answer", "Italy", "--attribution", "auto", "--levels",
                 "source,sentences")
     assert auto.exit_code == 0 and "attribution: learned" in auto.output  # fitted: used
+    out = tmp_path / "learned4"
+    checked = _run(tiny_model_dir, tmp_path, *args, "--set", "learned_ablations=4",
+                   "--holdout", "8", "--out", str(out))
+    assert checked.exit_code == 0, checked.output
+    assert "one pass + 4 ablations" in checked.output
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["attribution_method"] == "learned+4"
+    assert rec["n_ablated_prompts"] == 4 + 8 + len(rec["topk_drop"])
+    over = _run(tiny_model_dir, tmp_path, *args, "--set", "learned_ablations=100")
+    assert over.exit_code == 2 and "learned_ablations" in over.output
     plain = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question", "Where?",
                  "--answer", "Italy", "--levels", "source,sentences")
     assert plain.exit_code == 0 and "attribution: ablation" in plain.output  # the default
