@@ -13,6 +13,7 @@ from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.arch import arch_of
 from knowflow.lens.heads import head_contributions, head_shape
 from knowflow.lens.hooks import captured, hook_name
+from knowflow.probes.head_attention import example_attention
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.heads import (
     HeadsConfig,
@@ -178,3 +179,28 @@ def test_head_projection_rates_match_a_hand_projection(make_tiny_llama):
     s = summarize_head_projection(recs)
     assert len(s["head_rate"]) == n_layers and len(s["attn_rate"]) == n_layers
     assert s["best_heads"][0]["rate"] == max(max(row) for row in s["head_rate"])
+
+
+@torch.no_grad()
+def test_example_attention_is_the_eager_models_answer_row(setup, make_tiny_llama):
+    """The heads probe's example pattern equals the eager model's own attention row from the
+    answer position, for each of the top heads, and its context mass sums that row over
+    the context's tokens."""
+    model, tok, items, prompts = setup
+    result = knowflow.probe(model, items, tokenizer=tok, kind="heads", prompt_format="plain",
+                            top=3, n_bootstrap=50)
+    example = result.summary["example_attention"]
+    eager = make_tiny_llama(tok, layers=3, **(SHARP | {"attn": "eager"}))
+    p = prompts[0]
+    rows = eager(torch.tensor([p.ids]), output_attentions=True).attentions  # L x (1, H, q, k)
+    ranked = result.summary["context_heads"][:3] + result.summary["memory_heads"][:3]
+    assert example["example"] == p.id and len(example["tokens"]) == len(p.ids)
+    assert [(h["layer"], h["head"]) for h in example["heads"]] == \
+        [(c["layer"], c["head"]) for c in ranked]
+    for h in example["heads"]:
+        expected = rows[h["layer"]][0, h["head"], -1]                     # (k,)
+        torch.testing.assert_close(torch.tensor(h["weights"]), expected, atol=1e-4, rtol=0)
+        assert h["context_mass"] == pytest.approx(float(expected[list(p.context)].sum()),
+                                                  abs=1e-5)
+    assert example_attention(model, tok, items, {"context_heads": [], "memory_heads": []},
+                             "plain") is None

@@ -1,5 +1,6 @@
 """Every report kind rendered from tiny-model runs (eval with two decoding methods, a heads
-probe, explain, sft, and the combined report over eval + explain + heads) and checked as a
+probe, explain, sft, a tracker folder (the sft run's records alone, as a RelianceTracker on
+another Trainer leaves them), and the combined report over eval + explain + heads) checked as a
 reader would meet it: the finding first, no placeholder, no raw dict/repr text or raw keys
 (`check_report_browser.html_problems`, on the HTML alone); in headless Chromium at 1280 px
 where one is installed (no sideways scroll; the same checks on the rendered text)."""
@@ -30,8 +31,11 @@ def runs(tmp_path_factory, tiny_model_dir):
                       **{"sft.steps": 2, "sft.batch_size": 4, "track.every": 1,
                          "track.limit": 2, "sft.max_length": 512, "mixture.size": 16})
     (sft,) = (root / "sftruns" / "sft").iterdir()
+    tracker = root / "tracker"  # what a RelianceTracker on someone's Trainer leaves: records only
+    tracker.mkdir()
+    shutil.copy(sft / "metrics.jsonl", tracker / "metrics.jsonl")
     return {"eval": root / "eval", "heads": root / "heads", "explain": root / "explain",
-            "sft": sft}
+            "sft": sft, "tracker": tracker}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,10 @@ def pages(runs, tmp_path_factory):
     return pages
 
 
-@pytest.mark.parametrize("kind", ["eval", "heads", "sft", "explain", "combined"])
+KINDS = ["eval", "heads", "sft", "tracker", "explain", "combined"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_each_report_opens_with_its_finding_and_shows_no_placeholder(pages, kind,
                                                                      browser_check):
     page = pages[kind].read_text()
@@ -73,10 +80,15 @@ def test_heads_page_ranks_the_heads_the_summary_ranks(pages, runs):
         assert f"L{cell['layer']}.H{cell['head']}" in page
         assert f"{cell['effect']:+.3f}" in page
     assert "'layer'" not in page and "layer: " not in page
+    example = summary["example_attention"]
+    assert f"Where the top heads look, on item {example['example']}" in page
+    for h in example["heads"]:
+        assert f"L{h['layer']}.H{h['head']}</b> {h['side']} head" in page
 
 
-def test_sft_page_shows_the_tracker_verdict_and_the_loss(pages):
-    page = pages["sft"].read_text()
+@pytest.mark.parametrize("kind", ["sft", "tracker"])
+def test_sft_and_tracker_pages_show_the_verdict_and_the_loss(pages, kind):
+    page = pages[kind].read_text()
     assert "inversion" in page.split("<h2")[0]  # the verdict, in the finding block
     assert "training loss" in page and "Wilson" in page
 
@@ -100,12 +112,16 @@ def chromium(browser_check):
     return binary
 
 
-@pytest.mark.parametrize("kind", ["eval", "heads", "sft", "explain", "combined"])
+KINDS = ["eval", "heads", "sft", "tracker", "explain", "combined"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_each_report_in_chromium_at_1280_px(pages, kind, browser_check, chromium, tmp_path):
     shot = tmp_path / f"{kind}.png"
     measure = browser_check.render(pages[kind], shot, chromium)
     assert browser_check.problems(measure, []) == []
     assert measure["scrollWidth"] <= browser_check.WIDTH
+    assert measure["scrollingTables"] == 0  # no table needs a sideways scroll either
     assert measure["verdictTop"] < 200
     keep = browser_check.SHOTS_DIR
     if keep:

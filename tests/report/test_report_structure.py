@@ -43,7 +43,13 @@ def folders(tmp_path):
                   "effects": {"mean": {"mean": [[-0.5, 0.1], [0.2, 0.0]],
                                        "context_heads": [cell], "memory_heads": []}},
                   "context_heads": [cell], "memory_heads": [{**cell, "effect": 0.3}],
-                  "half_effect_heads": {"context": 1, "memory": 1}}, {})
+                  "half_effect_heads": {"context": 1, "memory": 1},
+                  "example_attention": {
+                      "example": "cf-capitals-0", "question": "Capital 0?",
+                      "tokens": ["<s>", "Context", ":", " Moundou", ".", "\n", "Answer"],
+                      "context": [3, 4], "heads": [{**cell, "side": "context",
+                                                    "weights": [.1, 0, 0, .6, .2, 0, .1],
+                                                    "context_mass": 0.8}]}}, {})
     curve = [{"step": s, "n": 8, "cf_acc": a, "param_acc": 1 - a, "attn_context": 0.5,
               "train_loss": 2.0 - s / 10} for s, a in ((0, 0.2), (4, 0.6), (8, 0.4))]
     sft = _run(tmp_path / "sft", "sft", {"model": "tiny"}, {"steps": 8, "train_loss": 1.7},
@@ -62,6 +68,17 @@ def test_each_kind_opens_with_its_finding_without_placeholder_or_repr(folders, b
     assert "context head L1.H2 (-0.50" in top            # heads: the strongest context head
     assert "rise 0.40" in top and "fall 0.20" in top     # sft: the tracker's verdict
     assert "\x05" not in combined and "Moundou·" in combined  # control bytes made visible
+
+
+def test_heads_page_shows_where_the_top_heads_look(folders):
+    page = render_report([folders["heads"]])
+    section = page[page.index("Where the top heads look"):]
+    assert "cf-capitals-0" in section and "Capital 0?" in section
+    assert "0.80 of its attention on the context" in section
+    assert "“Moundou” 0.60, “.” 0.20" in section             # the most-attended tokens
+    assert section.count('<span class="c"') == 2             # the context's two tokens
+    assert "&lt;s&gt;" in section and "↵" in section         # escaped, newline made visible
+    assert 'title="0.600"' in section and "rgba(230,120,0,0.77)" in section  # sqrt(0.6)
 
 
 @pytest.mark.parametrize(("page", "fault"), [

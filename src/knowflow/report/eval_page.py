@@ -95,8 +95,9 @@ def finding(run_dir: Path) -> str:
     known = [r for r in first if r.get("known") is not None]
     tail = (f"; it knew {sum(bool(r['known']) for r in known)} of the facts without the context"
             if known else "")
-    who = f" ({methods[0]} decoding; {len(methods) - 1} other method(s) below)" \
-        if len(methods) > 1 else ""
+    others = len(methods) - 1
+    more = "one other method" if others == 1 else f"{others} other methods"
+    who = f" ({methods[0]} decoding; {more} below)" if others else ""
     return (f"On {len(first)} counterfactual-context items ({', '.join(suites)}), "
             f"{config.get('model', 'the model')}{who}: " + "; ".join(parts) + tail
             + " (95% Wilson intervals).")
@@ -129,9 +130,14 @@ def _methods_table(conditions: dict) -> str:
                          with_interval(m.get("robustness"), m.get("robustness_ci"))])
     heads = ["method", "scoring", "items", "follows the context", "keeps the memorized answer",
              "sensitivity", "robustness"]
-    return table(heads, rows, cls="wrap", numeric=[False, False, True, True, True, True, True])
+    keep = [i for i in range(len(heads)) if i < 3 or any(r[i] != "–" for r in rows)]
+    return table([heads[i] for i in keep], [[r[i] for i in keep] for r in rows], cls="wrap",
+                 numeric=[i >= 2 for i in keep])
 
 
+WIDTHS = {"item": 9, "suite": 7, "method": 7, "condition": 7, "question": 13,
+          "context (excerpt)": 21, "context's answer": 8, "memorized answer": 9, "generated": 11,
+          "generated names": 8, "likelier answer": 8, "known": 5}  # relative column widths
 FILTERS = ("suite", "method", "condition", "generated names", "likelier answer", "known")
 SCRIPT = """
 [].forEach.call(document.querySelectorAll('.item-table'),function(w){
@@ -186,7 +192,9 @@ def items_table(records: list[dict]) -> str:
                          f"</option>{options}</select></label>")
     more = (f'<p class="note">{len(records) - MAX_ROWS} more rows in the run folder\'s '
             "records.</p>" if len(records) > MAX_ROWS else "")
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    total = sum(WIDTHS[c] for c in columns)
+    head = "".join(f'<th style="width:{100 * WIDTHS[c] / total:.1f}%">{esc(c)}</th>'
+                   for c in columns)
     return ('<div class="item-table"><div class="filters"><label>search <input '
             'type="search" placeholder="any text"></label>' + "".join(menus)
             + '<span class="count note"></span></div>'

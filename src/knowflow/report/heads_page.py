@@ -1,7 +1,8 @@
 """The page body of a `knowflow probe heads` run: its finding in one sentence (the strongest
 context head and memory head with their 95% bootstrap intervals), the layer x head heatmaps
-(one per ablation kind, one shared colour scale), then the ranked context and memory head
-tables the CLI prints, for the ranking ablation and, folded, for every other one."""
+(one per ablation kind, one shared colour scale), the ranked context and memory head tables
+the CLI prints (for the ranking ablation and, folded, for every other one), then where the top
+heads look: their attention from the answer position over one item's prompt, token by token."""
 
 from __future__ import annotations
 
@@ -53,6 +54,42 @@ def finding(summary: dict, config: dict) -> str:
             + f" change log p(cf) − log p(param) the most{tail}.")
 
 
+def _shaded(tokens: list[str], weights: list[float], context: set[int]) -> str:
+    """The prompt's tokens, each shaded by the attention it gets (square-root scale, so small
+    weights stay visible; white 0, full orange 1), context tokens underlined."""
+    spans = []
+    for i, (tok, w) in enumerate(zip(tokens, weights, strict=True)):
+        cls = ' class="c"' if i in context else ""
+        shown = esc(tok.replace("\n", "↵"))
+        spans.append(f'<span{cls} title="{w:.3f}" style="background:rgba(230,120,0,'
+                     f'{max(w, 0.0) ** 0.5:.2f})">{shown}</span>')
+    return f'<div class="tokens">{"".join(spans)}</div>'
+
+
+def _top_tokens(tokens: list[str], weights: list[float], n: int = 3) -> str:
+    best = sorted(range(len(weights)), key=lambda i: -weights[i])[:n]
+    return ", ".join(f"“{esc(tokens[i].strip() or '␣')}” {weights[i]:.2f}" for i in best)
+
+
+def attention_section(example: dict | None) -> str:
+    """The top heads' attention pattern on the probe's example item ('' without one)."""
+    if not example or not example.get("heads"):
+        return ""
+    tokens, context = example["tokens"], set(example.get("context", []))
+    rows = []
+    for h in example["heads"]:
+        rows.append(f"<p><b>{_head(h)}</b> {esc(h['side'])} head (change in log-odds "
+                    f"{h['effect']:+.3f}): {h['context_mass']:.2f} of its attention on the "
+                    f"context; most on {_top_tokens(tokens, h['weights'])}</p>"
+                    + _shaded(tokens, h["weights"], context))
+    return (f"<h3>Where the top heads look, on item {esc(example['example'])}: "
+            f"“{esc(example.get('question', ''))}”</h3>"
+            '<p class="note">attention from the answer position (the last token, outlined) '
+            "to every prompt token; shade = square root of the attention weight (white 0, "
+            "full orange 1; hover a token for its weight); context tokens underlined.</p>"
+            + "".join(rows))
+
+
 def heads_body(run_dir: Path) -> str:
     """The section of a heads probe run, after its finding."""
     summary = read_json(Path(run_dir) / "summary.json")
@@ -73,6 +110,7 @@ def heads_body(run_dir: Path) -> str:
                      "<h4>context heads</h4>" + _ranked(block.get("context_heads", []))
                      + "<h4>memory heads</h4>" + _ranked(block.get("memory_heads", []))
                      + "</details>")
+    parts.append(attention_section(summary.get("example_attention")))
     projection = summary.get("projection")
     if isinstance(projection, dict) and projection:
         rows = []

@@ -26,10 +26,13 @@ tr:first-child th{background:#f4f4f4}th{font-weight:600}
 table.kv th{background:#fafafa;font-weight:normal;color:#444;white-space:normal}
 table.wrap th{white-space:normal}
 table.items{width:100%;table-layout:fixed}table.items td{font-size:.95em}
-table.items th{cursor:pointer;white-space:normal}
+table.items th{cursor:pointer;white-space:normal;overflow-wrap:normal;font-size:.9em}
 .filters{display:flex;gap:.6em;flex-wrap:wrap;align-items:center;font-size:.9em}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555}.note{font-size:.85em;color:#555}
+.tokens{font-family:ui-monospace,monospace;font-size:.8em;line-height:1.9;white-space:pre-wrap;
+overflow-wrap:anywhere;border:1px solid #eee;padding:.4em;margin:.2em 0 1em}
+.tokens .c{border-bottom:2px solid #3a7bd5}.tokens span:last-child{outline:1px solid #222}
 details{margin:1em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em}
 """
 
