@@ -2,12 +2,15 @@
 with one DataError naming the file, the line and the field."""
 
 import json
+import re
 
 import pytest
 
 from knowflow.boundaries import (
     EVAL_SUMMARY,
     JSON_OBJECT,
+    ExplainRecord,
+    HeadsSummary,
     ItemRecord,
     LmEvalSample,
     MetricRecord,
@@ -15,6 +18,7 @@ from knowflow.boundaries import (
     check,
     read_checked,
     read_checked_lines,
+    result_schemas,
 )
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import DataError
@@ -90,3 +94,59 @@ def test_files_are_read_then_checked(tmp_path):
     assert err.value.field == "step"
     metrics.write_text('{"step": 0}\n\n{"step": 1}\n')
     assert [r.step for r in read_checked_lines(metrics, MetricRecord)] == [0, 1]
+
+
+HEAD = {"layer": 1, "head": 0, "effect": -0.2, "ci": [-0.3, -0.1]}
+ATTENTION = {"example": "x", "tokens": ["a", "b"], "context": [0],
+             "heads": [{**HEAD, "side": "context", "context_mass": 0.5, "weights": [0.4, 0.6]}]}
+CARD = {"id": "x", "question": "q", "answer": "a", "answer_no_context": "b",
+        "logprob_context": -1.0, "logprob_no_context": -2, "verdict": "context",
+        "verdict_numbers": {"context_contribution": 1.0, "context_supports": True,
+                            "memory_agrees": False},
+        "sentences": [{"text": "s", "attribution": 0.5}], "top_sentence": 0,
+        "topk_drop": {"1": 0.3}, "one_pass": {"one_pass_top": 0},
+        "mechanism": {"layers": [{"context": -1.0, "top_sentence": -0.5}], "heads": []}}
+
+
+def test_report_page_schemas_accept_what_the_pages_read():
+    summary = HeadsSummary.model_validate({"n_examples": 2, "context_heads": [HEAD],
+                                           "effects": {"zero": {"memory_heads": [HEAD]}},
+                                           "example_attention": ATTENTION,
+                                           "projection": {"prediction": [[0.0, 0.5]]}})
+    assert summary.context_heads[0].ci == (-0.3, -0.1)
+    assert ExplainRecord.model_validate(CARD).mechanism.layers[0].context == -1.0
+    plain = {k: v for k, v in CARD.items() if k not in ("sentences", "top_sentence",
+                                                        "topk_drop", "one_pass", "mechanism")}
+    assert ExplainRecord.model_validate(plain).sentences is None  # computed parts are optional
+
+
+@pytest.mark.parametrize("schema, value, where", [
+    (HeadsSummary, {"context_heads": None}, "field 'context_heads': must be a list"),
+    (HeadsSummary, {"memory_heads": [{**HEAD, "ci": [1]}]},
+     "field 'memory_heads[0].ci[1]': is missing"),
+    (HeadsSummary, {"effects": {"zero": {"context_heads": 5}}},
+     "field 'effects.zero.context_heads': must be a list, got 5"),
+    (HeadsSummary, {"example_attention": {**ATTENTION, "tokens": ["a"]}},
+     "field 'example_attention': each head needs one weight per token"),
+    (HeadsSummary, {"mean_log_odds": "x"}, "field 'mean_log_odds': must be a number, got \"x\""),
+    (ExplainRecord, {**CARD, "mechanism": None}, "field 'mechanism': must be a JSON object"),
+    (ExplainRecord, {k: v for k, v in CARD.items() if k != "top_sentence"},
+     "a record with sentences needs top_sentence"),
+    (ExplainRecord, {**CARD, "logprob_context": True}, "field 'logprob_context': must be a "
+                                                       "number, got true"),
+    (ExplainRecord, {**CARD, "topk_drop": {"1": None}}, "field 'topk_drop.1'"),
+    (ItemRecord, {"suite": "s", "generate_counterfactual": True},
+     "generate_counterfactual and generate_parametric come together"),
+    (ItemRecord, {"suite": "s", "loglik_choice": [1]}, "field 'loglik_choice': must be a string"),
+])
+def test_report_page_schemas_refuse_what_would_break_a_page(schema, value, where):
+    with pytest.raises(DataError, match=re.escape(where)):
+        check(schema, value, "summary.json")
+
+
+def test_result_schemas_follow_the_run_command():
+    assert result_schemas("eval")["summary.json"] is EVAL_SUMMARY
+    assert result_schemas("probe-heads")["summary.json"] is HeadsSummary
+    assert result_schemas("explain")["records.jsonl"] is ExplainRecord
+    assert result_schemas("cpi-toy")["records.jsonl"] is JSON_OBJECT
+    assert result_schemas(None)["summary.json"] is JSON_OBJECT

@@ -21,9 +21,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     TypeAdapter,
     ValidationError,
+    model_validator,
 )
 
 from knowflow.errors import DataError
@@ -52,10 +54,134 @@ class MetricRecord(_Record):
 
 class ItemRecord(_Record):
     """One line of an eval's `items.jsonl` or `conditions.jsonl` (one per item and method);
-    the eval page groups them by suite and method."""
+    the eval page groups them by suite and method and counts the scored answers."""
 
     suite: str
     method: str | None = None
+    generate_counterfactual: StrictBool | None = None
+    generate_parametric: StrictBool | None = None
+    loglik_choice: str | None = None
+
+    @model_validator(mode="after")
+    def _both_generated(self) -> ItemRecord:
+        if (self.generate_counterfactual is None) != (self.generate_parametric is None):
+            raise ValueError("generate_counterfactual and generate_parametric come together")
+        return self
+
+
+Interval = tuple[StrictFloat, StrictFloat]
+
+
+class HeadEffect(_Record):
+    """One ranked head of a heads probe: its change in log-odds and 95% interval."""
+
+    layer: StrictInt
+    head: StrictInt
+    effect: StrictFloat
+    ci: Interval | None = None
+
+
+class RankedHeads(_Record):
+    context_heads: list[HeadEffect] = []
+    memory_heads: list[HeadEffect] = []
+
+
+class HeadAttention(HeadEffect):
+    """A top head's attention from the answer position over the example's tokens."""
+
+    side: str
+    context_mass: StrictFloat
+    weights: list[StrictFloat]
+
+
+class ExampleAttention(_Record):
+    example: str
+    tokens: list[str]
+    context: list[StrictInt] = []
+    heads: list[HeadAttention] = []
+
+    @model_validator(mode="after")
+    def _one_weight_per_token(self) -> ExampleAttention:
+        if any(len(h.weights) != len(self.tokens) for h in self.heads):
+            raise ValueError("each head needs one weight per token")
+        return self
+
+
+class HeadsSummary(RankedHeads):
+    """A heads probe's `summary.json`, as its report page reads it."""
+
+    n_examples: StrictInt = 0
+    rank_by: str = "mean"
+    mean_log_odds: StrictFloat | None = None
+    half_effect_heads: dict[str, Any] | None = None
+    effects: dict[str, RankedHeads] | None = None
+    example_attention: ExampleAttention | None = None
+    projection: dict[str, list[list[StrictFloat]]] | None = None
+
+
+class Sentence(_Record):
+    text: str
+    attribution: StrictFloat
+
+
+class LayerEffect(_Record):
+    context: StrictFloat
+    top_sentence: StrictFloat
+
+
+class MechanismHead(_Record):
+    layer: StrictInt
+    head: StrictInt
+    attention: StrictFloat
+    effect: StrictFloat
+
+
+class Mechanism(_Record):
+    layers: list[LayerEffect]
+    heads: list[MechanismHead]
+
+
+class VerdictNumbers(_Record):
+    context_contribution: StrictFloat
+    context_supports: Any
+    memory_agrees: Any
+
+
+class OnePass(_Record):
+    one_pass_top: StrictInt | None
+
+
+class ExplainRecord(_Record):
+    """One line of an explain run's `records.jsonl`, as its report card reads it; sentence
+    attribution (`sentences` with its top sentence, drops and one-pass check) and
+    `mechanism` are there when they were computed."""
+
+    id: str
+    question: str
+    answer: str
+    answer_no_context: str
+    logprob_context: StrictFloat
+    logprob_no_context: StrictFloat
+    verdict: str
+    verdict_numbers: VerdictNumbers
+    expected_verdict: str | None = None
+    verdict_agrees: StrictBool | None = None
+    # a None default without None in the type: the field may be absent, but never null
+    sentences: list[Sentence] = None
+    top_sentence: StrictInt | None = None
+    topk_drop: dict[str, StrictFloat] = None
+    one_pass: OnePass = None
+    lds: StrictFloat | None = None
+    mechanism: Mechanism = None
+
+    @model_validator(mode="after")
+    def _attribution_parts(self) -> ExplainRecord:
+        if "sentences" in self.model_fields_set:
+            missing = [f for f in ("top_sentence", "topk_drop", "one_pass")
+                       if f not in self.model_fields_set]
+            if missing:
+                raise ValueError(f"a record with sentences needs {', '.join(missing)}")
+        return self
 
 
 class LmEvalDoc(_Record):
@@ -82,12 +208,24 @@ class LmEvalSample(_Record):
 
     doc: LmEvalDoc
     doc_id: StrictInt | None = None
-    acc: float | None = None
+    acc: StrictFloat | None = None
+
 
 
 JSON_OBJECT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 EVAL_SUMMARY: TypeAdapter[dict[str, dict[str, Any]]] = TypeAdapter(dict[str, dict[str, Any]])
 """An eval's `summary.json`: per suite, per scoring mode, its metrics."""
+
+
+def result_schemas(command: str | None) -> dict[str, type[BaseModel] | TypeAdapter]:
+    """The schema of each result file a finished run of `command` (its run.json's) may hold,
+    as `knowflow report` reads it (a JSONL file's: of each line)."""
+    return {"summary.json": {"eval": EVAL_SUMMARY, "probe-heads": HeadsSummary}.get(
+                command, JSON_OBJECT),
+            "items.jsonl": ItemRecord, "conditions.jsonl": ItemRecord,
+            "records.jsonl": ExplainRecord if command == "explain" else JSON_OBJECT,
+            "conditions.json": JSON_OBJECT}
+
 
 # pydantic's error types, said in JSON's words
 _SAID = {"missing": "is missing", "string_type": "must be a string",
@@ -99,7 +237,7 @@ _SAID = {"missing": "is missing", "string_type": "must be a string",
          "too_short": "must have at least {min_length} items",
          "too_long": "must have at most {max_length} items",
          "string_too_short": "must have at least {min_length} character(s)",
-         "greater_than_equal": "must be at least {ge}"}
+         "greater_than_equal": "must be at least {ge}", "value_error": "{error}"}
 
 
 def _field(loc: tuple) -> str | None:
@@ -122,7 +260,7 @@ def _message(error: dict) -> str:
     kind = error["type"]
     said = _SAID[kind].format(**error.get("ctx", {})) if kind in _SAID else \
         error["msg"].replace("Input should", "must", 1)
-    if kind == "missing":
+    if kind in ("missing", "value_error"):
         return said
     return f"{said}, got {_shown(error['input'])}"
 

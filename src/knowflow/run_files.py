@@ -13,22 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.boundaries import (
-    EVAL_SUMMARY,
     JSON_OBJECT,
-    ItemRecord,
     MetricRecord,
     RunIdentity,
     read_checked,
     read_checked_lines,
+    result_schemas,
 )
 from knowflow.errors import DataError
 from knowflow.io import read_json
 from knowflow.outputs import CONFIG, IDENTITY, SUMMARY, run_command
 
 METRICS = "metrics.jsonl"
-# what a finished run's other files hold, checked before `report` reads them
-_RECORDS = {"items.jsonl": ItemRecord, "conditions.jsonl": ItemRecord,
-            "records.jsonl": JSON_OBJECT}
 
 
 # What `knowflow.io`'s atomic writes leave when killed: `.<name>.<8 chars>.tmp` files and
@@ -99,15 +95,13 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
 
 def _check_results(run_dir: Path, again: str) -> None:
     """summary.json and the records files of a finished run, before `report` reads them."""
-    if (run_dir / SUMMARY).exists():
-        read_checked(run_dir / SUMMARY, EVAL_SUMMARY if run_command(run_dir) == "eval" else
-                     JSON_OBJECT, hint=f"delete it and rewrite it with {again}")
     hint = "this run cannot be read; run it again"
-    for name, schema in _RECORDS.items():
-        if (run_dir / name).exists():
-            read_checked_lines(run_dir / name, schema, hint=hint)
-    if (run_dir / "conditions.json").exists():
-        read_checked(run_dir / "conditions.json", JSON_OBJECT, hint=hint)
+    for name, schema in result_schemas(run_command(run_dir)).items():
+        path = run_dir / name
+        if path.exists():
+            read = read_checked_lines if name.endswith(".jsonl") else read_checked
+            read(path, schema, hint=f"delete it and rewrite it with {again}"
+                 if name == SUMMARY else hint)
 
 
 def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:
