@@ -35,6 +35,7 @@ from knowflow.data.instruction_rows import load_instructions, parse_instruction,
 from knowflow.data.instructions import MixtureConfig
 from knowflow.data.prompts import resolve_format
 from knowflow.data.suites import get_suite, list_suites
+from knowflow.data.tables import parse_fields
 from knowflow.errors import ConfigError
 from knowflow.evaluation.run import EvalResult
 from knowflow.evaluation.run import evaluate as evaluate_model
@@ -42,11 +43,11 @@ from knowflow.experiments.runner import run_experiment
 from knowflow.explanation.run import explain as explain_answers
 from knowflow.io import atomic_write_jsonl
 from knowflow.lens.arch import arch_of, check_fits
+from knowflow.lens.checks import check_loaded
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.outputs import check_out_files
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
-from knowflow.probes.head_attention import example_attention
 from knowflow.probes.mass import mean_attention_mass
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
@@ -75,9 +76,34 @@ def _model(model, tokenizer, device: str, dtype: str, source: ModelSource | None
     if isinstance(model, (str, Path)):
         loaded, tok = load_model(str(model), device=device, dtype=dtype, source=source)
         return loaded, tok, str(model)
-    if tokenizer is None:
-        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    check_loaded(model, tokenizer)
     return model, tokenizer, type(model).__name__
+
+
+def _check_args(model=None, tokenizer=None, data=None, **texts) -> None:
+    """The entry points' arguments, checked before any work with the messages the CLI gives
+    for its options (one `ConfigError` naming the argument): a model is a name, a folder or a
+    loaded model with its tokenizer (`lens.checks.check_loaded`); data a suite name, a path or
+    a list (its items are read by the loaders, which name what is wrong); `texts` (a question,
+    an answer) strings or None."""
+    if model is not None and not isinstance(model, (str, Path)):
+        check_loaded(model, tokenizer)
+    if data is not None and not isinstance(data, (str, Path, list, tuple)):
+        raise ConfigError(f"expected a suite name, a file path or a list of items, got "
+                          f"{type(data).__name__} {data!r:.60}", "data")
+    for name, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"expected text, got {type(value).__name__} {value!r:.60}", name)
+
+
+def _fields(fields) -> dict[str, str] | None:
+    """`fields=` as a dict, or as `--fields`' text (read by the CLI's parser)."""
+    if fields is None or isinstance(fields, dict):
+        return fields
+    if isinstance(fields, str):
+        return parse_fields(fields)
+    raise ConfigError(f"expected a dict of field names to columns (or 'field=COL,...'), got "
+                      f"{type(fields).__name__}", "fields")
 
 
 # ---- evaluate ---------------------------------------------------------------------------
@@ -108,9 +134,10 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     `ConflictItem`s; None: the four built-in suites. `fields` maps the files' columns,
     `preset` names their published layout (`knowflow.data.presets`; else recognised).
     With `out_dir`/`runs_root` the run folder is written and finished as the CLI's is."""
+    _check_args(model, tokenizer, data)
     result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
                             dtype=dtype, out_dir=out_dir, runs_root=runs_root,
-                            progress=progress, fields=fields, preset=preset,
+                            progress=progress, fields=_fields(fields), preset=preset,
                             source=_source(revision, trust_remote_code, offline),
                             finish=finish_eval_run, **overrides)
     return result
@@ -131,6 +158,7 @@ def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
     """Where answers come from (`knowflow explain`): with `question`, `data` is one context
     and `answer` the answer to explain (default: the model's own); otherwise `data` is a suite
     name, a data file or `ConflictItem`s. See `knowflow.explanation.run.explain` for the rest."""
+    _check_args(model, overrides.get("tokenizer"), data, question=question, answer=answer)
     return explain_answers(model, data, question, answer, config=config,
                            source=_source(revision, trust_remote_code, offline), **overrides)
 
@@ -193,6 +221,9 @@ def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | 
                     "knockout")
     if kind not in PROBES:
         raise ConfigError(f"unknown probe {kind!r} (known: {', '.join(PROBES)})")
+    _check_args(model, tokenizer, data)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ConfigError(f"must be at least 1, got {limit!r}", "limit")
     cls = PROBES[kind][1]
     if prompt_format is not None and "prompt_format" in cls.__dataclass_fields__:
         overrides = {"prompt_format": prompt_format, **overrides}
@@ -234,20 +265,14 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
               "config": config_to_dict(cfg)}
     fn = PROBES[kind][0]
     command = f"probe-{kind}"
-
-    def summarize(records: list[dict]) -> dict:
-        summary = probe_summary(kind, records, arch.n_layers, cfg)
-        if kind == "heads":  # where the ranked heads look, on one item (the report draws it)
-            summary["example_attention"] = example_attention(model, tokenizer, examples,
-                                                             summary, cfg.prompt_format)
-        return summary
-
     if out_dir is None and runs_root is None:
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-        return Result(records, summarize(records), config, command)
+        return Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
+                      command)
     with start_run(config, command, runs_root=runs_root, out_dir=out_dir) as run:  # staged
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-        result = Result(records, summarize(records), config, command)
+        result = Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
+                        command)
         run.write_records(RECORDS, records)
         _finish_probe(result, run)
     result.out_dir = run.path
@@ -318,6 +343,7 @@ def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenize
     """Score every instruction row's context-criticality with `model` and drop the least
     critical share (`knowflow curate`). `data`: an instruction file, "builtin", or rows."""
     cfg = resolve_config(CurateConfig, config, overrides)
+    _check_args(model, tokenizer, data)
     rows = instruction_rows(data, seed)
     model, tokenizer, _ = _model(model, tokenizer, device, dtype,
                                  _source(revision, trust_remote_code, offline))
@@ -334,6 +360,7 @@ def augment(data=BUILTIN, *, config=None, **overrides) -> Result:
     answer changed together. No model: `data` is an instruction file, "builtin", or rows. One
     record per row, as the JSONL file holds it (the copies carry `augmented`)."""
     cfg = resolve_config(AugmentConfig, config, overrides)
+    _check_args(data=data)
     rows = instruction_rows(data, cfg.seed)
     out = augment_rows(rows, cfg.ratio, cfg.seed)
     summary = {"n_rows": len(rows), "n_added": sum(bool(r.extra.get("augmented")) for r in out)}
@@ -360,6 +387,9 @@ def finetune(model=None, data=None, *, config=None, runs_root: str | Path = "run
         raise ConfigError("finetune loads its model by name or path", "model",
                           "save the model with save_pretrained and pass the folder, or train "
                           "it with knowflow.train.sft.train_model")
+    if data is not None and not isinstance(data, (str, Path)):
+        raise ConfigError(f"expected an instruction file or 'builtin', got "
+                          f"{type(data).__name__} {data!r:.60}", "data")
     given = {k: str(v) for k, v in (("model", model), ("data", data)) if v is not None}
     return run_experiment("sft", config=config, runs_root=runs_root, resume=resume,
                           progress=progress, **given, **overrides)

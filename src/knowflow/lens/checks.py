@@ -18,7 +18,7 @@ import functools
 import json
 from pathlib import Path
 
-from knowflow.errors import DataError, KnowflowError
+from knowflow.errors import ConfigError, DataError, KnowflowError
 
 # config.json sizes that must be integers (transformers' names, old and new)
 _SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -151,3 +151,24 @@ def check_pad_token(tokenizer, name: str) -> None:
         raise KnowflowError(f"model {name!r}: the tokenizer has neither a pad token nor an "
                             "end-of-sequence token; finetuning needs one to pad its batches",
                             "set pad_token (or eos_token) in the folder's tokenizer_config.json")
+
+
+def check_loaded(model, tokenizer) -> None:
+    """A model passed in memory (the Python API): a torch module whose weights are loaded
+    (none on the meta device, unless accelerate offloaded them: `hf_device_map`), with a
+    tokenizer that can encode text."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"expected a hub id, a local folder or a loaded model, got "
+                          f"{type(model).__name__} {model!r:.60}", "model")
+    if tokenizer is None:
+        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
+    if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+        raise ConfigError(f"expected the model's tokenizer, got {type(tokenizer).__name__}",
+                          "tokenizer", "pass the tokenizer loaded with the model")
+    if getattr(model, "hf_device_map", None) is None and any(
+            p.device.type == "meta" for p in model.parameters()):
+        raise ConfigError("its weights are on the meta device (an empty skeleton, never "
+                          "loaded)", "model", "load the weights (from_pretrained), or pass "
+                          "the model's name or folder")

@@ -102,6 +102,9 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
     """(the weights to load: a folder or a hub id, a LoRA adapter folder or None, the source
     the weights load with), after the checks `check_model` makes."""
     source.validate()
+    if not isinstance(name, (str, Path)):
+        raise ConfigError(f"expected a hub id or a local folder, got {type(name).__name__} "
+                          f"{name!r:.60}", "model")
     if not str(name).strip():  # Path("") is "." (the working folder): never meant
         raise ConfigError("is empty", "--model", f"give a hub id (ORG/NAME), a local folder, "
                           f"or {SMOLLM2}")

@@ -100,6 +100,9 @@ def load_items(path: str | Path, fields: Mapping[str, str] | str | None = None, 
     "context=COL,question=COL,answer=COL,memory_answer=COL"); `preset` names a published
     layout (`--preset`); `limit` keeps a seeded sample. The items' suite is the file's stem.
     A malformed file raises a `DataError` naming the file, line and field."""
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(f"expected a file path, got {type(path).__name__} {path!r:.60}",
+                          "path")
     mapping = parse_fields(fields) if isinstance(fields, str) else dict(fields or {})
     items = read_items(path, mapping, **({"preset": preset} if preset else {}))
     return sample(items, limit, seed, items[0].suite)
