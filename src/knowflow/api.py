@@ -48,6 +48,7 @@ from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.outputs import check_out_files
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
+from knowflow.probes.head_attention import example_attention
 from knowflow.probes.mass import mean_attention_mass
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
@@ -265,14 +266,20 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
               "config": config_to_dict(cfg)}
     fn = PROBES[kind][0]
     command = f"probe-{kind}"
+
+    def summarize(records: list[dict]) -> dict:
+        summary = probe_summary(kind, records, arch.n_layers, cfg)
+        if kind == "heads":  # where the ranked heads look, on one item (the report draws it)
+            summary["example_attention"] = example_attention(model, tokenizer, examples,
+                                                             summary, cfg.prompt_format)
+        return summary
+
     if out_dir is None and runs_root is None:
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-        return Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
-                      command)
+        return Result(records, summarize(records), config, command)
     with start_run(config, command, runs_root=runs_root, out_dir=out_dir) as run:  # staged
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
-        result = Result(records, probe_summary(kind, records, arch.n_layers, cfg), config,
-                        command)
+        result = Result(records, summarize(records), config, command)
         run.write_records(RECORDS, records)
         _finish_probe(result, run)
     result.out_dir = run.path
