@@ -60,6 +60,15 @@ def write_boundary_files(root: Path) -> None:
     item = {"suite": "cf-bio", "id": "x", "loglik_choice": "counterfactual"}
     _run(root, "bevalsum", "eval", evalcfg, **{"summary.json": '{"cf-bio": [1]}',
                                                "items.jsonl": _jsonl([item])})
+    _run(root, "bheads", "probe-heads", {"probe": "heads", "model": "m"},
+         **{"summary.json": json.dumps({"n_examples": 2, "context_heads": 5})})
+    card = {"id": "x", "question": "q", "answer": "a", "answer_no_context": "b",
+            "logprob_context": "-1.0", "logprob_no_context": -2.0, "verdict": "context",
+            "verdict_numbers": {"context_contribution": 1.0, "context_supports": True,
+                                "memory_agrees": False}}
+    _run(root, "bexplain", "explain", {"model": "m"}, **{
+        "summary.json": json.dumps({"findings": {"verdict": "v"}}),
+        "records.jsonl": _jsonl([card])})
     _run(root, "bevalitems", "eval", evalcfg, **{
         "summary.json": json.dumps({"cf-bio": {"loglik": {"n": 1}}}),
         "items.jsonl": _jsonl([{k: v for k, v in item.items() if k != "suite"}])})
@@ -87,6 +96,10 @@ BOUNDARY_CASES = [
     C("report fx/bevalsum/eval/1", 2,
       "summary.json: field 'cf-bio': must be a JSON object, got a list"),
     C("report fx/bevalitems/eval/1", 2, "items.jsonl, line 1: field 'suite': is missing"),
+    C("report fx/bheads/probe-heads/1", 2,
+      "summary.json: field 'context_heads': must be a list, got 5"),
+    C("report fx/bexplain/explain/1", 2,
+      "records.jsonl, line 1: field 'logprob_context': must be a number, got \"-1.0\""),
     # ... and `--resume`
     C("run cpi-toy --resume --run-dir fx/bprog/cpi-toy/1", 2,
       "run.json: field 'in_progress': must be true or false, got \"yes\""),
