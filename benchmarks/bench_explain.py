@@ -281,7 +281,8 @@ def curve_point(args) -> None:
     from knowflow.explanation.estimator import load_estimator
 
     model, tok, cases = setup(args.model, 0, 1, args.curve_point[1], args.seed)
-    est = load_estimator(model, args.model, args.estimator)
+    est = load_estimator(model, args.model, args.estimator) \
+        if args.curve_point[0] == "learned" else None
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     clock, cpu = time.perf_counter(), time.process_time()
     method = args.curve_point[0]

@@ -56,14 +56,15 @@ def estimator_path(model_name: str) -> Path:
 
 
 def fingerprint(model) -> str:
-    """sha256 of the model's configuration and a sample of every parameter tensor (its first
-    and last 64 values): the same weights give the same fingerprint."""
-    digest = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True,
-                                       default=str).encode())
+    """sha256 of the model type and, per parameter tensor, its name, shape and a sample (its
+    first and last 64 values): the same weights give the same fingerprint. The rest of the
+    configuration is left out: it records loading details (dtype, transformers' version)
+    that change no weight."""
+    digest = hashlib.sha256(str(model.config.model_type).encode())
     for name, p in model.named_parameters():
         flat = p.detach().reshape(-1)
         sample = torch.cat([flat[:64], flat[-64:]]).float().cpu().numpy().tobytes()
-        digest.update(name.encode() + sample)
+        digest.update(f"{name}{tuple(p.shape)}".encode() + sample)
     return digest.hexdigest()[:24]
 
 
