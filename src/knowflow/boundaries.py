@@ -52,6 +52,23 @@ class MetricRecord(_Record):
     step: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
+Share = Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class TrackerRecord(_Record):
+    """One line of a RelianceTracker's `metrics.jsonl` (a tracker folder `report` reads):
+    accuracies are shares of the `n` items scored at that step."""
+
+    step: Annotated[StrictInt, Field(ge=0)]
+    cf_acc: Share
+    param_acc: Share | None = None
+    cf_acc_gen: Share | None = None
+    param_acc_gen: Share | None = None
+    attn_context: StrictFloat | None = None
+    train_loss: StrictFloat | None = None
+    n: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
 class ItemRecord(_Record):
     """One line of an eval's `items.jsonl` or `conditions.jsonl` (one per item and method);
     the eval page groups them by suite and method and counts the scored answers."""
@@ -237,7 +254,8 @@ _SAID = {"missing": "is missing", "string_type": "must be a string",
          "too_short": "must have at least {min_length} items",
          "too_long": "must have at most {max_length} items",
          "string_too_short": "must have at least {min_length} character(s)",
-         "greater_than_equal": "must be at least {ge}", "value_error": "{error}"}
+         "greater_than_equal": "must be at least {ge}", "less_than_equal": "must be at most {le}",
+         "finite_number": "must be a finite number", "value_error": "{error}"}
 
 
 def _field(loc: tuple) -> str | None:

@@ -116,7 +116,9 @@ def test_same_folder_names_are_told_apart(tmp_path):
     ('{"step": 0, "param_acc": 0.5}\n', "line 1: field 'cf_acc'"),
     ('{"step": 0, "cf_acc": 0.5, "n": 0}\n', "line 1: field 'n'"),
     ('{"step": 0, "cf_acc": 0.5, "train_loss": "low"}\n', "line 1: field 'train_loss'"),
-    ('[1, 2]\n', "line 1: a JSON list"),
+    ('[1, 2]\n', "line 1: must be a JSON object, got a list"),
+    ('{"step": 0, "cf_acc": NaN}\n', "line 1: field 'cf_acc': must be a finite number"),
+    ('{"step": 0, "cf_acc": 0.5, "n": true}\n', "line 1: field 'n': must be an integer"),
     ("\n", "no records"),
 ])
 def test_bad_folders_name_the_file_line_and_field(tmp_path, content, where):

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from knowflow.boundaries import TrackerRecord, check
 from knowflow.errors import DataError
 from knowflow.io import decode_json, read_text
 from knowflow.report.reliance import reliance_figure
 from knowflow.runs import CONFIG, METRICS
 from knowflow.schema import THEORY, InversionCriterion, named_curve, wilson_interval
 
-SHARES = ("cf_acc", "param_acc", "cf_acc_gen", "param_acc_gen")  # proportions in [0, 1]
-NUMBERS = ("attn_context", "train_loss")
 INTERVAL = "95% Wilson score interval over the n items scored at that step"
 HINT = "give the out_dir of a RelianceTracker, or a run folder runs/<experiment>/<timestamp>"
 
@@ -49,7 +48,7 @@ def read_tracker_records(folder: str | Path) -> list[dict]:
         if not text.strip():
             continue
         rec = decode_json(text, path, line=line, what="damaged JSON line", strict=False)
-        _check_record(path, line, rec)
+        check(TrackerRecord, rec, path, line=line)
         if records and rec["step"] <= records[-1]["step"]:
             raise DataError(path, f"step {rec['step']} after step {records[-1]['step']}: "
                             "the steps must increase", line=line, field="step")
@@ -57,35 +56,6 @@ def read_tracker_records(folder: str | Path) -> list[dict]:
     if not records:
         raise DataError(path, "no records", hint="the tracker writes one per evaluation")
     return records
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_record(path: Path, line: int, rec: object) -> None:
-    if not isinstance(rec, dict):
-        raise DataError(path, f"a JSON {type(rec).__name__}, not a record", line=line)
-    step = rec.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise DataError(path, f"must be a step number (an integer >= 0), got {step!r}",
-                        line=line, field="step")
-    if "cf_acc" not in rec:
-        raise DataError(path, "missing: every tracker record has the counterfactual accuracy",
-                        line=line, field="cf_acc")
-    for key in SHARES:
-        value = rec.get(key)
-        if value is not None and not (_number(value) and 0 <= value <= 1):
-            raise DataError(path, f"must be a share between 0 and 1, got {value!r}",
-                            line=line, field=key)
-    for key in NUMBERS:
-        value = rec.get(key)
-        if value is not None and not _number(value):
-            raise DataError(path, f"must be a number, got {value!r}", line=line, field=key)
-    n = rec.get("n")
-    if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-        raise DataError(path, f"must be the number of items scored (>= 1), got {n!r}",
-                        line=line, field="n")
 
 
 def _interval(rec: dict) -> list[float] | None:
