@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from knowflow.io import atomic_write_text, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.report.page import finding_box, run_figures
+from knowflow.report.page import finding_box, run_figures, table
 from knowflow.report.page import page as whole_page
 from knowflow.report.tables import key_values
 from knowflow.runs import CONFIG, RECORDS, REPORT, SUMMARY
@@ -158,7 +158,8 @@ def layers_figure(summary: dict, path: Path, title: str = "knockout from the ans
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("layer")
     ax.set_ylabel("change in log p(answer)")
-    ax.set_title(f"{title} ({mech['n_items']} items)", fontsize=10)
+    n = mech['n_items']
+    ax.set_title(f"{title} ({n} item{'' if n == 1 else 's'})", fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, path)
 
@@ -194,8 +195,30 @@ def explain_body(run_dir: str | Path) -> str:
     cards = [_card(r) for r in records[:MAX_ITEMS]]
     more = (f"<p>{len(records) - MAX_ITEMS} more items in records.jsonl.</p>"
             if len(records) > MAX_ITEMS else "")
-    return (CARD_STYLE + "\n".join(cards) + more + "<h3>Summary</h3>" + key_values(rest, "kv")
-            + "\n".join(run_figures(run_dir, {"layers.png": "mean knockout effect per layer"})))
+    return (CARD_STYLE + "\n".join(cards) + more
+            + "\n".join(run_figures(run_dir, {"layers.png": "mean knockout effect per layer"}))
+            + "<h3>Summary</h3>" + _headline(rest)
+            + "<details><summary>Every summary number</summary>" + key_values(rest, "kv")
+            + "</details>")
+
+
+def _headline(summary: dict) -> str:
+    """What a reader asks first: how many items, where the answers came from, whether the
+    verdicts matched the expected source, and how well the sentence attributions predict
+    ablations (LDS)."""
+    verdicts = summary.get("verdicts") or {}
+    sentences = summary.get("sentences") or {}
+    rows = [["items explained", summary.get("n_items", "–")],
+            ["verdicts", ", ".join(f"{k} {v}" for k, v in verdicts.items()) or "–"]]
+    if summary.get("agreement") is not None:
+        rows.append(["verdict matches the expected source (labelled items)",
+                     f"{summary['agreement']:.0%} of {summary.get('n_checked', '–')}"])
+    if sentences.get("lds") is not None:
+        rows.append(["linear datamodeling score (LDS) of the sentence attributions",
+                     f"{sentences['lds']:.3f}"])
+    if sentences.get("hit_rate") is not None:
+        rows.append(["needle sentence ranked first", f"{sentences['hit_rate']:.0%}"])
+    return table(["measure", "value"], rows, cls="kv", numeric=[False, True])
 
 
 def render_explain(run_dir: str | Path, title: str = "knowflow explain") -> str:
