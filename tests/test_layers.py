@@ -3,8 +3,8 @@ above it.
 
 The order is the flow of data in DESIGN.md, lowest first:
 
-    foundation (errors io config schema runs run_files staging outputs result: import only
-    each other)
+    foundation (errors io config schema boundaries runs run_files staging outputs result:
+    import only each other)
     data         facts, items, prompts, instruction rows, suites, loaders: what everything reads
     lens         model access: loading, architecture map, hooks, batching
     evaluation, probes   score and dissect a model (siblings; neither imports the other)
@@ -39,7 +39,8 @@ from helpers import load_benchmark
 
 SRC = Path(knowflow.__file__).parent
 LAYERS = (
-    {"errors", "io", "config", "schema", "runs", "run_files", "staging", "outputs", "result"},
+    {"errors", "io", "config", "schema", "boundaries", "runs", "run_files", "staging", "outputs",
+     "result"},
     {"data"},
     {"lens"},
     {"evaluation", "probes"},
