@@ -159,6 +159,12 @@ SFT_CASES = [
     C("sft --resume --run-dir out/sft/none", 2, "no such run directory"),
     C("sft --resume --run-dir fx/sftck/sft/1", 2, "trainer_state.json, line 1: damaged JSON"),
     C("sft --resume --run-dir fx/sftst/sft/1", 2, "adapter_model.safetensors: damaged checkpoint"),
+    C("sft --resume --run-dir fx/sftstate/sft/1", 2, "checkpoint-2/trainer_state.json: field "
+      "'global_step': step 3, but the checkpoint's name says step 2"),
+    C("sft --resume --run-dir fx/sftmax/sft/1", 2, "field 'max_steps': 999, but the run's "
+      "config says sft.steps="),
+    C("sft --resume --run-dir fx/sftrank/sft/1", 2, "adapter_config.json: field 'r': LoRA rank "
+      "3, but the run's config says sft.lora_r=8"),
     C("sft --resume --run-dir fx/cfgbad/cpi-toy/1", 2, "this is a `cpi-toy` run, not a `sft`"),
     C("sft --device bogus", 2, "unknown device"),
     C("sft --device cuda", 2, "CUDA is not available", cuda=False),

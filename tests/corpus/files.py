@@ -158,6 +158,19 @@ def write_runs(root: Path, model: str) -> None:
     edited = _run(root, "sftedit", "sft", sft)
     (edited / "run.json").write_text(json.dumps({"command": "sft", "config_sha256": hashlib
                                                  .sha256(b"another config").hexdigest()}))
+    # checkpoints the run's config cannot continue (issue 43): refused before data.jsonl or
+    # metrics.jsonl is touched
+    empty = b'{"__metadata__":{}}'  # a complete safetensors file holding no tensor
+    for name, state, adapter in (
+            ("sftstate", {"global_step": 3}, {"r": sft["sft"]["lora_r"]}),
+            ("sftmax", {"global_step": 2, "max_steps": 999}, {"r": sft["sft"]["lora_r"]}),
+            ("sftrank", {"global_step": 2}, {"r": 3})):
+        run = _run(root, name, "sft", sft, **{
+            "checkpoints__checkpoint-2__trainer_state.json": json.dumps(state),
+            "checkpoints__checkpoint-2__adapter_config.json": json.dumps(adapter),
+            "data.jsonl": _jsonl(_instructions(4)), "metrics.jsonl": _jsonl([{"step": 0}])})
+        (run / "checkpoints/checkpoint-2/adapter_model.safetensors").write_bytes(
+            len(empty).to_bytes(8, "little") + empty)
     st = _run(root, "sftst", "sft", sft, **{"checkpoints__checkpoint-2__trainer_state.json":
                                             '{"global_step": 2}'})
     header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()

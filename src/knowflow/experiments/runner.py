@@ -103,8 +103,9 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
                               hint="drop --set and the other options")
         run_dir = latest_unfinished(Path(runs_root), name) if resume is True else Path(resume)
         cfg = _resumed_config(exp, run_dir)
-        if exp.check is not None:
-            exp.check(cfg)
+        if exp.check is not None:  # a check that takes the run also checks its checkpoints
+            exp.check(cfg, run_dir=run_dir) if "run_dir" in inspect.signature(
+                exp.check).parameters else exp.check(cfg)
         log.info("resuming %s", run_dir)
         run = RunFolder(run_dir).claim()  # never removed; one process at a time
     else:

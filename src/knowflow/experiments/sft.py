@@ -16,14 +16,16 @@ from knowflow.lens.load import check_device, check_model
 from knowflow.report.reliance import plot_sft
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig
+from knowflow.train.resume import check_checkpoints
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import BUILTIN, SFTJobConfig, run_sft_job
 from knowflow.train.tracker import is_data, tracked_items
 
 
-def check(cfg: SFTJobConfig) -> None:
+def check(cfg: SFTJobConfig, run_dir: Path | None = None) -> None:
     """What the config alone cannot show: the device, the model, the names of suites and
-    schedulers, and options that only make sense together. Runs before the run folder exists."""
+    schedulers, and options that only make sense together. Runs before the run folder exists
+    (`run_dir`: a run to resume, whose checkpoints must fit the config; before it is claimed)."""
     from transformers.trainer_utils import SchedulerType
 
     s, t = cfg.sft, cfg.track
@@ -53,6 +55,8 @@ def check(cfg: SFTJobConfig) -> None:
         require(s.trainer == "hf", "curate.mode", "dynamic curation needs --trainer hf")
     check_device(cfg.device)
     check_model(cfg.model, cfg.source)
+    if run_dir is not None:
+        check_checkpoints(run_dir, cfg.sft)
     if cfg.data != BUILTIN:  # the file validate() read, not a second reading
         warn_duplicate_keys(Path(cfg.data), read_instruction_file(cfg.data).duplicate_key_lines)
 

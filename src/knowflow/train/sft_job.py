@@ -34,11 +34,12 @@ from knowflow.errors import DataError
 from knowflow.io import atomic_write_folder
 from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.arch import model_window
-from knowflow.lens.hub import ModelSource
 from knowflow.lens.checks import check_pad_token
+from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
+from knowflow.train.resume import check_checkpoints
 from knowflow.train.sft import SFTConfig, StepProgress, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, is_data, tracked_items
 
@@ -196,7 +197,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     cfg = resolved(cfg, model, tokenizer)
     if cfg.sft.train == "lora":
         check_targets(model, cfg.sft.lora_targets)
-    save_instructions(out_dir / "data.jsonl", rows)
+    check_checkpoints(out_dir, cfg.sft, model)  # a resumed run: before any file is written
+    if not (out_dir / "data.jsonl").exists():  # resumed: the rows it started with, as they are
+        save_instructions(out_dir / "data.jsonl", rows)
     encoded, dropped = encode_all(tokenizer, rows, cfg.sft.prompt_format, cfg.sft.max_length)
     if dropped:
         log.warning("%d of %d examples are longer than sft.max_length=%d tokens and were "
