@@ -58,8 +58,31 @@ _MASKS = ((re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
           (re.compile(r"/tmp/[\w./-]+"), "<tmp>"))
 
 
+TIME_COLUMNS = ("seconds",)  # rich-table columns that hold a timing
+
+
+def _mask_time_columns(text: str) -> str:
+    """The cells of a printed table's timing columns (`seconds`) replaced by `<time>`."""
+    lines, spans = text.split("\n"), []
+    for k, line in enumerate(lines):
+        if line.startswith("┃"):
+            bars = [i for i, c in enumerate(line) if c == "┃"]
+            spans = [(a + 1, b) for a, b in zip(bars, bars[1:], strict=False)
+                     if line[a + 1:b].strip() in TIME_COLUMNS] or spans
+        elif line.startswith("│") and spans:
+            for a, b in spans:
+                if len(line) >= b and line[a:b].strip():
+                    line = line[:a] + " <time>".ljust(b - a) + line[b:]
+            lines[k] = line
+        elif not line.startswith(("┡", "┏", "└")):
+            spans = []
+    return "\n".join(lines)
+
+
 def mask(text: str) -> str:
-    """`text` with timings, timestamps and temporary paths replaced."""
+    """`text` with timings (a table's `seconds` cells too), timestamps and temporary paths
+    replaced."""
+    text = _mask_time_columns(text)
     for pattern, repl in _MASKS:
         text = pattern.sub(repl, text)
     return text
@@ -86,7 +109,8 @@ def run_shell(body: list[str], cwd: Path) -> list[str]:
     """The block with each `$` command's output rerun."""
     out, i = [], 0
     env = {**os.environ, "COLUMNS": str(WIDTH), "PATH": f"{ROOT / '.venv' / 'bin'}:"
-           f"{os.environ.get('PATH', '')}", "NO_COLOR": "1", "TERM": "dumb"}
+           f"{os.environ.get('PATH', '')}", "NO_COLOR": "1", "TERM": "dumb",
+           "PYTHONUNBUFFERED": "1"}
     while i < len(body):
         if not body[i].startswith("$ "):
             i += 1
@@ -99,9 +123,10 @@ def run_shell(body: list[str], cwd: Path) -> list[str]:
         while i < len(body) and not body[i].startswith("$ "):
             i += 1  # the old output
         shell = "\n".join(command)[2:]
-        done = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, capture_output=True,
-                              text=True, check=False)
-        out += command + (done.stdout + done.stderr).rstrip("\n").split("\n")
+        done = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, check=False)
+        printed = done.stdout.rstrip("\n")
+        out += command + (printed.split("\n") if printed else [])
     return out
 
 
