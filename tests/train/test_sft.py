@@ -19,10 +19,11 @@ from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.io import read_jsonl
 from knowflow.lens.adapt import TrainableConfig, prepare_trainable, query_key_parameters
+from knowflow.lens.batching import shard
 from knowflow.train.augment import augment, sources
 from knowflow.train.criticality import CurateConfig, dropped_indices, score_examples
 from knowflow.train.sft import SFTConfig, last_checkpoint, train_model
-from knowflow.train.tracker import RelianceTracker, TrackerConfig, _shard
+from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,7 @@ def test_mixture_never_shows_evaluation_subjects():
 
 def test_shards_cover_items_with_equal_lengths():
     items = list(range(7))
-    shards = [_shard(items, rank, 3) for rank in range(3)]
+    shards = [shard(items, rank, 3) for rank in range(3)]
     assert {len(s) for s, _ in shards} == {3}
     assert [x for s, real in shards for x in s[:real]] == items
 

@@ -48,6 +48,16 @@ TrustRemoteCodeOpt = Annotated[bool, Opt("--trust-remote-code", help=TRUST_REMOT
 OfflineOpt = Annotated[bool, Opt("--offline", help=OFFLINE_HELP)]
 
 
+MAX_MEMORY_HELP = ("GiB the model and its largest batch may hold on the device (weights + "
+                   "activations, estimated from the model's shape before the job starts; "
+                   "Python's and torch's own memory not counted): a job that would need more "
+                   "is refused with the numbers and a batch size that fits.")
+MaxMemoryOpt = Annotated[float | None, Opt(
+    "--max-memory", help="GiB the model and one batch of variant rows may hold (estimated "
+    "from the model's shape; lens/memory.py): fewer rows per pass where the default would not "
+    "fit, refused with the numbers when one row does not.")]
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigFlag:
     """An option that sets config fields one to one, declared once: `--name` (dashes for

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from knowflow.cli.common import (
+    MAX_MEMORY_HELP,
     OfflineOpt,
     Opt,
     RevisionOpt,
@@ -40,6 +41,8 @@ BATCH_FLAGS = (
     flag("batch_size", "batch_size", int,
          "Prompts per forward pass (0: as many as free GPU memory allows).", 16),
     flag("max_new_tokens", "max_new_tokens", int, "Longest generated answer.", 24),
+    flag("max_memory", "max_memory", float, MAX_MEMORY_HELP + " With --batch-size 0 the "
+         "batch is sized to it instead."),
 )
 DECODING_FLAGS = (
     flag("seed", "seed", int, "Seed for suites, sampling and bootstrap.", 0),
@@ -131,7 +134,9 @@ def eval_cmd(
                           dtype=dtype, out_dir=out, runs_root=None if out else Path("runs"),
                           progress=progress, revision=revision,
                           trust_remote_code=trust_remote_code, offline=offline)
-        report = result.out_dir / "report.html"
+    if result.out_dir is None:  # not rank 0 of a multi-process launch: rank 0 reports
+        return
+    report = result.out_dir / "report.html"
     print_eval(result.summary)
     print_strength(result.summary)
     if result.conditions:

@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from knowflow.cli.common import (
+    MAX_MEMORY_HELP,
     DeviceOpt,
     DtypeOpt,
     OfflineOpt,
@@ -85,6 +86,7 @@ def explain_cmd(
                    ] = None,
     runs_dir: RunsOpt = Path("runs"), set_: SetOpt = None, seed: Annotated[int, Opt()] = 0,
     device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
+    max_memory: Annotated[float | None, Opt(help=MAX_MEMORY_HELP)] = None,
 ) -> None:
     """Explain answers: source verdict, sentence attribution and mechanism."""
     started = time.perf_counter()      # the printed time is the whole command's
@@ -109,7 +111,7 @@ def explain_cmd(
         target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
         n_ablations=ablations, n_holdout=holdout, limit=limit, offset=offset,
         prompt_format=prompt_format, attribution=attribution,
-        seed=seed), set_)
+        seed=seed, max_memory=max_memory), set_)
     source = _source(context, question, answer, data, suite)
     mapping = parse_fields(fields)
     load_explain_items(source, question, cfg, mapping, preset)  # bad items: before the model

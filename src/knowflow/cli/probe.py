@@ -19,6 +19,7 @@ from rich.table import Table
 from knowflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
+    MaxMemoryOpt,
     OfflineOpt,
     RevisionOpt,
     RunsOpt,
@@ -71,10 +72,12 @@ class _Common:
 
 def _config(cls, fields: dict, overrides: list[str] | None):
     from knowflow.config import require, resolve_config
+    from knowflow.lens.memory import check_max_memory
 
     cfg = resolve_config(cls, cls(**{k: v for k, v in fields.items() if v is not None}),
                          overrides)
     require(cfg.batch_size >= 1, "batch_size", f"must be at least 1, got {cfg.batch_size}")
+    check_max_memory(getattr(cfg, "max_memory", None), "--max-memory")
     return cfg
 
 
@@ -194,7 +197,7 @@ def knockout_cmd(
                          "relation, first, subject_last, pos:i,j ...")] = None,
     heads: Annotated[str | None, typer.Option(help="Heads to block, e.g. 0,3 (all).")] = None,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None, max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Attention-edge knockout from the last position, swept over layers.
 
@@ -206,7 +209,8 @@ def knockout_cmd(
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
                      model_source(revision, trust_remote_code, offline))
     cfg = _config(KnockoutConfig, {"window": window, "known_only": not all_,
-                                   "sources": tuple(source) if source else None},
+                                   "sources": tuple(source) if source else None,
+                                   "max_memory": max_memory},
                   (set_ or []) + ([f"heads={heads}"] if heads else []))
     run_dir, _, summary = _run("knockout", common, cfg)
     _curve_table(summary, "attention knockout: where blocking hurts most")

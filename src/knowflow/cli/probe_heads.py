@@ -17,6 +17,7 @@ from rich.table import Table
 from knowflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
+    MaxMemoryOpt,
     OfflineOpt,
     RevisionOpt,
     RunsOpt,
@@ -76,7 +77,7 @@ def heads_cmd(
                                 "tulu or plain (auto).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --limit sample.")] = 0,
     runs_dir: RunsOpt = Path("runs"), out: OutOpt = None, device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "auto", threads: ThreadsOpt = None, max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Context heads and memory heads: each head's causal effect on the context's answer.
 
@@ -94,7 +95,7 @@ def heads_cmd(
                      model_source(revision, trust_remote_code, offline))
     cfg = _config(HeadsConfig, {"ablations": tuple(ablation) if ablation else None,
                                 "rank_by": rank_by, "prompt_format": prompt_format,
-                                "seed": seed}, set_)
+                                "seed": seed, "max_memory": max_memory}, set_)
     check_threads(threads)
     if limit is not None and limit < 1:
         raise KnowflowError(f"--limit: must be at least 1, got {limit}")

@@ -9,6 +9,7 @@ from typing import Annotated
 from rich.table import Table
 
 from knowflow.cli.common import (
+    MAX_MEMORY_HELP,
     OFFLINE_HELP,
     REVISION_HELP,
     TRUST_REMOTE_CODE_HELP,
@@ -78,6 +79,7 @@ SFT_FLAGS = (  # each sets its config key(s) of `knowflow config sft`, declared 
     flag("steps", "sft.steps", int, "Optimizer steps."),
     flag("batch_size", "sft.batch_size", int, "Examples per step."),
     flag("max_length", "sft.max_length", int, "Longest example in tokens."),
+    flag("max_memory", "max_memory", float, MAX_MEMORY_HELP),
     flag("prompt_format", ("sft.prompt_format", "track.prompt_format"), str,
          "auto (chat with a chat template, else plain), chat, alpaca, tulu or plain."),
     flag("seed", ("sft.seed", "mixture.seed"), int, "Seed (data order, init, mixture)."),

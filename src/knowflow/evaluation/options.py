@@ -12,6 +12,7 @@ from typing import Literal
 from knowflow.data.prompts import FORMATS, PromptFormat
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import BETA, BETA_METHODS, methods_of, parse_alphas, parse_betas
+from knowflow.lens.memory import check_max_memory
 
 Scoring = Literal["generate", "loglik", "both"]
 MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", "loglik")}
@@ -25,7 +26,8 @@ class EvalConfig:
     context_only: bool = False          # add "Answer based on the context only."
     limit: int | None = None            # items per suite (a seeded sample)
     seed: int = 0
-    batch_size: int = 16                # 0: by free GPU memory (16 on CPU)
+    batch_size: int = 16                # 0: by free GPU memory (16 on CPU), or max_memory
+    max_memory: float | None = None     # GiB for weights + one batch (lens.memory); None: no cap
     max_new_tokens: int = 24
     known_filter: bool | None = None    # metrics on known facts too; None: not under loglik
     known_by: str = "auto"              # auto (loglik under --scoring loglik), loglik, generate
@@ -50,6 +52,7 @@ class EvalConfig:
                 raise ConfigError("must be at least 1", name)
         if self.batch_size < 0:
             raise ConfigError("must be at least 1 (or 0: by free GPU memory)", "batch_size")
+        check_max_memory(self.max_memory)
         if self.known_by not in ("auto", "loglik", "generate"):
             raise ConfigError(f"{self.known_by!r} is not one of auto, loglik, generate",
                               "known_by")

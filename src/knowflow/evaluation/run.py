@@ -43,8 +43,10 @@ from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluation.strength import by_strength
 from knowflow.io import read_json, read_jsonl
+from knowflow.lens.batching import dist_rank, gather, launched_state, shard
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
+from knowflow.lens.memory import check_budget, eval_bytes, fit_rows, shape_of
 from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.result import Result
 from knowflow.runs import ITEMS, Progress, RunFolder, start_run
@@ -116,8 +118,12 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     check_generation_scorable(by_suite, cfg, data)
     model_name = model if isinstance(model, str) else type(model).__name__
     timings: dict[str, float] = {}
+    launched = launched_state()  # torchrun / accelerate launch: this process's share
+    rank, world = dist_rank()
     if isinstance(model, (str, Path)):
         loaded = time.perf_counter()
+        if launched is not None and device == "auto":
+            device = str(launched.device)
         model, tokenizer = load_model(str(model), device=device, dtype=dtype, source=source)
         timings["load"] = time.perf_counter() - loaded
     elif tokenizer is None:
@@ -127,6 +133,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     _check_window(model, tokenizer, by_suite, cfg)  # before any run folder exists
     if cfg.batch_size == 0:
         cfg = dataclasses.replace(cfg, batch_size=_fit_batch(model, tokenizer, by_suite, cfg))
+    elif cfg.max_memory is not None:
+        _check_memory(model, tokenizer, by_suite, cfg)
     # a bare `heads` method: heads, k and gamma from a calibration split; all score held-out
     cfg, by_suite, heads_calibration = calibrate_heads(model, tokenizer, cfg, by_suite,
                                                        progress=progress)
@@ -139,15 +147,16 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
               "fields": dict(fields or {}), "preset": preset,
               "presets": {n: q["preset"] for n, q in quality.items() if "preset" in q},
               **({"heads_calibration": heads_calibration} if heads_calibration else {})}
-    run = _start(config, out_dir, runs_root)
+    run = _start(config, out_dir, runs_root) if rank == 0 else None  # rank 0 writes
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
     with run if run is not None else contextlib.nullcontext():  # staged: see runs.RunFolder
         for name, items in by_suite.items():
             log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
-            records[name] = evaluate_items(model, tokenizer, name, items, sweep.main, progress,
-                                           timings)
+            mine, real = shard(items, rank, world)
+            records[name] = gather(evaluate_items(model, tokenizer, name, mine, sweep.main,
+                                                  progress, timings), real, world)
             summary[name] = {mode: {**summarize(records[name], mode, cfg.n_bootstrap, cfg.seed),
                                     **quality.get(name, {}),
                                     **by_strength(records[name], mode, cfg.n_bootstrap,
@@ -183,13 +192,33 @@ def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg
                                 hint="shorten the context, or use a model with a longer window")
 
 
-def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
-               ) -> int:
-    """--batch-size 0: the batch that the longest prompt lets fit in free GPU memory."""
+def _longest(tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+             ) -> tuple[int, int]:
+    """(longest prompt, new tokens) in tokens: what one batch's memory grows with."""
     longest = max(len(p) for items in by_suite.values()
                   for p in render_prompts(items, tokenizer, cfg, cfg.use_context)[1])
-    new = cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few tokens
-    return fit_batch_size(model, longest, new)
+    return longest, cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few
+
+
+def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+               ) -> int:
+    """--batch-size 0: the batch that the longest prompt lets fit in free GPU memory, or in
+    --max-memory when given (on any device; at most 1024)."""
+    longest, new = _longest(tokenizer, by_suite, cfg)
+    if cfg.max_memory is None:
+        return fit_batch_size(model, longest, new)
+    shape = shape_of(model)
+    return fit_rows(shape, eval_bytes(shape, longest, new), 1024, cfg.max_memory,
+                    f"prompts of up to {longest} tokens")
+
+
+def _check_memory(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
+                  ) -> None:
+    """--max-memory: refuse (before any run folder exists) a batch that would not fit."""
+    longest, new = _longest(tokenizer, by_suite, cfg)
+    shape = shape_of(model)
+    check_budget(shape, eval_bytes(shape, longest, new), cfg.batch_size, cfg.max_memory,
+                 what=f"prompts of up to {longest} tokens + {new} answer tokens")
 
 
 def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | None

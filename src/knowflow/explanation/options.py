@@ -7,6 +7,7 @@ from typing import Literal
 
 from knowflow.data.prompts import FORMATS, PromptFormat
 from knowflow.errors import ConfigError
+from knowflow.lens.memory import check_max_memory
 
 Target = Literal["generated", "counterfactual", "parametric"]
 TARGETS = ("generated", "counterfactual", "parametric")
@@ -51,6 +52,7 @@ class ExplainConfig:
     batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
     score_chunk: int = 64                # ablated prompts scored per trie pass, at most ...
     score_tokens: int = 32768            # ... and at most this many prompt tokens (memory)
+    max_memory: float | None = None      # GiB for weights + one pass (lens.memory): refused
     # long contexts: documents first, then the sentences of the top documents
     hierarchy_above: int = 24            # more sentences than this: hierarchical
     document_ablations: int = 32         # masks over documents (stage 1)
@@ -84,6 +86,7 @@ class ExplainConfig:
                      "block_sentences"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
+        check_max_memory(self.max_memory)
         for name in ("n_ablations", "document_ablations"):
             if getattr(self, name) < 8:
                 raise ConfigError("a surrogate needs at least 8 ablations", name)

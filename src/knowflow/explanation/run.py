@@ -54,6 +54,7 @@ from knowflow.explanation.target import explained_span
 from knowflow.explanation.tokens import token_attribution
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
+from knowflow.lens.memory import check_budget, eval_bytes, inference_bytes, shape_of
 from knowflow.lens.scorer import score_continuations
 from knowflow.result import Result
 from knowflow.runs import Progress
@@ -90,6 +91,8 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     estimator_name = str(name) if isinstance(name, (str, Path)) and str(name) != \
         type(model).__name__ else getattr(model.config, "name_or_path", "") or str(name)
     est, method = resolve_estimator(model, estimator_name, cfg)
+    if cfg.max_memory is not None:
+        _check_memory(model, tokenizer, items, cfg)
     records = explain_items(model, tokenizer, items, cfg, answer, progress, est)
     config_dict = {"explain": True, "model": str(name),
                    **({"revision": source.revision} if source and source.revision else {}),
@@ -102,6 +105,21 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     config_dict["data"] = str(config_dict["data"]) if question is None else "context"
     return Result(records, summarize(records), config_dict, "explain",
                   seconds=time.perf_counter() - start)
+
+
+def _check_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig) -> None:
+    """--max-memory, before any work: the larger of a generation batch (`batch_size` prompts
+    of the longest item's length) and one trie scoring pass (a 2048-node chunk over up to
+    `score_tokens` cached prompt tokens, `lens._trie`)."""
+    longest = max(len(ids) for ids in encode(tokenizer, [rendered(it, tokenizer,
+                                                                  cfg.prompt_format)
+                                                         for it in items]))
+    shape = shape_of(model)
+    trie = inference_bytes(shape, 1, 2048, cached=cfg.score_tokens, dense_mask=True)
+    check_budget(shape, lambda rows: max(eval_bytes(shape, longest, cfg.max_new_tokens)(rows),
+                                         trie), cfg.batch_size, cfg.max_memory,
+                 what=f"prompts of up to {longest} tokens; trie passes of up to "
+                      f"{cfg.score_tokens} tokens (--set score_tokens=N)")
 
 
 def _report(progress: Progress | None, done: int, total: int, stage: str) -> None:

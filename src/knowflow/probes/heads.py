@@ -43,6 +43,7 @@ from knowflow.lens.heads import (
     last_position_sweep,
     log_odds_rows,
 )
+from knowflow.lens.memory import check_max_memory, prompt_rows
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.intercept import AttentionPlan, intercepted
@@ -59,6 +60,7 @@ class HeadsConfig:
     top: int = 10                            # heads listed per side in the summary
     prompt_format: str = "auto"              # how items are rendered (as `knowflow eval`)
     batch_size: int = 64                     # variant rows per forward pass
+    max_memory: float | None = None          # GiB: fewer rows per pass where 64 would not fit
     n_bootstrap: int = 1000
     seed: int = 0
 
@@ -76,6 +78,7 @@ class HeadsConfig:
         for name in ("top", "batch_size", "n_bootstrap"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
+        check_max_memory(self.max_memory)
 
 
 @dataclass(frozen=True)
@@ -185,8 +188,9 @@ def heads(model, tokenizer, items: Sequence[ConflictItem], cfg: HeadsConfig = He
     records: list[dict] = []
     with intercepted(model) as layer_of:
         for i, p in enumerate(prompts):
-            odds, effects = head_effects(model, p, cfg.ablations, mean, cfg.batch_size,
-                                         layer_of)
+            odds, effects = head_effects(model, p, cfg.ablations, mean,
+                                         prompt_rows(model, len(p.ids), cfg.batch_size,
+                                                     cfg.max_memory), layer_of)
             hidden, z = base[i]
             pred = int(model.get_output_embeddings()(hidden.to(
                 model.get_output_embeddings().weight)).argmax())

@@ -25,6 +25,7 @@ import torch
 
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
+from knowflow.lens.memory import prompt_rows
 from knowflow.lens.prefix import Prefix
 from knowflow.probes.common import check_heads, check_layers, window
 from knowflow.probes.examples import ProbeExample
@@ -41,6 +42,7 @@ class KnockoutConfig:
     heads: tuple[int, ...] = ()                       # heads to cut; empty = all heads
     layers: tuple[int, ...] = ()                      # window centres; empty = every layer
     batch_size: int = 128                             # variant rows per forward pass
+    max_memory: float | None = None                   # GiB: fewer rows where 128 won't fit
     shared_prefix: bool = True                        # share the prompt prefix's KV cache
     known_only: bool = True                           # probe only facts the model gets right
     spare_first: bool = False                         # never cut edges to position 0 (a sink)
@@ -161,7 +163,8 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
 
     with intercepted(model) as layer_of:
         def probs(loc: Located, target: int, chosen: list[KnockoutVariant]) -> torch.Tensor:
-            return knockout_probs(model, loc, target, chosen, cfg.heads, cfg.batch_size,
+            rows = prompt_rows(model, loc.last + 1, cfg.batch_size, cfg.max_memory)
+            return knockout_probs(model, loc, target, chosen, cfg.heads, rows,
                                   cfg.shared_prefix, layer_of)
 
         return sweep(model, tokenizer, examples, cfg.known_only, "knockout", ((), None),

@@ -37,6 +37,7 @@ from knowflow.lens.arch import model_window
 from knowflow.lens.checks import check_pad_token
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
+from knowflow.lens.memory import check_max_memory, check_step_memory
 from knowflow.runs import Progress
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
 from knowflow.train.resume import check_checkpoints
@@ -68,6 +69,7 @@ class SFTJobConfig:
     # TrainingArguments.report_to: the Trainer's loggers (tensorboard, wandb, ... or none),
     # which receive the training loss and the tracker's numbers
     report_to: tuple[str, ...] = ()
+    max_memory: float | None = None  # GiB for weights + one training step (lens.memory)
     sft: SFTConfig = field(default_factory=SFTConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     track: TrackerConfig = field(default_factory=TrackerConfig)
@@ -89,6 +91,7 @@ class SFTJobConfig:
         require(self.track_items in ("auto", "heldout", "suites"), "track_items",
                 f"{self.track_items!r} is not one of auto, heldout, suites")
         check_report_to(self.report_to)
+        check_max_memory(self.max_memory)
         require(self.track.prompt_format == self.sft.prompt_format, "track.prompt_format",
                 f"{self.track.prompt_format!r} differs from sft.prompt_format "
                 f"{self.sft.prompt_format!r}: track in the layout you train in")
@@ -201,6 +204,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if not (out_dir / "data.jsonl").exists():  # resumed: the rows it started with, as they are
         save_instructions(out_dir / "data.jsonl", rows)
     encoded, dropped = encode_all(tokenizer, rows, cfg.sft.prompt_format, cfg.sft.max_length)
+    if cfg.max_memory is not None and encoded:
+        check_step_memory(model, max(len(r["input_ids"]) for r in encoded), cfg.sft.batch_size,
+                          cfg.sft.train == "full", cfg.max_memory)
     if dropped:
         log.warning("%d of %d examples are longer than sft.max_length=%d tokens and were "
                     "left out", len(dropped), len(rows), cfg.sft.max_length)

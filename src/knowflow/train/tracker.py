@@ -46,6 +46,7 @@ from knowflow.data.tables import parse_fields
 from knowflow.errors import ConfigError
 from knowflow.evaluation.items import evaluate_items
 from knowflow.evaluation.options import EvalConfig
+from knowflow.lens.batching import dist_rank, gather, shard
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
 from knowflow.schema import named_curve
@@ -162,31 +163,6 @@ class TrackerConfig:
                    batch_size=self.batch_size).validate()
 
 
-def _dist() -> tuple[int, int]:
-    """(rank, world size); (0, 1) outside torch.distributed."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _shard(items: Sequence, rank: int, world: int) -> tuple[list, int]:
-    """This rank's equal-length share (padded by repeating its last item) and how many of
-    its entries are real. Equal lengths keep collective forwards (FSDP) in step."""
-    per = -(-len(items) // world)
-    mine = list(items[rank * per:(rank + 1) * per])
-    real = len(mine)
-    pad = mine[-1] if mine else items[-1]
-    return mine + [pad] * (per - real), real
-
-
-def _gather(values: list, real: int, world: int) -> list:
-    if world == 1:
-        return values[:real]
-    parts: list = [None] * world
-    torch.distributed.all_gather_object(parts, (values, real))
-    return [v for vals, n in parts for v in vals[:n]]
-
-
 def _replace_folder(target: Path, tmp: Path) -> None:
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -244,7 +220,7 @@ class RelianceTracker(EvalCallback):
             return self._measure(model)
 
     def _measure(self, model) -> dict:
-        rank, world = _dist()
+        rank, world = dist_rank()
         ecfg = EvalConfig(scoring=self.cfg.scoring, prompt_format=self.cfg.prompt_format,
                           known_filter=False, batch_size=self.cfg.batch_size)
         mode = "generate" if self.cfg.scoring == "generate" else "loglik"
@@ -253,7 +229,7 @@ class RelianceTracker(EvalCallback):
         for name, items in self.items.items():
             if not items:
                 continue
-            mine, real = _shard(items, rank, world)
+            mine, real = shard(items, rank, world)
             fused = self.one_pass and self.cfg.scoring == "loglik" and self.cfg.attention
             if fused:  # one prompt pass gives both the choice and the attention mass
                 recs, item_mass = loglik_and_attention(model, self.tokenizer, mine, ecfg)
@@ -265,12 +241,12 @@ class RelianceTracker(EvalCallback):
             else:
                 hits = [(r["generate"]["counterfactual"], r["generate"]["parametric"])
                         for r in recs]
-            hits = _gather(hits, real, world)
+            hits = gather(hits, real, world)
             cf = [float(h[0]) for h in hits]
             par = [float(h[1]) for h in hits]
             block = {"n": len(cf), "cf_acc": sum(cf) / len(cf), "param_acc": sum(par) / len(par)}
             if self.cfg.scoring == "both":  # generation too, as cf_acc_gen / param_acc_gen
-                gen = _gather([(r["generate"]["counterfactual"], r["generate"]["parametric"])
+                gen = gather([(r["generate"]["counterfactual"], r["generate"]["parametric"])
                                for r in recs], real, world)
                 block["cf_acc_gen"] = sum(float(h[0]) for h in gen) / len(gen)
                 block["param_acc_gen"] = sum(float(h[1]) for h in gen) / len(gen)
@@ -278,7 +254,7 @@ class RelianceTracker(EvalCallback):
             if self.cfg.attention:
                 means = [m for m in item_mass[:real] if m is not None] if fused else \
                     self._attention_pass(model, recs, mine, real)
-                means = _gather(means, len(means), world)
+                means = gather(means, len(means), world)
                 if means:
                     block["attn_context"] = float(torch.tensor(means).mean())
                     masses += means
@@ -326,7 +302,7 @@ class RelianceTracker(EvalCallback):
     def _save_peak(self, model) -> None:
         target = self.out_dir / "peak"
         tmp = target.with_name(f".{target.name}.tmp")
-        rank, world = _dist()
+        rank, world = dist_rank()
         if self.trainer is not None:  # handles FSDP/DeepSpeed state gathering; all ranks
             self.trainer.save_model(str(tmp))
         elif rank == 0:
