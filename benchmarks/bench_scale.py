@@ -60,9 +60,15 @@ CONFIGS: dict[str, dict] = {
                                        "original_max_position_embeddings": 8192}),
 }
 JOBS = ("eval-loglik", "eval-generate", "explain", "knockout", "heads", "sft")
+# The peer each job is timed against, where one exists (same model object, same items):
+# lm-eval's HFLM.loglikelihood on knowflow's exported prompts and continuations; ContextCite
+# (12 ablations, batch 4, its own greedy 8-token answer) for explain's 8 + 4 held-out subsets;
+# a plain transformers Trainer with the same peft LoRA, data and steps, without the tracker.
+PEERS = {"eval-loglik": "lmeval-loglik", "explain": "contextcite", "sft": "trainer-sft"}
+ALL_JOBS = JOBS + tuple(PEERS.values())
 ITEMS = {"eval-loglik": 4, "eval-generate": 2, "explain": 1, "knockout": 1, "heads": 1,
-         "sft": 2}
-UNIT = {"sft": "step"}
+         "sft": 10, "lmeval-loglik": 4, "contextcite": 1, "trainer-sft": 10}
+UNIT = {"sft": "step", "trainer-sft": "step"}
 
 
 def build_model(name: str):
@@ -132,19 +138,92 @@ def run_job(job: str, model, tok, items, context: int, n: int):
 
         heads(model, tok, items[:n], HeadsConfig(ablations=("zero",), rank_by="zero",
                                                  n_bootstrap=10))
-    elif job == "sft":
-        from knowflow.data.facts import Instruction
-        from knowflow.data.instruction_rows import encode_all
-        from knowflow.train.sft import SFTConfig, train_model
-
-        rows = [Instruction(instruction=it.question, input=it.context,
-                            output=it.counterfactual_answer) for it in items]
-        data, _ = encode_all(tok, rows, "chat", context + 128)
-        cfg = SFTConfig(steps=n, batch_size=1, save_every=10_000, max_length=context + 128)
-        with tempfile.TemporaryDirectory() as tmp:
-            train_model(model, tok, data, cfg, Path(tmp))
+    elif job in ("sft", "trainer-sft"):
+        run_sft(job, model, tok, items, context, n)
+    elif job == "lmeval-loglik":
+        run_lmeval(model, tok, items[:n])
+    elif job == "contextcite":
+        run_contextcite(model, tok, items[:n])
     else:
         raise SystemExit(f"unknown job {job!r} (known: {', '.join(JOBS)})")
+
+
+def sft_rows(tok, items, context: int):
+    from knowflow.data.facts import Instruction
+    from knowflow.data.instruction_rows import encode_all
+
+    rows = [Instruction(instruction=it.question, input=it.context,
+                        output=it.counterfactual_answer) for it in items]
+    return encode_all(tok, rows, "chat", context + 128)[0]
+
+
+def run_sft(job: str, model, tok, items, context: int, n: int) -> None:
+    """`n` LoRA steps of batch 1 at the context length: knowflow's train_model with the
+    reliance tracker (every 5 steps, and at 0 and the end, on 2 of the long items), or a
+    plain transformers Trainer with the same LoRA (knowflow's per-family targets), learning
+    rate and data, no tracker."""
+    from knowflow.train.sft import SFTConfig, train_model
+
+    data = sft_rows(tok, items, context)
+    cfg = SFTConfig(steps=n, batch_size=1, save_every=10_000, max_length=context + 128)
+    with tempfile.TemporaryDirectory() as tmp:
+        if job == "sft":
+            from knowflow.train.tracker import RelianceTracker, TrackerConfig
+
+            tracker = RelianceTracker(tok, TrackerConfig(every=5, batch_size=2, dtype="float32"),
+                                      tmp, items={"scale": items[:2]})
+            train_model(model, tok, data, cfg, Path(tmp), [tracker])
+            return
+        from peft import LoraConfig, get_peft_model
+        from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+        from knowflow.lens.adapt import lora_targets
+
+        lora = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                                                target_modules=list(lora_targets(model)),
+                                                lora_dropout=0.0, task_type="CAUSAL_LM"))
+        args = TrainingArguments(output_dir=tmp, max_steps=n, per_device_train_batch_size=1,
+                                 learning_rate=cfg.lr, lr_scheduler_type="constant",
+                                 save_strategy="no", report_to=[], use_cpu=True,
+                                 logging_strategy="no", disable_tqdm=True)
+        Trainer(model=lora, args=args, train_dataset=list(data),
+                data_collator=DataCollatorForSeq2Seq(tok, padding=True,
+                                                     label_pad_token_id=-100)).train()
+
+
+def run_lmeval(model, tok, items) -> None:
+    """lm-eval's HF wrapper scoring knowflow's two continuations after knowflow's chat prompt
+    (`knowflow export lm-eval`'s documents), batch 4 as knowflow's side."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from knowflow.evaluation.lm_eval_task import task_docs
+
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=4)
+    requests = [Instance(request_type="loglikelihood", doc=doc, arguments=(doc["prompt"], c),
+                         idx=k) for doc in task_docs(items, tok, "chat")
+                for k, c in enumerate(doc["choices"])]
+    lm.loglikelihood(requests, disable_tqdm=True)
+
+
+def run_contextcite(model, tok, items) -> None:
+    """ContextCite on each item: its own greedy 8-token answer, then 12 ablations (as many
+    forward passes as knowflow's 8 subsets + 4 held out), batch 4, attributions fitted."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_explain import _contextcite  # ContextCite with knowflow's offline splitter
+    from knowflow.data.prompts import PromptConfig, qa_instruction
+
+    citer, partitioner = _contextcite()
+    for it in items:
+        side, tok.padding_side = tok.padding_side, "left"
+        try:
+            cc = citer(model, tok, it.context, qa_instruction(it, PromptConfig()),
+                       partitioner=partitioner(it.context), num_ablations=12, batch_size=4,
+                       generate_kwargs={"max_new_tokens": 8, "min_new_tokens": 8,
+                                        "do_sample": False})
+            cc.get_attributions(verbose=False)
+        finally:
+            tok.padding_side = side
 
 
 def cell(name: str, job: str, context: int, threads: int, items: int | None = None) -> dict:
@@ -153,20 +232,21 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
 
     torch.set_num_threads(threads)
     model, tok = build_model(name)
+    built_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     params = sum(p.numel() for p in model.parameters())
     n = items or ITEMS[job]
     items = long_items(tok, max(n, 2), context)
     prompt_tokens = len(tok(items[0].context)["input_ids"])
-    warm = model if job != "sft" else build_model(name)[0]  # sft wraps its model in LoRA
-    run_job(job, warm, tok, items, context, 1)
-    del warm
+    if "sft" not in job:  # warm-up on an unpadded item; sft wraps its model in LoRA, so
+        # it has none (a second copy would count in peak memory): its n steps amortize step 1
+        run_job(job, model, tok, long_items(tok, 2, 0), context, 1)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     run_job(job, model, tok, items, context, n)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return dict(model=name, job=job, context=context, params=params, n=n,
                 context_tokens=prompt_tokens, cpu_s=cpu / n, wall_s=wall / n,
                 peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                weights_mib=params * 4 / 2**20)
+                built_mib=built_mib, weights_mib=params * 4 / 2**20, threads=threads)
 
 
 def fit_exponent(xs: list[float], ys: list[float]) -> float | None:
@@ -179,29 +259,83 @@ def fit_exponent(xs: list[float], ys: list[float]) -> float | None:
     return cov / sum((a - mx) ** 2 for a in lx)
 
 
+def _one_n(rows: list[dict]) -> list[dict]:
+    """Per (model, job, context) the row with the job's default item count (else the first):
+    the size and context axes compare like with like."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["model"], r["job"], r["context"])
+        if key not in out or r["n"] == ITEMS.get(r["job"]):
+            out[key] = r
+    return list(out.values())
+
+
+def exponents(rows: list[dict]) -> list[str]:
+    """Fitted log-log slopes: per job, CPU s and peak RSS against parameters (at each
+    context), against context tokens (per model), and total CPU s against items."""
+    lines = []
+    for job in dict.fromkeys(r["job"] for r in rows):
+        sub = [r for r in rows if r["job"] == job]
+        one = _one_n(sub)
+        for ctx in sorted({r["context"] for r in one}):
+            at = [r for r in one if r["context"] == ctx]
+            a = fit_exponent([r["params"] for r in at], [r["cpu_s"] for r in at])
+            m = fit_exponent([r["params"] for r in at], [r["peak_mib"] for r in at])
+            if a is not None:
+                lines.append(f"{job}: context {ctx}, {len(at)} sizes: cpu s ~ params^{a:.2f}; "
+                             f"peak RSS ~ params^{m:.2f}")
+        for name in dict.fromkeys(r["model"] for r in one):
+            at = [r for r in one if r["model"] == name]
+            b = fit_exponent([r["context_tokens"] for r in at], [r["cpu_s"] for r in at])
+            m = fit_exponent([r["context_tokens"] for r in at], [r["peak_mib"] for r in at])
+            extra = fit_exponent([r["context_tokens"] for r in at],
+                                 [max(1.0, r["peak_mib"] - r["built_mib"]) for r in at])
+            if b is not None:
+                lines.append(f"{job}: {name}, {len(at)} contexts: cpu s ~ context^{b:.2f}; "
+                             f"peak RSS ~ context^{m:.2f} (above the built model: "
+                             f"^{extra:.2f})")
+        for name, ctx in dict.fromkeys((r["model"], r["context"]) for r in sub):
+            at = [r for r in sub if r["model"] == name and r["context"] == ctx]
+            c = fit_exponent([r["n"] for r in at], [r["cpu_s"] * r["n"] for r in at])
+            if c is not None:
+                lines.append(f"{job}: {name} @{ctx}, {len(at)} item counts: total cpu s ~ "
+                             f"items^{c:.2f}")
+    return lines
+
+
+def ratios(rows: list[dict]) -> list[str]:
+    """knowflow / peer CPU and wall seconds per item, cell by cell (same model, context and
+    item count); under 1: knowflow is faster."""
+    lines = []
+    for r in rows:
+        peer_job = PEERS.get(r["job"])
+        peer = next((p for p in rows if p["job"] == peer_job and p["model"] == r["model"]
+                     and p["context"] == r["context"] and p["n"] == r["n"]), None)
+        if peer is not None:
+            lines.append(f"{r['job']} / {peer_job}: {r['model']} @{r['context']} n={r['n']}: "
+                         f"cpu {r['cpu_s'] / peer['cpu_s']:.2f}, wall "
+                         f"{r['wall_s'] / peer['wall_s']:.2f}, peak RSS "
+                         f"{r['peak_mib'] / peer['peak_mib']:.2f}")
+    return lines
+
+
 def report(rows: list[dict]) -> None:
     for job in dict.fromkeys(r["job"] for r in rows):
         sub = [r for r in rows if r["job"] == job]
         unit = UNIT.get(job, "item")
         print(f"\n== {job} (per {unit})")
-        print(f"{'model':14s} {'params':>7s} {'context':>8s} {'tokens':>7s} {'cpu s':>8s} "
-              f"{'wall s':>8s} {'peak MiB':>9s} {'weights':>8s}")
+        print(f"{'model':14s} {'params':>7s} {'context':>8s} {'tokens':>7s} {'n':>3s} "
+              f"{'cpu s':>8s} {'wall s':>8s} {'peak MiB':>9s} {'built':>6s} {'weights':>8s}")
         for r in sub:
             print(f"{r['model']:14s} {r['params'] / 1e6:6.0f}M {r['context']:8d} "
-                  f"{r['context_tokens']:7d} {r['cpu_s']:8.2f} {r['wall_s']:8.2f} "
-                  f"{r['peak_mib']:9.0f} {r['weights_mib']:8.0f}")
-        for ctx in sorted({r["context"] for r in sub}):
-            at = [r for r in sub if r["context"] == ctx]
-            a = fit_exponent([r["params"] for r in at], [r["cpu_s"] for r in at])
-            m = fit_exponent([r["params"] for r in at], [r["peak_mib"] for r in at])
-            if a is not None:
-                print(f"  context {ctx}: cpu s ~ params^{a:.2f}; peak memory ~ params^{m:.2f}")
-        for name in dict.fromkeys(r["model"] for r in sub):
-            at = [r for r in sub if r["model"] == name]
-            b = fit_exponent([r["context_tokens"] for r in at], [r["cpu_s"] for r in at])
-            m = fit_exponent([r["context_tokens"] for r in at], [r["peak_mib"] for r in at])
-            if b is not None:
-                print(f"  {name}: cpu s ~ context^{b:.2f}; peak memory ~ context^{m:.2f}")
+                  f"{r['context_tokens']:7d} {r['n']:3d} {r['cpu_s']:8.2f} {r['wall_s']:8.2f} "
+                  f"{r['peak_mib']:9.0f} {r['built_mib']:6.0f} {r['weights_mib']:8.0f}")
+    print("\n== exponents (log-log least squares)")
+    for line in exponents(rows):
+        print("  " + line)
+    print("\n== knowflow / peer")
+    for line in ratios(rows):
+        print("  " + line)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -210,24 +344,26 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = _one_n(rows)
     jobs = list(dict.fromkeys(r["job"] for r in rows))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     for job in jobs:
+        style = "s--" if job in PEERS.values() else "o-"
         for ctx in sorted({r["context"] for r in rows}):
             at = sorted((r for r in rows if r["job"] == job and r["context"] == ctx),
                         key=lambda r: r["params"])
-            if at:
+            if len(at) > 1:
                 x = [r["params"] for r in at]
-                axes[0][0].plot(x, [r["cpu_s"] for r in at], "o-", label=f"{job} @{ctx}")
-                axes[1][0].plot(x, [r["peak_mib"] for r in at], "o-", label=f"{job} @{ctx}")
+                axes[0][0].plot(x, [r["cpu_s"] for r in at], style, label=f"{job} @{ctx}")
+                axes[1][0].plot(x, [r["peak_mib"] for r in at], style, label=f"{job} @{ctx}")
         for name in dict.fromkeys(r["model"] for r in rows):
             at = sorted((r for r in rows if r["job"] == job and r["model"] == name),
                         key=lambda r: r["context_tokens"])
-            if at:
+            if len(at) > 1:
                 x = [r["context_tokens"] for r in at]
-                axes[0][1].plot(x, [r["cpu_s"] for r in at], "o-", label=f"{job} {name}")
-                axes[1][1].plot(x, [r["peak_mib"] for r in at], "o-", label=f"{job} {name}")
-    titles = [["CPU s per item vs parameters", "CPU s per item vs context tokens"],
+                axes[0][1].plot(x, [r["cpu_s"] for r in at], style, label=f"{job} {name}")
+                axes[1][1].plot(x, [r["peak_mib"] for r in at], style, label=f"{job} {name}")
+    titles = [["CPU s per item (sft: per step) vs parameters", "CPU s per item vs context tokens"],
               ["peak RSS (MiB) vs parameters", "peak RSS (MiB) vs context tokens"]]
     for i in range(2):
         for j in range(2):
@@ -235,23 +371,78 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(titles[i][j], fontsize=10)
-            ax.legend(fontsize=6)
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=6)
+    fig.suptitle("knowflow jobs (solid) and peers (dashed): random-weight real-shape models, "
+                 "1 CPU thread", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
+
+
+# The grid `--grid cpu` runs on a 2-core CPU in about an hour; it splits into two halves
+# (`cpu-size`, `cpu-context`) to run side by side, one model of 1B shape in memory at a time.
+# cpu-size: the four shapes at 256 tokens, each job beside its peer, then knockout, heads and
+# generation. cpu-context: SmolLM2-135M's shape at 1k and 2k tokens, then 256 for the jobs
+# without a peer, then the item-count axis. sft: 3 steps where a step costs a minute (the peer
+# gets as many); per-step figures compare like with like.
+SIZES = tuple(CONFIGS)
+CORE = ("eval-loglik", "lmeval-loglik", "sft", "trainer-sft", "explain", "contextcite")
+PROBES = ("knockout", "heads", "eval-generate")
+
+
+def cpu_grid(part: str) -> list[tuple[str, str, int, int]]:
+    cells = []
+    if part in ("cpu", "cpu-size"):
+        steps = {"smollm2-135m": 10, "smollm2-360m": 10, "qwen2.5-0.5b": 3, "llama-3.2-1b": 3}
+        cells += [(name, job, 256, steps[name] if "sft" in job else ITEMS[job])
+                  for name in SIZES for job in CORE]
+        cells += [(name, job, 256, ITEMS[job]) for name in SIZES for job in PROBES]
+    if part in ("cpu", "cpu-context"):
+        # sft last: at 1k tokens a step costs minutes here
+        jobs = [j for j in CORE + PROBES if "sft" not in j]
+        cells += [("smollm2-135m", job, ctx, min(ITEMS[job], 2)) for ctx in (1024, 2048)
+                  for job in jobs]
+        for job, counts in (("eval-loglik", (1, 16)), ("lmeval-loglik", (1, 16)),
+                            ("explain", (3,)), ("contextcite", (3,))):
+            cells += [("smollm2-135m", job, 256, n) for n in counts]
+        cells += [("smollm2-135m", job, ctx, 3) for ctx in (1024, 2048)
+                  for job in ("sft", "trainer-sft")]
+    return cells
+
+
+def run_cell(cell_spec: tuple[str, str, int, int], threads: int, timeout: int) -> dict | str:
+    name, job, ctx, n = cell_spec
+    cmd = [sys.executable, __file__, "--cell", f"{name},{job},{ctx}", "--threads", str(threads),
+           "--items", str(n)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"over the {timeout} s cap, skipped"
+    if done.returncode != 0:
+        return "failed: " + " | ".join(done.stderr.strip().splitlines()[-3:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="smollm2-135m",
                     help=f"comma-separated, of {', '.join(CONFIGS)}")
-    ap.add_argument("--jobs", default="eval-loglik,explain", help=f"of {', '.join(JOBS)}")
+    ap.add_argument("--jobs", default="eval-loglik,explain", help=f"of {', '.join(ALL_JOBS)}")
     ap.add_argument("--contexts", default="256,1024", help="context tokens")
     ap.add_argument("--full", action="store_true",
-                    help="every model, job and context 256,1024,2048 (hours on a laptop CPU)")
-    ap.add_argument("--threads", type=int, default=2)
+                    help="every model, job, peer and context 256,1024,2048 (hours on a CPU)")
+    ap.add_argument("--grid", choices=["cpu", "cpu-size", "cpu-context"],
+                    help="a named grid (see cpu_grid)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=1, help="cells run at once (each its own "
+                    "process and --threads)")
     ap.add_argument("--plot", type=Path, help="write the log-log PNG here")
-    ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--rows", type=Path, help="append each cell's row here (JSON lines) as it "
+                    "completes; cells already there are not rerun")
+    ap.add_argument("--report", action="store_true", help="only print the tables of --rows")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    ap.add_argument("--stop-at", help="HH:MM (UTC): start no cell after this time")
     ap.add_argument("--items", type=int, help="items (sft: steps) per cell, instead of "
                                                f"each job's default {ITEMS}")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # model,job,context: run one cell here
@@ -260,39 +451,51 @@ def main() -> None:
         name, job, ctx = args.cell.split(",")
         print(json.dumps(cell(name, job, int(ctx), args.threads, args.items)))
         return
-    if args.full:
-        args.models, args.jobs = ",".join(CONFIGS), ",".join(JOBS)
-        args.contexts = "256,1024,2048"
-    models = [m.strip() for m in args.models.split(",")]
-    jobs = [j.strip() for j in args.jobs.split(",")]
-    contexts = [int(c) for c in args.contexts.split(",")]
-    for bad in [m for m in models if m not in CONFIGS] + [j for j in jobs if j not in JOBS]:
-        raise SystemExit(f"unknown model or job {bad!r}")
-    rows = []
-    for job in jobs:
-        for name in models:
-            for ctx in contexts:
-                cmd = [sys.executable, __file__, "--cell", f"{name},{job},{ctx}",
-                       "--threads", str(args.threads)] + (
-                           ["--items", str(args.items)] if args.items else [])
-                try:
-                    done = subprocess.run(cmd, capture_output=True, text=True,
-                                          timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    print(f"{name} {job} @{ctx}: over {args.timeout} s, skipped", flush=True)
-                    continue
-                if done.returncode != 0:
-                    tail = done.stderr.strip().splitlines()[-3:]
-                    print(f"{name} {job} @{ctx}: failed: {' | '.join(tail)}", flush=True)
-                    continue
-                row = json.loads(done.stdout.strip().splitlines()[-1])
-                rows.append(row)
-                print(f"{name} {job} @{ctx}: {row['cpu_s']:.2f} cpu s, {row['wall_s']:.2f} "
-                      f"wall s per {UNIT.get(job, 'item')}, peak {row['peak_mib']:.0f} MiB",
-                      flush=True)
+    done_rows = [json.loads(line) for line in args.rows.read_text().splitlines()
+                 if line.strip()] if args.rows and args.rows.exists() else []
+    if args.report:
+        report(done_rows)
+        if args.plot and done_rows:
+            plot(done_rows, args.plot)
+        return
+    if args.grid:
+        cells = cpu_grid(args.grid)
+    else:
+        if args.full:
+            args.models, args.jobs = ",".join(CONFIGS), ",".join(ALL_JOBS)
+            args.contexts = "256,1024,2048"
+        models = [m.strip() for m in args.models.split(",")]
+        jobs = [j.strip() for j in args.jobs.split(",")]
+        for bad in [m for m in models if m not in CONFIGS] + [j for j in jobs
+                                                              if j not in ALL_JOBS]:
+            raise SystemExit(f"unknown model or job {bad!r}")
+        cells = [(name, job, int(ctx), args.items or ITEMS[job]) for job in jobs
+                 for name in models for ctx in args.contexts.split(",")]
+    have = {(r["model"], r["job"], r["context"], r["n"]) for r in done_rows}
+    todo = [c for c in cells if c not in have]
+    rows = list(done_rows)
+    print(f"{len(cells)} cells, {len(cells) - len(todo)} already in {args.rows}", flush=True)
+
+    def one(spec):
+        if args.stop_at and time.strftime("%H:%M", time.gmtime()) >= args.stop_at:
+            return spec, f"not started (past --stop-at {args.stop_at})"
+        return spec, run_cell(spec, args.threads, args.timeout)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        for (name, job, ctx, n), row in pool.map(one, todo):
+            if isinstance(row, str):
+                print(f"{name} {job} @{ctx} n={n}: {row}", flush=True)
+                continue
+            rows.append(row)
+            if args.rows:
+                with args.rows.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            print(f"{name} {job} @{ctx} n={n}: {row['cpu_s']:.2f} cpu s, {row['wall_s']:.2f} "
+                  f"wall s per {UNIT.get(job, 'item')}, peak {row['peak_mib']:.0f} MiB "
+                  f"({time.strftime('%H:%M:%S', time.gmtime())})", flush=True)
     report(rows)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     if args.plot and rows:
         plot(rows, args.plot)
         print(f"\nplot: {args.plot}")

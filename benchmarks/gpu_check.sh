@@ -38,14 +38,16 @@ mkdir -p "$WORK/logs"
 if [[ $MODE == gpu ]]; then
     DEV=cuda; DTYPE=bfloat16; THREADS=()
     EVAL_LIMIT=32; REF_LIMIT=8; EXPLAIN_LIMIT=4; ABLATIONS=32; KO_LIMIT=16; HEADS_LIMIT=8
+    KO_WINDOW=9
     SFT_STEPS=20; SFT_BATCH=8; CURATE_ROWS=64
     "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
         echo "no CUDA GPU here: run benchmarks/gpu_check.sh --cpu for the CPU smoke test"; exit 1; }
 else
     # float32: bf16 matmuls on a CPU are slow and not what the GPU runs; the check then
     # compares float32 with float32 (it exercises the path; the bf16 tolerance is the GPU's).
-    DEV=cpu; DTYPE=float32; THREADS=(--threads "$(nproc)")
+    DEV=cpu; DTYPE=float32; THREADS=(--threads 1)
     EVAL_LIMIT=1; REF_LIMIT=1; EXPLAIN_LIMIT=1; ABLATIONS=8; KO_LIMIT=1; HEADS_LIMIT=1
+    KO_WINDOW=3  # the 4-layer random model: a window no wider than the model
     SFT_STEPS=2; SFT_BATCH=2; CURATE_ROWS=8
 fi
 
@@ -77,18 +79,21 @@ tok = AutoTokenizer.from_pretrained(model_folder("smollm2-135m-instruct"))
 # Llama-3.2-1B's config (vocabulary: SmolLM2's tokenizer's); CPU mode: a small Llama.
 shape = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
              num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-             rope_theta=500000.0, tie_word_embeddings=True,
+             rope_theta=500000.0, tie_word_embeddings=True, max_position_embeddings=131072,
              rope_scaling={"rope_type": "llama3", "factor": 32.0, "high_freq_factor": 4.0,
                            "low_freq_factor": 1.0, "original_max_position_embeddings": 8192})
 if mode == "cpu":
     shape = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4,
                  num_attention_heads=8, num_key_value_heads=2, head_dim=32,
-                 tie_word_embeddings=True)
-config = LlamaConfig(vocab_size=len(tok), max_position_embeddings=8192, rms_norm_eps=1e-5,
+                 tie_word_embeddings=True, max_position_embeddings=8192)
+config = LlamaConfig(vocab_size=len(tok), rms_norm_eps=1e-5,
                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                      pad_token_id=tok.pad_token_id, **shape)
 torch.manual_seed(0)
-model = LlamaForCausalLM(config)
+# initialised on the GPU in GPU mode (a 1B float32 init on the CPU takes a minute), saved
+# float32 so the CPU reference and the bf16 device run read the same weights
+with torch.device("cuda" if mode == "gpu" else "cpu"):
+    model = LlamaForCausalLM(config)
 model.save_pretrained(work / "random-model")
 tok.save_pretrained(work / "random-model")
 n = sum(p.numel() for p in model.parameters())
@@ -129,7 +134,7 @@ for M in smollm2 random; do
         --suite needle-cf --limit "$EXPLAIN_LIMIT" --levels source,sentences \
         --attribution ablation --ablations "$ABLATIONS" --holdout 4 --out "$WORK/$M-explain"
     job "$M probe knockout" "$KO_LIMIT" "$KF" probe knockout --model "$MODEL" "${D[@]}" \
-        --limit "$KO_LIMIT" --all --out "$WORK/$M-knockout"
+        --limit "$KO_LIMIT" --all --window "$KO_WINDOW" --out "$WORK/$M-knockout"
     job "$M probe heads" "$HEADS_LIMIT" "$KF" probe heads --model "$MODEL" "${D[@]}" \
         --suite cf-capitals --limit "$HEADS_LIMIT" --ablation zero --rank-by zero \
         --out "$WORK/$M-heads"
@@ -201,6 +206,7 @@ sys.exit(1 if bad else 0)
 EOF
 
 echo
+echo "total: ${SECONDS} s wall (setup, both models, every job and the check)"
 if [[ $FAILS -ne 0 ]]; then
     echo "gpu_check: $FAILS failure(s); logs were in $WORK/logs (removed on exit; rerun with"
     echo "  KEEP=1 to keep them)"
