@@ -74,7 +74,7 @@ def corrected_scores(scores: torch.Tensor, masks: torch.Tensor, targets: torch.T
                      strength: float = CORRECTION_STRENGTH) -> torch.Tensor:
     """(sentences,) the learned scores corrected by a few scored ablations: w = c s + d
     minimising |y - b - X w|^2 + strength * |d|^2 over the intercept b, the scale c and
-    the per-sentence corrections d, for the m masks X (m, sentences) and the answer's
+    the per-sentence corrections d (c >= 0), for the m masks X (m, sentences) and the answer's
     log-probabilities y under them (m,); s is scaled to max |s| = 1 first. The penalty does
     not grow with m: a few masks move the learned scores a little, many masks give the
     unpenalised linear surrogate."""
@@ -85,6 +85,11 @@ def corrected_scores(scores: torch.Tensor, masks: torch.Tensor, targets: torch.T
     penalty = torch.diag(torch.tensor([0.0, 0.0] + [strength] * n, dtype=torch.float64))
     gram = design.T @ design + penalty + 1e-9 * torch.eye(n + 2, dtype=torch.float64)
     beta = torch.linalg.solve(gram, design.T @ targets.double())                 # (2 + n,)
+    if beta[1] < 0:          # a few noisy masks must not flip the learned ranking: c >= 0
+        keep = [0] + list(range(2, n + 2))
+        sub = gram[keep][:, keep]
+        beta = torch.zeros(n + 2, dtype=torch.float64)
+        beta[keep] = torch.linalg.solve(sub, (design.T @ targets.double())[keep])
     return beta[1] * s + beta[2:]
 
 
