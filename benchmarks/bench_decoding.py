@@ -3,7 +3,7 @@ answers are (cut off, garbled, other), and log-likelihood counterfactual accurac
 
     python benchmarks/bench_decoding.py [--limit 24] [--suites all] [--threads 1]
         [--heads SPEC | --heads calibrate] [--out runs/bench_decoding]
-    python benchmarks/bench_decoding.py --merge OUT1 OUT2 ...     # print saved tables
+    python benchmarks/bench_decoding.py --merge OUT1 OUT2 ... [--heads x1]  # saved tables
 
 Suites, `--limit` held-out items each: the four built-in suites (cf-capitals without the dev
 countries), each phrasing of `cf-phrasing` on its test countries (`cf-phrasing:<phrasing>`),
@@ -155,8 +155,12 @@ def main() -> None:
                     help="print the table of earlier runs' --out folders and stop")
     args = ap.parse_args()
     if args.merge:
-        print_table([r for d in args.merge
-                     for r in json.loads((Path(d) / "table.json").read_text())["rows"]])
+        rows = [r for d in args.merge
+                for r in json.loads((Path(d) / "table.json").read_text())["rows"]]
+        if args.heads not in ("none", "calibrate") and not HeadSteering.parse(args.heads).heads:
+            rows += [{**r, "method": f"heads:{args.heads} (= greedy)"} for r in rows
+                     if r["method"] == "greedy"]
+        print_table(rows)
         return
     import torch
     torch.set_num_threads(args.threads)
