@@ -10,6 +10,7 @@ from knowflow.boundaries import (
     EVAL_SUMMARY,
     JSON_OBJECT,
     ExplainRecord,
+    ExplainSummary,
     HeadsSummary,
     ItemRecord,
     LmEvalSample,
@@ -135,6 +136,9 @@ def test_report_page_schemas_accept_what_the_pages_read():
     (ExplainRecord, {**CARD, "logprob_context": True}, "field 'logprob_context': must be a "
                                                        "number, got true"),
     (ExplainRecord, {**CARD, "topk_drop": {"1": None}}, "field 'topk_drop.1'"),
+    (ExplainSummary, {"verdicts": [1]}, "field 'verdicts': must be a JSON object, got a list"),
+    (ExplainSummary, {"sentences": {"lds": "x"}}, "field 'sentences.lds': must be a number"),
+    (ExplainSummary, {"mechanism": {"context": [1.0]}}, "field 'mechanism.top_sentence'"),
     (ItemRecord, {"suite": "s", "generate_counterfactual": True},
      "generate_counterfactual and generate_parametric come together"),
     (ItemRecord, {"suite": "s", "loglik_choice": [1]}, "field 'loglik_choice': must be a string"),
@@ -148,5 +152,6 @@ def test_result_schemas_follow_the_run_command():
     assert result_schemas("eval")["summary.json"] is EVAL_SUMMARY
     assert result_schemas("probe-heads")["summary.json"] is HeadsSummary
     assert result_schemas("explain")["records.jsonl"] is ExplainRecord
+    assert result_schemas("explain")["summary.json"] is ExplainSummary
     assert result_schemas("cpi-toy")["records.jsonl"] is JSON_OBJECT
     assert result_schemas(None)["summary.json"] is JSON_OBJECT

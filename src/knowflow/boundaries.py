@@ -201,6 +201,25 @@ class ExplainRecord(_Record):
         return self
 
 
+class SentenceScores(_Record):
+    lds: StrictFloat | None = None
+    hit_rate: StrictFloat | None = None
+
+
+class LayerCurves(_Record):
+    context: list[StrictFloat]
+    top_sentence: list[StrictFloat]
+
+
+class ExplainSummary(_Record):
+    """An explain run's `summary.json`, as its report page reads it (null: not measured)."""
+
+    verdicts: dict[str, Any] | None = None
+    agreement: StrictFloat | None = None
+    sentences: SentenceScores | None = None
+    mechanism: LayerCurves | None = None
+
+
 class LmEvalDoc(_Record):
     """The document of a task `knowflow export lm-eval` wrote (`task_docs`): an item's fields,
     its prompt and its two scored continuations (memorized, context)."""
@@ -237,8 +256,8 @@ EVAL_SUMMARY: TypeAdapter[dict[str, dict[str, Any]]] = TypeAdapter(dict[str, dic
 def result_schemas(command: str | None) -> dict[str, type[BaseModel] | TypeAdapter]:
     """The schema of each result file a finished run of `command` (its run.json's) may hold,
     as `knowflow report` reads it (a JSONL file's: of each line)."""
-    return {"summary.json": {"eval": EVAL_SUMMARY, "probe-heads": HeadsSummary}.get(
-                command, JSON_OBJECT),
+    return {"summary.json": {"eval": EVAL_SUMMARY, "probe-heads": HeadsSummary,
+                             "explain": ExplainSummary}.get(command, JSON_OBJECT),
             "items.jsonl": ItemRecord, "conditions.jsonl": ItemRecord,
             "records.jsonl": ExplainRecord if command == "explain" else JSON_OBJECT,
             "conditions.json": JSON_OBJECT}
