@@ -19,7 +19,8 @@ CAPTION = ("left to right: counterfactual accuracy (star: its peak), parametric 
            "the items scored at each step")
 SHOWN = {"findings", "cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
          "cf_acc_rise", "cf_acc_fall", "param_acc_start", "param_acc_final",
-         "attn_context_start", "attn_context_final", "final_step", "n_evaluations"}
+         "attn_context_start", "attn_context_final", "final_step", "n_evaluations",
+         "cf_acc_peak_interval", "cf_acc_final_interval", "interval", "n_items"}  # in the table
 
 
 def finding(records: list[dict]) -> str:
