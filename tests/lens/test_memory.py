@@ -150,3 +150,13 @@ def test_knockout_rows_sized_down_give_the_same_records(model_dir, tmp_path):
                                                         max_memory=budget))
     assert [r["rel_change"] for r in small] == pytest.approx([r["rel_change"] for r in full],
                                                               abs=1e-5)
+
+
+def test_explain_refused_before_anything_is_written(model_dir, tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["explain", "--model", str(model_dir), "--context",
+                                 "Paris is in Italy. The sky is green.", "--question",
+                                 "Where is Paris?", "--threads", "1", "--max-memory", "0.0001",
+                                 "--out", str(out)])
+    _refused(result, "--max-memory", "needs about", "even batch 1")
+    assert not out.exists()

@@ -118,6 +118,7 @@ def _check_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     trie = inference_bytes(shape, 1, 2048, cached=cfg.score_tokens, dense_mask=True)
     check_budget(shape, lambda rows: max(eval_bytes(shape, longest, cfg.max_new_tokens)(rows),
                                          trie), cfg.batch_size, cfg.max_memory,
+                 knob="--set batch_size=",
                  what=f"prompts of up to {longest} tokens; trie passes of up to "
                       f"{cfg.score_tokens} tokens (--set score_tokens=N)")
 

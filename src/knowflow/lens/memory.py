@@ -146,7 +146,8 @@ def check_budget(shape: Shape, activations: Callable[[int], int], batch: int,
     head = (f"needs about {gib(needed)} at batch {batch}{about}: weights {gib(shape.weights)}"
             f" + activations {gib(activations(batch))}; --max-memory {max_memory:g} GiB")
     if fits:
-        raise ConfigError(head, "--max-memory", f"try {knob} {fits} (about "
+        sep = "" if knob.endswith("=") else " "
+        raise ConfigError(head, "--max-memory", f"try {knob}{sep}{fits} (about "
                           f"{gib(shape.weights + activations(fits))}), or raise --max-memory")
     one = shape.weights + activations(1)
     raise ConfigError(head, "--max-memory",
