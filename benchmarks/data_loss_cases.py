@@ -1,5 +1,7 @@
-"""Issue 31's data-loss cases, rerun: each prints the command, its exit code, its one line,
-and whether the files that were there before are byte-for-byte still there.
+"""Issue 31's and issue 43's data-loss and trust cases, rerun: each prints the command, its
+exit code, its one line, and whether the files that were there before are byte-for-byte still
+there; the trust cases (a model folder's own code: an auto_map with stdin answering "y", a
+pickle as weights) also say whether the code ran (a marker file it would write).
 
     python benchmarks/data_loss_cases.py [--keep DIR]
 
@@ -148,8 +150,100 @@ def main() -> None:
     lost = [k for k in before if k not in after]
     print(f"- Ctrl-C during eval --out DIR (DIR: an earlier eval plus a file of the user's)\n"
           f"  exit {code}: {err[-1][:200] if err else ''}\n  files lost: {lost or 'none'}")
+    _issue43(root, m, ev, case)
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _trust_folders(root: Path) -> dict[str, Path]:
+    """Copies of the tiny model whose files would run code: a config.json auto_map (a model
+    type transformers lacks), a tokenizer_config.json auto_map (a tokenizer class it lacks),
+    and weights only as a pickle whose unpickling writes the marker."""
+    import pickle
+
+    marker = root / "code-ran.txt"
+    code = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+    made = {}
+    for name in ("remote-config", "remote-tokenizer", "pickle"):
+        made[name] = root / name
+        shutil.copytree(root / "model", made[name])
+    folder = made["remote-config"]
+    (folder / "custom.py").write_text(code + "from transformers import LlamaConfig\n"
+                                      "class C(LlamaConfig):\n    model_type = 'kf-custom'\n")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="kf-custom", auto_map={"AutoConfig": "custom.C"})
+    (folder / "config.json").write_text(json.dumps(config))
+    folder = made["remote-tokenizer"]
+    (folder / "custom.py").write_text(code + "from transformers import PreTrainedTokenizerFast"
+                                      "\nclass T(PreTrainedTokenizerFast):\n    pass\n")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="T", auto_map={"AutoTokenizer": [None, "custom.T"]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    folder = made["pickle"]
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload(marker)))
+    return made
+
+
+class _Payload:
+    """Unpickling it writes the marker (what a malicious pytorch_model.bin would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "the pickle ran"))
+
+
+def _issue43(root: Path, m: list[str], ev: list[str], case) -> None:
+    """Issue 43's cases: outputs recognised as runs only by run.json, every writer (CLI and
+    API) through the one output check, and no code from a model folder."""
+    print("\n## issue 43")
+    for parent, argv in (("eval", ev), ("probe-knockout", ["probe", "knockout", *m, "--limit",
+                                                            "2", "--window", "1"]),
+                         ("explain", ["explain", *m, "--context", "Zorb is the capital. It is old.",
+                                      "--question", "What is the capital?"])):
+        mine = root / parent / "mine"
+        mine.mkdir(parents=True)
+        (mine / "config.json").write_text('{"the user\'s": "own config"}\n')
+        (mine / "summary.json").write_text('{"the user\'s": "own summary"}\n')
+        case(f"{argv[0]} --out {parent}/mine (the user's config.json and summary.json, no "
+             "run.json)", [*argv, "--out", f"{parent}/mine"], mine)
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "knowflow_lmeval_loader.py").write_text("# the user's own loader\n")
+    case("export lm-eval --out tasks (the user's tasks/knowflow_lmeval_loader.py)",
+         ["export", "lm-eval", "--out", "tasks", "--suite", "cf-capitals", "--limit", "2",
+          "--prompt-format", "plain"], tasks)
+    d = root / "d"
+    d.mkdir()
+    shutil.copy(root / "good.jsonl", d / "curated.jsonl")
+    (d / "augmented.jsonl").write_text((root / "good.jsonl").read_text())
+    api = [("knowflow.curate(m, 'd/curated.jsonl').save('d')",
+            "knowflow.curate('model', 'd/curated.jsonl').save('d')"),
+           ("knowflow.augment('good.jsonl').save('d') (d holds the user's augmented.jsonl)",
+            "knowflow.augment('good.jsonl').save('d')"),
+           ("knowflow.curate(m, 'd/curated.jsonl').write('d/curated.jsonl')",
+            "knowflow.curate('model', 'd/curated.jsonl').write('d/curated.jsonl')")]
+    for name, call in api:
+        before = _files(d)
+        res = subprocess.run([sys.executable, "-c", "import knowflow\ntry:\n    " + call +
+                              "\nexcept knowflow.KnowflowError as e:\n    print('error:', e)"
+                              "\n    raise SystemExit(2)"], cwd=root, capture_output=True,
+                             text=True, timeout=600)
+        said = [line for line in res.stdout.splitlines() if line.startswith("error:")]
+        _report(name, res.returncode, said[-1] if said else res.stderr.strip()[-200:],
+                _files(d) == before)
+    marker = root / "code-ran.txt"
+    for name, folder in _trust_folders(root).items():
+        res = subprocess.run([EXE, *ev[:1], "--model", str(folder), *ev[3:], "--out",
+                              f"trust-{name}"], cwd=root, input="y\ny\ny\n",
+                             capture_output=True, text=True, timeout=600)
+        lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+        print(f"- echo y | knowflow eval --model <{name}>\n  exit {res.returncode}: "
+              f"{(lines[-1] if lines else '(no error line)')[:230]}\n  the folder's code "
+              f"ran (marker written): {'YES' if marker.exists() else 'no'}; output written: "
+              f"{'YES' if (root / f'trust-{name}').exists() else 'no'}")
 
 
 if __name__ == "__main__":

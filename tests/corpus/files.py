@@ -75,6 +75,8 @@ def write_inputs(root: Path) -> None:
     })
     files.update(_answer_text_files(item))
     (root / "mine").mkdir()
+    (root / "tasks").mkdir()  # the user's own lm-eval task folder (issue 43)
+    files["tasks/knowflow_lmeval_loader.py"] = "# the user's own loader\n"
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
     os.mkfifo(root / "fifo")

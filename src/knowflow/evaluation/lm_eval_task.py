@@ -113,6 +113,7 @@ def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: 
         prompt_format = resolve_format("auto", tokenizer)
     out = Path(out_dir)
     check_task_names(by_suite)
+    _check_not_users(out, [task_name(suite) for suite in by_suite])
     tasks: dict[str, Path] = {}
     with staged_dir(out) as stage:  # the folder gets all its files, or none
         atomic_write_text(stage / f"{LOADER}.py", _LOADER_SOURCE)
@@ -125,6 +126,32 @@ def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: 
                 loader=LOADER, data_file=f"{task}.jsonl"))
             tasks[task] = out / f"{task}.yaml"
     return tasks
+
+
+def _ours(path: Path) -> bool:
+    """Whether `path` is a file an earlier `knowflow export lm-eval` wrote (a re-export may
+    replace it): the loader by its first line, a task YAML by its header, a task's documents
+    when their YAML is ours."""
+    try:
+        if path.name == f"{LOADER}.py":
+            return path.read_text(encoding="utf-8").startswith(_LOADER_SOURCE.splitlines()[0])
+        if path.suffix == ".yaml":
+            return path.read_text(encoding="utf-8").startswith(_YAML.splitlines()[0][:30])
+    except (OSError, UnicodeDecodeError):
+        return False
+    return path.suffix == ".jsonl" and _ours(path.with_suffix(".yaml"))
+
+
+def _check_not_users(out: Path, tasks: list[str]) -> None:
+    """Refuse before writing when a file the export would write exists and is not one an
+    earlier export wrote (the user's own file of that name would be replaced)."""
+    names = [f"{LOADER}.py", *(f"{t}{ext}" for t in tasks for ext in (".yaml", ".jsonl"))]
+    for name in names:
+        path = out / name
+        if path.exists() and not _ours(path):
+            raise DataError(path, "exists and was not written by knowflow export lm-eval; the "
+                            "export would replace it", hint="give another --out folder, or "
+                            "move that file")
 
 
 def _logliks(path: Path, line: int, sample: dict) -> tuple[float, float]:
