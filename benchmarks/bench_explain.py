@@ -3,6 +3,7 @@
 
     python benchmarks/bench_explain.py --items 48 --long 24 --ablations 32,64 --threads 1
     python benchmarks/bench_explain.py --curve 10,40,100,200 --threads 1
+    python benchmarks/bench_explain.py --fit-estimators DIR --contexts 24 --fit-seeds 0,1
 
 Every method runs on the same model, items, prompt (the chat template over "Context: ...\\n\\n
 Question: ...\\nAnswer in a few words."), the same explained span (the model's greedy answer,
@@ -21,9 +22,11 @@ and top-3 drops (the fall of the log-probability when the top sentences are remo
 per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
 seconds to each method's. knowflow's ablation is the flat surrogate up to `hierarchy_above`
 sentences and hierarchical past it, as `knowflow explain` runs it; `learned` needs an
-estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without.
-AT2 (`pip install at2`) ships no estimator for SmolLM2 and its trainer needs its own task
-pipeline; it is not run here (knowflow's learned method is the same family of estimator).
+estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
+`--learned-ablations 0,8` also runs it corrected by 8 scored ablations. AT2 (`pip install -e
+'.[at2]'`) ships no estimator for SmolLM2: `--fit-estimators DIR` trains one with AT2's own
+classes on the same generated contexts and ablations as knowflow's (`at2_peer.py`), and
+`--at2 DIR/at2.pt` runs it.
 
 `--curve N,N,...` prints, per context of N sentences (one long item each), CPU seconds and
 peak resident memory of one explanation by knowflow ablation, knowflow learned and
