@@ -92,3 +92,28 @@ def test_curate_write_never_replaces_its_input(tmp_path, tiny_model_dir):
     assert data.read_bytes() == before
     kept, scores, _ = res.write(tmp_path / "kept.jsonl")
     assert kept.exists() and len(scores.read_text().splitlines()) == 2
+
+
+def test_a_run_over_an_earlier_run_holding_the_users_file_is_refused(tmp_path, tiny_model_dir):
+    """A new run replaces the whole folder of an earlier run of the same command, so a file
+    the user put inside that earlier run would go with it: refused before the model loads,
+    the earlier run and the user's file untouched. The earlier run's own files (run.json's
+    `files`) are replaced as before."""
+    out = tmp_path / "ev"
+    args = ["eval", "--model", str(tiny_model_dir), "--suite", "cf-capitals", "--limit", "2",
+            "--scoring", "loglik", "--threads", "1", "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    listed = json.loads((out / "run.json").read_text())["files"]
+    assert set(listed) == {p.name for p in out.iterdir() if p.name != ".knowflow.lock"}
+    assert runner.invoke(app, args).exit_code == 0  # its own files only: replaced
+    (out / "notes-inside.txt").write_text("mine")
+
+    def tree():
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+                if p.is_file()}
+
+    before = tree()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "notes-inside.txt" in result.output and "did not write" in result.output
+    assert tree() == before

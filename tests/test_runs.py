@@ -73,8 +73,8 @@ def test_a_failed_rerun_in_an_earlier_runs_folder_leaves_it_as_it_was(tmp_path):
     out = tmp_path / "out"
     with start_run({"a": 1}, "eval", out_dir=out) as first:
         first.write_records(ITEMS, [{"x": 0}])
-    (out / "figures").mkdir()
-    (out / "figures" / "old.png").write_bytes(b"png")
+        (first.path / "figures").mkdir()  # the run's own (run.json lists it)
+        (first.path / "figures" / "old.png").write_bytes(b"png")
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     for exc in (KeyboardInterrupt(), DataError("x", "late"), OSError(28, "No space left")):
         with pytest.raises(type(exc)), start_run({"a": 2}, "eval", out_dir=out) as run:

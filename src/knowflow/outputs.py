@@ -59,6 +59,25 @@ def run_command(run_dir: Path) -> str | None:
     return command if isinstance(command, str) and command else None
 
 
+def run_files(run_dir: Path) -> set[str] | None:
+    """The names a run wrote at its top level, as its `run.json` lists them (`files`, written
+    when the run completes), or None for a run that lists none (older runs)."""
+    try:
+        ident = json.loads((Path(run_dir) / IDENTITY).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    files = ident.get("files") if isinstance(ident, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return set(files)
+
+
+def own_files(run_dir: Path) -> list[str]:
+    """The top-level names in a run folder being completed (its lock aside): what `run.json`
+    lists as `files`."""
+    return sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK)
+
+
 def _regular_or_new(path: Path, what: str) -> None:
     """Outputs replace only regular files (never a device, a pipe or a socket)."""
     try:
@@ -97,6 +116,13 @@ def check_out_dir(path: str | Path, command: str, inputs=()) -> None:
             raise KnowflowError(f"{path}: the output folder holds a run of `{owner}`, not "
                                 f"of `{command}`", "give a new or empty folder; another "
                                 "command's run is never written over")
+        written = run_files(path)
+        foreign = sorted(p.name for p in held if written is not None and p.name not in written)
+        if foreign:  # a new run replaces the whole folder: these would go with the old one
+            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            raise KnowflowError(f"{path / foreign[0]}: the earlier run in {path} did not write "
+                                f"this{more}; a new run replaces the whole folder",
+                                "move your files out of the run folder, or give another --out")
     for given in inputs:
         if given is not None and Path(given).exists() and _inside(Path(given), path):
             raise KnowflowError(f"{given}: an input is inside the output folder {path}",

@@ -29,7 +29,15 @@ from typing import Any, Protocol
 from knowflow.boundaries import RunIdentity, read_checked
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
 from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json
-from knowflow.outputs import IDENTITY, check_out_dir, claim, config_hash, release, run_command
+from knowflow.outputs import (
+    IDENTITY,
+    check_out_dir,
+    claim,
+    config_hash,
+    own_files,
+    release,
+    run_command,
+)
 from knowflow.run_files import check_run_files, remove_stale_temps  # noqa: F401 (imported from here)
 from knowflow.staging import publish, remove, stage_dir
 
@@ -137,18 +145,25 @@ class RunFolder:
         target), a resumed or published one loses its in-progress mark; then the folder is
         let go."""
         if self.final is None and self.target is not None:
+            self._list_files()
             self.claimed = False
             self.path = publish(self.path, self.target, self.replace)
             self.target = None
         else:
             self._settle()
-            if _in_progress(self.path):
-                ident = read_json(self.path / IDENTITY)
-                atomic_write_json(self.path / IDENTITY,
-                                  {k: v for k, v in ident.items() if k != IN_PROGRESS})
+            self._list_files()
         _STAGED.pop(id(self), None)
         self.close()
         return self.path
+
+    def _list_files(self) -> None:
+        """`run.json` names what the run wrote (`files`; a later run over this folder is
+        refused while it holds anything else: the user's files are never replaced with it)
+        and loses its in-progress mark. A folder without `run.json` is left as it is."""
+        if not (self.path / IDENTITY).is_file():
+            return
+        ident = {k: v for k, v in read_json(self.path / IDENTITY).items() if k != IN_PROGRESS}
+        atomic_write_json(self.path / IDENTITY, {**ident, "files": own_files(self.path)})
 
     def checkpointed(self) -> None:
         """The run saved a complete checkpoint: a staged resumable run is published now,
