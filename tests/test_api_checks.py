@@ -54,3 +54,14 @@ def test_a_model_never_loaded_is_refused(meta_model, tok):
                  lambda: knowflow.probe(meta_model, SUITE, tokenizer=tok, limit=1)):
         with pytest.raises(knowflow.ConfigError, match="weights are on the meta device"):
             call()
+
+
+def test_result_load_and_run_experiment_refuse_arguments_of_the_wrong_type():
+    from knowflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="run_dir"):
+        knowflow.Result.load(5)
+    with pytest.raises(ConfigError, match="overrides"):
+        knowflow.run_experiment("cpi-toy", overrides=5)
+    with pytest.raises(ConfigError, match="key=value"):
+        knowflow.run_experiment("cpi-toy", overrides=[5])

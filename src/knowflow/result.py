@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from knowflow.config import flatten
-from knowflow.errors import DataError
+from knowflow.errors import ConfigError, DataError
 from knowflow.io import read_json, read_jsonl
 from knowflow.outputs import IDENTITY, LOCK, run_command
 from knowflow.runs import CONFIG, ITEMS, METRICS, RECORDS, SUMMARY, RunFolder, start_run
@@ -124,6 +124,9 @@ class Result:
     def load(cls, run_dir: str | Path) -> Result:
         """The Result a run folder holds, as the class its command returns (records,
         summary and config as written; a run without summary.json has an empty one)."""
+        if not isinstance(run_dir, (str, Path)):
+            raise ConfigError(f"a run folder's path is text or a Path, not "
+                              f"{type(run_dir).__name__} {run_dir!r}", "run_dir")
         run_dir = Path(run_dir)
         command = run_command(run_dir)
         if command is None:

@@ -83,8 +83,9 @@ def eval_cmd(
     trust_remote_code: TrustRemoteCodeOpt = False,
     offline: OfflineOpt = False,
     suite: Annotated[str | None, Opt(
-        help="Built-in suites, comma-separated: cf-capitals, cf-world, cf-bio, cf-quotes "
-             "(default: all four unless --data is given).")] = None,
+        help="Built-in suites, comma-separated: cf-capitals, cf-phrasing, cf-world, cf-bio, "
+             "cf-quotes, needle-cf, needle-agree, cf-numeric (default: all of them unless "
+             "--data is given).")] = None,
     data: Annotated[list[Path] | None, Opt(
         help="External file: JSON/JSONL (context, question, answer, memory_answer), "
              "MemoTrap CSV, or knowflow JSONL; or a hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] "

@@ -26,7 +26,8 @@ export_app = typer.Typer(add_completion=False, no_args_is_help=True,
 def lm_eval_cmd(
     out: Annotated[Path, typer.Option(help="Task folder to write (lm_eval --include_path).")],
     suite: Annotated[str | None, typer.Option(
-        help="Built-in suites, comma-separated (default: all four unless --data is given)."
+        help="Built-in suites, comma-separated (default: every built-in suite unless --data is "
+             "given)."
     )] = None,
     data: Annotated[list[Path] | None, typer.Option(
         help="External file, save_to_disk folder or hub dataset (hf:ORG/NAME), as for "

@@ -97,6 +97,12 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
     The Result's records are the run's metrics.jsonl (one per evaluation step).
     """
     exp = get_experiment(name)
+    if overrides is not None and not isinstance(overrides, (list, tuple, dict)):
+        raise ConfigError("give a list of 'key=value' strings (the CLI's --set) or a dict, got "
+                          f"{type(overrides).__name__} {overrides!r}", "overrides")
+    if isinstance(overrides, (list, tuple)) and not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("each override is a 'key=value' string (the CLI's --set)",
+                          "overrides")
     if resume:
         if overrides or fields or config is not None:
             raise ConfigError("--resume continues a run with its saved config",
