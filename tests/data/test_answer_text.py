@@ -44,7 +44,8 @@ def test_clean_answer_is_nfc_without_zero_width_or_control_characters():
 
 def test_words_ignore_zero_width_characters_and_agree_on_ascii_and_unicode():
     assert words("Par\u200bis") == ("paris",)
-    assert words("It's THE Big-Apple!") == ("its", "big", "apple")
+    assert words("It's THE Big-Apple!") == ("it", "big", "apple")  # a final 's goes
+    assert words("It\u2019s THE Big-Appl\u00e9!") == ("it", "big", "apple")
     assert words("Zu\u0308rich") == words("Z\u00fcrich") == ("zurich",)
     assert score_output("It is Pa\u200bris.", alternatives("Paris"), alternatives("Rome")) == \
         (True, False)
@@ -248,3 +249,16 @@ def test_an_answer_with_no_word_is_kept_for_loglik_and_left_out_by_generation(
         [v for k, v in res.summary.items() if k == "items"]
     assert suite["generate"]["n"] == 1 and suite["generate"]["n_skipped_equal_answers"] == 2
     assert suite["loglik"]["n"] == 3
+
+
+def test_a_name_in_the_possessive_still_names_it():
+    """"Michelangelo's most famous work is ..." names Michelangelo (issue 42: it was scored as
+    garbled); an apostrophe inside a name is only removed."""
+    from knowflow.evaluation.normalize import answers_present
+
+    sets = [alternatives("Michelangelo"), alternatives("Leonardo da Vinci")]
+    assert answers_present("Michelangelo's most famous work is David.", sets) == [True, False]
+    assert answers_present("MICHELANGELO\u2019S David", sets) == [True, False]
+    assert answers_present("Michelangelos David", sets) == [False, False]
+    assert words("O'Brien's book") == ("obrien", "book")
+    assert words("the students' books") == ("students", "books")

@@ -11,7 +11,8 @@ identical as written); answers equal only after generation's normalisation below
 " end.") stay distinct for log-likelihood scoring and are skipped by generation scoring alone.
 
 Comparing (`words`, what `evaluation.normalize` matches outputs with): NFKD with accents
-dropped, casefolded, apostrophes removed, other punctuation and zero-width characters turned
+dropped, casefolded, a word-final possessive 's dropped (Michelangelo's -> michelangelo),
+other apostrophes removed, other punctuation and zero-width characters turned
 into word breaks or removed, the articles a/an/the dropped, as SQuAD-style evaluation does. An
 answer whose words are none (only punctuation "???", only an article "The", only a zero-width
 space) could never be found in an output: `answer_problem` names it. The loader refuses an
@@ -32,6 +33,9 @@ ARTICLES = frozenset({"a", "an", "the"})
 ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
 _DROP = str.maketrans("", "", ZERO_WIDTH)
 _APOSTROPHES = re.compile(r"['\u2018\u2019\u02bc\u02bb`\u00b4]")
+# A word-final possessive 's (Michelangelo's -> michelangelo): a name in the possessive still
+# names it; elsewhere an apostrophe is only removed (O'Brien -> obrien).
+_POSSESSIVE = re.compile(r"(?<=[^\W_])['\u2019\u02bc]s(?![^\W_])")
 _ASCII_BREAK = re.compile(r"[^0-9a-z]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -51,13 +55,14 @@ def clean_answer(text: str) -> str:
 def words(text: str) -> Words:
     """The normalized word sequence of `text` (what generation scoring compares)."""
     if text.isascii():  # NFKD and accents change nothing, casefold is lower
-        text = _ASCII_BREAK.sub(" ", text.lower().replace("'", "").replace("`", ""))
+        text = _POSSESSIVE.sub("", text.lower())
+        text = _ASCII_BREAK.sub(" ", text.replace("'", "").replace("`", ""))
         return tuple(w for w in text.split() if w not in ARTICLES)
     text = text.translate(_DROP)
     for _ in range(2):  # casefolding can expose decompositions and vice versa
         text = unicodedata.normalize("NFKD", text).casefold()
     text = "".join(c for c in text if not unicodedata.combining(c))
-    text = _APOSTROPHES.sub("", text)
+    text = _APOSTROPHES.sub("", _POSSESSIVE.sub("", text))
     text = "".join(c if c.isalnum() else " " for c in text)
     return tuple(w for w in text.split() if w not in ARTICLES)
 

@@ -1,11 +1,11 @@
 """Answer normalization and presence matching for generation scoring.
 
 Text is compared as word sequences after Unicode NFKD (accents dropped), casefolding,
-removing apostrophes and zero-width characters, turning other punctuation into spaces and
-dropping the articles a/an/the, as SQuAD-style evaluation does (`data.answer_text.words`: the
-one answer-text rule, whose reading half the loader applies to every answer). An answer is
-present when one of its alternatives occurs as a contiguous word sequence (so "Rome" does not
-match "Romeo"). A gold answer may be
+dropping a word-final possessive 's, removing other apostrophes and zero-width characters,
+turning other punctuation into spaces and dropping the articles a/an/the, as SQuAD-style
+evaluation does (`data.answer_text.words`: the one answer-text rule, whose reading half the
+loader applies to every answer). An answer is present when one of its alternatives occurs as a
+contiguous word sequence (so "Rome" does not match "Romeo"). A gold answer may be
 compound — "A (x); B (y)" or "A or B" — and any alternative counts. When answers overlap
 ("New Cairo" / "Cairo"), a mention of the longer one does not count for the shorter:
 each answer's matches that lie strictly inside a longer match of a competing answer are ignored.
