@@ -46,27 +46,28 @@ def config_hash(run_dir: Path) -> str:
     return hashlib.sha256((Path(run_dir) / CONFIG).read_bytes()).hexdigest()
 
 
+def _identity(run_dir: Path) -> dict:
+    """`run.json` as written, or {} when it is missing or not a JSON object."""
+    try:
+        ident = json.loads((Path(run_dir) / IDENTITY).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return ident if isinstance(ident, dict) else {}
+
+
 def run_command(run_dir: Path) -> str | None:
     """The command that wrote run folder `run_dir` (an experiment's name, `eval`,
     `probe-<kind>`), or None if it is not a knowflow run. Only the marker knowflow writes
     (`run.json` naming the command) makes a folder a run: never its parent's name or a
     config.json that looks like one (a user's own files are never taken for a run)."""
-    try:
-        ident = json.loads((Path(run_dir) / IDENTITY).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    command = ident.get("command") if isinstance(ident, dict) else None
+    command = _identity(run_dir).get("command")
     return command if isinstance(command, str) and command else None
 
 
 def run_files(run_dir: Path) -> set[str] | None:
     """The names a run wrote at its top level, as its `run.json` lists them (`files`, written
     when the run completes), or None for a run that lists none (older runs)."""
-    try:
-        ident = json.loads((Path(run_dir) / IDENTITY).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    files = ident.get("files") if isinstance(ident, dict) else None
+    files = _identity(run_dir).get("files")
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         return None
     return set(files)
