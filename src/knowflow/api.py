@@ -77,8 +77,7 @@ def _model(model, tokenizer, device: str, dtype: str, source: ModelSource | None
     if isinstance(model, (str, Path)):
         loaded, tok = load_model(str(model), device=device, dtype=dtype, source=source)
         return loaded, tok, str(model)
-    check_loaded(model, tokenizer)
-    return model, tokenizer, type(model).__name__
+    return model, tokenizer, type(model).__name__  # checked by _check_args
 
 
 def _check_args(model=None, tokenizer=None, data=None, **texts) -> None:
