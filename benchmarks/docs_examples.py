@@ -323,8 +323,26 @@ def _mitigations(summary: dict) -> list[str]:
     return rows
 
 
+def _phase(summary: dict) -> list[str]:
+    """A phase study's falls (mean of the per-seed falls), theory and tiny model per
+    reliability row, `*` where the cell inverts."""
+    grids = summary["phase"]
+    shares = sorted({row["cs_share"] for row in grids["tiny"]})
+    rows = ["| delta_C / lookup reliability | model | "
+            + " | ".join(f"C+S {x:g}" if k == 0 else f"{x:g}" for k, x in enumerate(shares))
+            + " |", "|---" * (2 + len(shares)) + "|"]
+    for r in sorted({row["reliability"] for row in grids["tiny"]}):
+        for model, name in (("toy", "theory"), ("tiny", "tiny")):
+            cell = {row["cs_share"]: row for row in grids[model] if row["reliability"] == r}
+            rows.append(f"| {r:g} | {name} | " + " | ".join(
+                f"{cell[x]['fall_mean']:.3f}" + ("*" if cell[x]["inverts"] else "")
+                for x in shares) + " |")
+    return rows
+
+
 ARMS = ("mixed", "c_only", "filtered", "augmented", "qk_only", "lora", "dynamic")
-TABLES = {"inversion-tiny-per-seed": _per_seed, "inversion-tiny-mitigations": _mitigations}
+TABLES = {"inversion-tiny-per-seed": _per_seed, "inversion-tiny-mitigations": _mitigations,
+          "inversion-tiny-phase": _phase}
 
 
 def main(argv: list[str] | None = None) -> int:
