@@ -3,6 +3,8 @@ rise / fall of its records: inversion-smollm2 (per series), inversion-tiny (coun
 accuracy) and cpi-toy (M_C). Scripted records with a tied peak: the earliest step wins
 everywhere."""
 
+import pytest
+
 from knowflow.experiments.cpi_toy.experiment import trajectory_summary
 from knowflow.experiments.inversion_smollm2.experiment import curves
 from knowflow.experiments.inversion_tiny.curves import run_curve_summary as tiny_summary
@@ -58,3 +60,24 @@ def test_cpi_toy_summary_is_the_mc_curve():
     assert s["attn_ctx_at_mc_peak"] == 0.75 and s["steps"] == 30
     assert s["proj_theta_C_after_peak_negative_share"] == 1.0  # steps 20 and 30
     assert (s["value_conf_C+S_start"], s["value_conf_C+S_final"]) == (0.125, 0.25)
+
+
+def _tiny_records(cf: list[float]) -> list[dict]:
+    return [{"step": 10 * i, "cf_acc": v, "param_acc": 0.0, "c_acc": 1.0, "cs_acc": 1.0,
+             "recall_acc": 1.0, "attn_context_layers": [0.5], "attn_subject_layers": [0.2]}
+            for i, v in enumerate(cf)]
+
+
+def test_inversion_tiny_arm_fall_is_the_mean_of_the_seeds_own_falls():
+    from knowflow.experiments.inversion_tiny.curves import arm_summary
+
+    # seed 0 peaks at step 10 (fall 0.8 - 0.2 = 0.6), seed 1 at step 30 (fall 0.8 - 0.6 = 0.2):
+    # the arm's fall is 0.4; the seed-mean curve [0.1, 0.5, 0.45, 0.5, 0.4] falls only 0.1
+    arm = arm_summary({0: _tiny_records([0.0, 0.8, 0.4, 0.2, 0.2]),
+                       1: _tiny_records([0.2, 0.2, 0.5, 0.8, 0.6])}, {})
+    assert arm["fall_seeds"] == pytest.approx([0.6, 0.2])
+    assert arm["fall"] == pytest.approx(0.4)
+    assert arm["rise"] == pytest.approx((0.8 + 0.6) / 2)
+    assert arm["cf_acc_peak"] - arm["cf_acc_final"] == pytest.approx(arm["fall"])
+    assert arm["cf_acc_peak_step"] == 30  # the median seed's (upper of two)
+    assert arm["mean_curve_fall"] == pytest.approx(0.1)

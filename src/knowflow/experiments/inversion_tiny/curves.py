@@ -49,14 +49,25 @@ def _mean_of(values: list):
 
 
 def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dict:
-    """Seed-mean curve summary plus each seed's own start/peak/peak step/final, as lists in
-    seed order (`seeds`), so an arm stays one flat row of the report's table."""
-    out = run_curve_summary(mean_curve(list(per_seed.values())))
-    out["seeds"] = list(per_seed)
+    """An arm over seeds, as one flat row of the report's table, with each seed's own start,
+    peak, peak step, final, rise and fall as lists in seed order (`seeds`).
+
+    One definition of the fall everywhere: a seed's fall is its own peak - final, and the
+    arm's `fall` (and `rise`, `cf_acc_peak`) is the **mean over seeds** of the seeds' own
+    values, so that `cf_acc_peak - cf_acc_final == fall` holds in the row; `cf_acc_peak_step`
+    is the median seed's peak step. The other keys (accuracies at the end, attention mass)
+    are read from the seed-mean curve, whose own fall is kept as `mean_curve_fall`."""
+    curve = run_curve_summary(mean_curve(list(per_seed.values())))
     own = [run_curve_summary(recs) for recs in per_seed.values()]
+    out = dict(curve)
+    out["seeds"] = list(per_seed)
     for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
                 "fall"):
         out[f"{key}_seeds"] = [row[key] for row in own]
+    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_final", "rise", "fall"):
+        out[key] = _mean_of(out[f"{key}_seeds"])
+    out["cf_acc_peak_step"] = sorted(out["cf_acc_peak_step_seeds"])[len(own) // 2]
+    out["mean_curve_fall"] = curve["fall"]
     out["fall_ci95"] = schema.seed_interval(out["fall_seeds"])
     for key in sorted({k for extra in extras.values() for k in extra}):
         out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]

@@ -64,7 +64,8 @@ def cf_figure(arms: Curves):
                            alpha=0.35, zorder=2)
             line.set_gid(f"{name}/seed{seed}")
         top = max(range(len(mean)), key=mean.__getitem__)
-        fall = mean[top] - mean[-1]
+        own = [seed_series(recs, "cf_acc")[1] for recs in seeds.values()]
+        fall = sum(max(v) - v[-1] for v in own) / len(own)  # the summary's `fall`
         line, = a.plot(steps, mean, color=color, linewidth=2.6, zorder=3,
                        label=f"{name} ({len(seeds)} seeds): fall {fall:.2f}")
         line.set_gid(f"{name}/mean")
@@ -83,7 +84,8 @@ def cf_figure(arms: Curves):
     a.set_ylabel("counterfactual accuracy (answer = context)")
     a.set_ylim(-0.02, 1.15)
     a.set_title("held-out memorized subjects, context contradicts memory\n"
-                "thin: each seed; bold: seed mean; dot: peak of the mean", fontsize=10)
+                "thin: each seed; bold: seed mean; dot: peak of the mean; "
+                "fall: mean of the seeds' own falls", fontsize=10)
     if peaks or drawn:
         a.legend(fontsize=8, loc="lower right")
     return fig

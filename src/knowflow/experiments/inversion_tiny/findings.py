@@ -29,9 +29,9 @@ def findings(summary: dict) -> dict:
         out["verdict"] = (
             f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
             f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
-            f"falls {mixed['fall']:.2f} (seed means), meeting rise >= {TINY.rise} and fall >= "
-            f"{TINY.fall} on {k} of {n} seeds, while C-only finetuning falls "
-            f"{max(c_only['fall_seeds']):.2f} at most (< {TINY.no_fall} needed).")
+            f"falls {mixed['fall']:.2f} (means of the per-seed values), meeting rise >= "
+            f"{TINY.rise} and fall >= {TINY.fall} on {k} of {n} seeds, while C-only "
+            f"finetuning falls {max(c_only['fall_seeds']):.2f} at most (< {TINY.no_fall} needed).")
     for arm in TINY_MITIGATIONS:
         if mixed and summary.get(arm):
             row = summary[arm]
