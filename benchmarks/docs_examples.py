@@ -8,10 +8,21 @@
                              # already ran in DIR: keep their output, take figures and tables
 
 An example is a fenced block right after a marker line in a Markdown file:
-`<!-- docs-example: fast -->` or `<!-- docs-example: slow -->`. A shell block holds `$ knowflow
-...` lines (a `\\` continues one); each command runs (in a fresh temporary folder, the
+`<!-- docs-example: fast -->` (under about a minute of CPU: SmolLM2-135M or a tiny model, few
+items, one thread) or `<!-- docs-example: slow -->`. A shell block holds `$ knowflow ...`
+lines (a `\\` continues one); each command runs (in a fresh temporary folder that links the
+checkout's `benchmarks/` and `tests/`, so a command reads as typed in the checkout; the
 project's `.venv/bin` first on PATH, 150 columns) and its output replaces the lines up to the
-next `$` line. A `python` block is run statement by statement as a notebook would: the value of
+next `$` line. A command that exits non-zero stops the script (file, line, the output's tail)
+unless the command shows its exit code itself (`...; echo "exit $?"`), as a bad-input example
+does; a traceback in any output stops it too, so a broken example is never written into a
+page. `<!-- docs-file: NAME -->` before a fenced block writes that block's text to NAME in
+the page's folder before the next example runs: the file a tutorial asks the reader to save
+(`make_tiny.py`), the malformed file an error example reads; `<!-- docs-file: NAME < PAGE.md -->`
+(no block) writes the file PAGE.md saves under that name, for a page whose commands use a file
+another page makes (the tutorial's `make_tiny.py`).
+
+A `python` block is run statement by statement as a notebook would: the value of
 an expression statement and what a statement prints become the `# ` lines right after it (floats
 rounded to 3 places; the comment lines after a statement are output and are rewritten; a
 comment of the author's goes on the statement's own line or after a blank line).
@@ -22,8 +33,17 @@ above names (its `run directory:` or `results:` line):
 `<!-- docs-figure: figures/x.png -> docs/img/y.png -->` copies that run's figure into the docs;
 `<!-- docs-table: NAME summary.json -->` rebuilds the Markdown table below it from that run's
 file (NAME is one of `TABLES`); `<!-- docs-excerpt: FILE keep=REGEX -->` before a fenced block
-rebuilds it from FILE's first example: its `$` lines and the output lines REGEX matches, `...`
-for each gap (the README's headline is an excerpt of its experiment page).
+rebuilds it from FILE's first example with an output line REGEX matches: its `$` lines and
+those output lines, `...` for each gap (the README's headline is an excerpt of its experiment
+page; report.md's overlay, of the tutorial's last block).
+
+Every fenced block that shows a `$` command and its output carries one of these markers
+(tests/test_docs.py checks it), except on docs/findings/ pages: those are dated benchmark
+records, numbers measured at one time, commit and machine load by a benchmarks/ script, often
+for many minutes. Rerunning them would replace a record with another measurement, not correct
+it, so they are exempt; each of their output blocks carries
+`<!-- docs-record: YYYY-MM-DD, COMMIT, MACHINE -->` instead (when, at which commit and where it
+ran), which this script leaves alone.
 
 Timings (`12.3 s`, `0.5 s/it`, `0:00:08`), run folders' timestamps and temporary paths are
 masked when outputs are compared, so `--check` fails only on a real difference (a figure
@@ -49,11 +69,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER = re.compile(r"^<!-- docs-(example|figure|table|excerpt): (.+?) -->\s*$")
+MARKER = re.compile(r"^<!-- docs-(example|figure|table|excerpt|file|record): (.+?) -->\s*$")
 RUN_LINE = re.compile(r"^(run directory|results): (\S+)")
 WIDTH = 150
 _MASKS = ((re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
           (re.compile(r"\b\d+:\d\d:\d\d\b"), "<time>"),
+          (re.compile(r"\b\d+:\d\d<\d+:\d\d\b"), "<time>"),  # tqdm's elapsed<left
           (re.compile(r"\d{8}-\d{6}"), "<timestamp>"),
           (re.compile(r"/tmp/[\w./-]+"), "<tmp>"))
 
@@ -88,6 +109,11 @@ def mask(text: str) -> str:
     return text
 
 
+def _name(path: Path) -> str:
+    """`path` as the docs name it: relative to the checkout where it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def doc_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
@@ -105,8 +131,71 @@ def blocks(text: str) -> list[tuple[str, int, int, str]]:
     return out
 
 
-def run_shell(body: list[str], cwd: Path) -> list[str]:
-    """The block with each `$` command's output rerun."""
+class ExampleFailed(SystemExit):
+    """An example's command failed where the page does not show a failure."""
+
+
+def saved_file(text: str, name: str, where: str) -> str:
+    """The text of the block right after `text`'s first `<!-- docs-file: NAME -->` line."""
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        found = MARKER.match(line)
+        if found and found.groups() == ("file", name) and k + 1 < len(lines) \
+                and lines[k + 1].startswith("```"):
+            end = next(j for j in range(k + 2, len(lines)) if lines[j].startswith("```"))
+            return "\n".join(lines[k + 2:end]) + "\n"
+    raise ExampleFailed(f"docs-file {where}: no fenced block saved as {name!r} follows a "
+                        f"docs-file marker")
+
+
+RECORD = re.compile(r"^(on or before )?\d{4}-\d\d-\d\d [0-9a-f]{7,40}, \S")
+RECORD_PAGES = "docs/findings/"  # dated benchmark records: exempt from rerunning
+
+
+def output_blocks(text: str) -> list[tuple[int, str | None, str]]:
+    """(line of the fence, marker kind or None, marker argument) of each fenced block that
+    is not python and shows a `$` command followed by output (a line that is neither a `$`
+    line nor a command's `\\` continuation): what a reader takes for a command's output."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        if not lines[i].startswith("```"):
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")),
+                   len(lines))
+        shown, continued = False, False
+        for line in lines[i + 1:end]:
+            if line.startswith("$ "):
+                shown, continued = True, line.endswith("\\")
+            elif continued:
+                continued = line.endswith("\\")
+            elif shown and line.strip():
+                found = MARKER.match(lines[i - 1]) if i else None
+                if lines[i][3:].strip() != "python":
+                    out.append((i + 1, *(found.groups() if found else (None, ""))))
+                break
+        i = end + 1
+    return out
+
+
+def unmarked(path: Path) -> list[str]:
+    """What is wrong with `path`'s output blocks: outside docs/findings/ each must be an
+    example or an excerpt; on a findings page, a record that says when, at which commit and
+    on which machine it ran."""
+    name, problems = _name(path), []
+    record = name.startswith(RECORD_PAGES)
+    for line, kind, arg in output_blocks(path.read_text()):
+        if record and not (kind == "record" and RECORD.match(arg)):
+            problems.append(f"{name}:{line}: a findings block needs <!-- docs-record: "
+                            f"YYYY-MM-DD COMMIT, MACHINE -->")
+        elif not record and kind not in ("example", "excerpt"):
+            problems.append(f"{name}:{line}: command output without a docs-example marker")
+    return problems
+
+
+def run_shell(body: list[str], cwd: Path, where: str = "<block>") -> list[str]:
+    """The block with each `$` command's output rerun. `where` (FILE:LINE) names the block
+    when a command fails unexpectedly or prints a traceback."""
     out, i = [], 0
     env = {**os.environ, "COLUMNS": str(WIDTH), "PATH": f"{ROOT / '.venv' / 'bin'}:"
            f"{os.environ.get('PATH', '')}", "NO_COLOR": "1", "TERM": "dumb",
@@ -126,7 +215,13 @@ def run_shell(body: list[str], cwd: Path) -> list[str]:
         done = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, check=False)
         printed = done.stdout.rstrip("\n")
-        out += command + (printed.split("\n") if printed else [])
+        shows_exit = "$?" in shell
+        if (done.returncode and not shows_exit) or "Traceback (most recent call last)" in printed:
+            tail = "\n".join(printed.split("\n")[-15:])
+            raise ExampleFailed(f"docs-example {where}: `{shell}` exited {done.returncode}"
+                                + ("" if shows_exit else " (show it with `; echo \"exit $?\"` "
+                                   "if the failure is the example)") + f":\n{tail}")
+        out += command + ([line.rstrip() for line in printed.split("\n")] if printed else [])
     return out
 
 
@@ -221,6 +316,8 @@ class Pass:
         out: list[str] = []
         with tempfile.TemporaryDirectory(prefix="kf-docs-") as tmp:
             cwd, folder, i = Path(tmp), None, 0  # folder: None until a block ran above
+            for name in ("benchmarks", "tests"):
+                (cwd / name).symlink_to(ROOT / name)
             while i < len(lines):
                 found = MARKER.match(lines[i])
                 out.append(lines[i])
@@ -231,18 +328,25 @@ class Pass:
                 if kind == "example" and i < len(lines) and lines[i].startswith("```"):
                     end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
                     body, lang = lines[i + 1:end], lines[i][3:].strip()
+                    where = f"{_name(path)}:{i + 1}"
                     if arg == "slow" and self.ran_in is not None:
                         # run before, output as shown; its run folder, if it names one
                         named = _run_folder(body, self.ran_in)
                         folder = named if named != self.ran_in else None
                     elif arg in self.speeds:
-                        runner = run_python if lang == "python" else run_shell
-                        body = runner(body, cwd)
+                        body = (run_python(body, cwd) if lang == "python"
+                                else run_shell(body, cwd, where))
                         folder = _run_folder(body, cwd)
                     else:
                         folder = None
                     out += [lines[i], *body, lines[end]]
                     i = end + 1
+                elif kind == "file":
+                    name, _, page = (part.strip() for part in arg.partition("<"))
+                    text = (ROOT / page).read_text() if page else "\n".join(lines[i - 1:])
+                    target = cwd / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(saved_file(text, name, f"{_name(path)}:{i}"))
                 elif kind == "figure" and folder is not None:
                     source, dest = (part.strip() for part in arg.split("->"))
                     self.figure(_one(folder, source), ROOT / dest)
@@ -264,7 +368,8 @@ class Pass:
 
     def excerpts(self, path: Path, text: str) -> str:
         """`text` with each `docs-excerpt: FILE keep=REGEX` block rebuilt from FILE's first
-        example: its `$` lines and the output lines REGEX matches, `...` for each gap."""
+        example with an output line REGEX matches: its `$` lines and those output lines, `...`
+        for each gap."""
         lines = text.split("\n")
         for i in reversed(range(len(lines))):
             found = MARKER.match(lines[i])
@@ -272,9 +377,14 @@ class Pass:
                 continue
             name, keep = found.group(2).split(" keep=", 1)
             source = self.texts.get(ROOT / name) or (ROOT / name).read_text()
-            src = source.split("\n")
-            _, start, end, _ = blocks(source)[0]
-            rule, picked, gap = re.compile(keep), [], False
+            src, rule, picked, gap = source.split("\n"), re.compile(keep), [], False
+            start, end = next(
+                ((b[1], b[2]) for b in blocks(source) if any(
+                    rule.search(line) for line in src[b[1]:b[2]] if not line.startswith("$ "))),
+                None) or (0, 0)
+            if start == end:
+                raise ExampleFailed(f"docs-excerpt in {_name(path)}: no example of "
+                                    f"{name} has an output line {keep!r} matches")
             for line in src[start:end]:
                 if line.startswith("$ ") or rule.search(line):
                     picked += ["..."] if gap and picked else []

@@ -72,3 +72,88 @@ def test_tables_and_figures_come_from_the_run_folder_the_block_names(tmp_path):
     assert "| filtered | 0.150 | [0.100, 0.500] | yes | 50% | +0.004 |" in text
     assert "| old |" not in text and "run directory: runs/x/20261206-000000" in text
     assert run.figures_differ == ["docs/img/inversion_tiny_cf.png"]  # compared, not copied
+
+
+def test_a_saved_file_is_written_before_the_example_that_reads_it(tmp_path):
+    docs_examples = load_benchmark("docs_examples")
+    page = tmp_path / "page.md"
+    page.write_text("\n".join([
+        "<!-- docs-file: data/rows.txt -->", "```", "first row", "second row", "```", "",
+        "<!-- docs-example: fast -->", "```", "$ wc -l < data/rows.txt", "stale", "```"]))
+    text = docs_examples.Pass({"fast"}, None, check=True).regenerate(page)
+    assert text.split("\n")[-3:] == ["$ wc -l < data/rows.txt", "2", "```"]
+
+
+def test_a_saved_file_can_come_from_another_page(tmp_path):
+    docs_examples = load_benchmark("docs_examples")
+    tutorial = tmp_path / "tutorial.md"
+    tutorial.write_text("\n".join(["<!-- docs-file: make.sh -->", "```", "echo made", "```"]))
+    page = tmp_path / "page.md"
+    page.write_text("\n".join([
+        f"<!-- docs-file: make.sh < {tutorial} -->", "<!-- docs-example: fast -->", "```",
+        "$ bash make.sh", "```"]))
+    text = docs_examples.Pass({"fast"}, None, check=True).regenerate(page)
+    assert "$ bash make.sh\nmade\n```" in text
+    missing = tmp_path / "missing.md"
+    missing.write_text(f"<!-- docs-file: other.sh < {tutorial} -->\n")
+    with pytest.raises(docs_examples.ExampleFailed, match="other.sh"):
+        docs_examples.Pass({"fast"}, None, check=True).regenerate(missing)
+
+
+def test_a_failing_command_stops_the_script_unless_it_shows_its_exit_code(tmp_path):
+    docs_examples = load_benchmark("docs_examples")
+    shown = docs_examples.run_shell(['$ ls no-such-file > /dev/null 2>&1; echo "exit $?"'],
+                                    tmp_path)
+    assert shown == ['$ ls no-such-file > /dev/null 2>&1; echo "exit $?"', "exit 2"]
+    with pytest.raises(docs_examples.ExampleFailed, match=r"page.md:7: `ls no-such-file` exited 2"):
+        docs_examples.run_shell(["$ ls no-such-file", "old output"], tmp_path, "page.md:7")
+    with pytest.raises(docs_examples.ExampleFailed, match="Traceback"):
+        docs_examples.run_shell(['$ python -c "1/0"; echo "exit $?"'], tmp_path)
+
+
+def test_an_excerpt_comes_from_the_first_example_whose_output_it_matches():
+    docs_examples = load_benchmark("docs_examples")
+    run = docs_examples.Pass({"fast"}, None, check=True)
+    source = docs_examples.ROOT / "docs" / "not-a-page.md"   # held in memory, never written
+    run.texts[source] = "\n".join([
+        "<!-- docs-example: fast -->", "```", "$ make model", "report: runs/model", "```",
+        "<!-- docs-example: fast -->", "```", "$ knowflow report a b", "a: no inversion",
+        "report: compare.html", "```"])
+    page = "\n".join(["<!-- docs-excerpt: docs/not-a-page.md keep=^report: compare -->",
+                      "```", "stale", "```"])
+    assert run.excerpts(source, page).split("\n")[1:5] == [
+        "```", "$ knowflow report a b", "...", "report: compare.html"]
+    with pytest.raises(docs_examples.ExampleFailed, match="no example"):
+        run.excerpts(source, page.replace("compare", "nowhere"))
+
+
+def test_output_blocks_are_told_from_commands_files_and_python():
+    docs_examples = load_benchmark("docs_examples")
+    text = "\n".join([
+        "```", "$ knowflow eval \\", "    --limit 4", "```",          # a command alone
+        "```python", "$ x = 1", "# 1", "```",                       # python: not shell output
+        "<!-- docs-example: fast -->", "```", "$ knowflow list", "cpi-toy", "```",
+        "```", "$ knowflow run x", "verdict: ok", "```",            # output, no marker
+        "<!-- docs-record: 2026-12-04 28274c9, 2-core CPU -->", "```", "$ python b.py",
+        "1.0 s", "```"])
+    assert docs_examples.output_blocks(text) == [
+        (10, "example", "fast"), (14, None, ""),
+        (19, "record", "2026-12-04 28274c9, 2-core CPU")]
+
+
+def test_findings_blocks_must_be_dated_records_and_other_blocks_examples(tmp_path, monkeypatch):
+    docs_examples = load_benchmark("docs_examples")
+    monkeypatch.setattr(docs_examples, "ROOT", tmp_path)
+    (tmp_path / "docs" / "findings").mkdir(parents=True)
+    block = ["```", "$ python benchmarks/bench.py", "1.0 s", "```"]
+    finding = tmp_path / "docs" / "findings" / "f.md"
+    for marker, ok in (("<!-- docs-record: 2026-12-04 28274c9, shared 2-core CPU -->", True),
+                       ("<!-- docs-record: on or before 2026-12-04 28274c9, 2 cores -->", True),
+                       ("<!-- docs-record: last week -->", False),
+                       ("<!-- docs-example: slow -->", False)):
+        finding.write_text("\n".join([marker, *block]))
+        assert (docs_examples.unmarked(finding) == []) is ok, marker
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("\n".join(["<!-- docs-record: 2026-12-04 28274c9, 2 cores -->", *block]))
+    assert docs_examples.unmarked(page) == [
+        "docs/page.md:2: command output without a docs-example marker"]
