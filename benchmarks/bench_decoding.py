@@ -3,6 +3,7 @@ answers are (cut off, garbled, other), and log-likelihood counterfactual accurac
 
     python benchmarks/bench_decoding.py [--limit 24] [--suites all] [--threads 1]
         [--heads SPEC | --heads calibrate] [--out runs/bench_decoding]
+    python benchmarks/bench_decoding.py --heads calibrate --calibrate-only --out DIR
     python benchmarks/bench_decoding.py --merge OUT1 OUT2 ... [--heads x1]  # saved tables
 
 Suites, `--limit` held-out items each: the four built-in suites (cf-capitals without the dev
@@ -147,8 +148,13 @@ def main() -> None:
                          "24.3+27.1x2, or 'none' to leave heads out")
     ap.add_argument("--heads-items", type=int, default=8,
                     help="dev items per phrasing for --heads calibrate")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="with --heads calibrate: print and save the calibration, score nothing")
     ap.add_argument("--unguarded", action="store_true", help="add plain CAD (guard=False)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=24,
+                    help="prompts per batch (on a CPU a step reads the weights once for the "
+                         "whole batch, so one batch per suite is cheapest)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_decoding")
     ap.add_argument("--merge", nargs="+", metavar="OUT",
@@ -176,6 +182,8 @@ def main() -> None:
         spec = calibrate_heads(args.heads_items, args.seed, out) if args.heads == "calibrate" \
             else f"heads:{args.heads}"
         print(f"# heads: {spec} ({time.time() - t0:.0f} s)", flush=True)
+        if args.calibrate_only:
+            return
         same = not HeadSteering.parse(spec.split(":", 1)[1]).heads
         methods = methods if same else f"{methods},{spec}"
     rows, records = [], []
@@ -183,7 +191,7 @@ def main() -> None:
         t0 = time.time()
         items = suite_items(name, args.limit, args.seed, out)
         res = knowflow.evaluate(MODEL, items, method=methods, scoring="both",
-                                **{**RUN, "seed": args.seed})
+                                **{**RUN, "seed": args.seed, "batch_size": args.batch_size})
         new = rows_of(res.conditions)
         if same:  # no head steered: the model unchanged, so heads' answers are greedy's
             new += [{**r, "method": f"{spec} (= greedy)"} for r in new
@@ -192,7 +200,8 @@ def main() -> None:
         records += res.swept.records
         if args.unguarded:
             plain = knowflow.evaluate(MODEL, items, method="cad", scoring="generate",
-                                      guard=False, **{**RUN, "seed": args.seed})
+                                      guard=False, **{**RUN, "seed": args.seed,
+                                                      "batch_size": args.batch_size})
             rows += rows_of(plain.conditions)
             records += plain.swept.records
         (out / "table.json").write_text(json.dumps({"rows": rows, "methods": methods,

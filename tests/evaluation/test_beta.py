@@ -62,11 +62,14 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
     text = [tok.decode([i]) if i < len(tok) else "" for i in range(n_vocab)]
     special = set(tok.all_special_ids) | set(_eos_ids(model))
 
-    def ends(i):  # end of sequence, a newline, punctuation only, or a closed-class word
-        t = text[i]
+    asked = {text[i].strip().lower() for i in base  # the prompt's lower-case words
+             if any(c.isalpha() for c in text[i]) and text[i] == text[i].lower()}
+
+    def ends(i):  # end of sequence, a newline, punctuation only, a closed-class word, or a
+        t = text[i]  # word of the no-context prompt
         return i in special or "\n" in t or (t.strip() != "" and
                                                not any(c.isalnum() for c in t)) \
-            or t.strip().lower() in CLOSED_CLASS
+            or t.strip().lower() in CLOSED_CLASS or t.strip().lower() in asked
 
     out: list[int] = []
     has_text = False

@@ -12,10 +12,11 @@ import torch
 from knowflow.data.phrasing import PHRASINGS
 from knowflow.data.suites import get_suite, list_suites
 from knowflow.evaluation.decoding import Method
-from knowflow.evaluation.generate import decode, token_table
+from knowflow.evaluation.generate import decode, prompt_words, token_table
 
 # a toy vocabulary: the model answers "Nepal is Pokhara." (context) or "... Kathmandu."
-VOCAB = ["<eos>", ".", " is", " Pok", "hara", " Kathmandu", "Nepal", "k", " The", ","]
+VOCAB = ["<eos>", ".", " is", " Pok", "hara", " Kathmandu", "Nepal", "k", " The", ",", " seat",
+         " city", "Seat"]
 ID = {t: i for i, t in enumerate(VOCAB)}
 TABLE = token_table(VOCAB, [0])
 
@@ -62,7 +63,8 @@ class ScriptStream:
 
 def _answer(method: Method) -> str:
     streams = (ScriptStream(CTX), ScriptStream(BASE))
-    out = decode(streams, lambda zc, zb, last: method.pick(zc, zb, last, TABLE), 12, TABLE)
+    out = decode(streams, lambda zc, zb, last, rows: method.pick(zc, zb, last, TABLE), 12,
+                 TABLE)
     return "".join(VOCAB[t] for t in out[0])
 
 
@@ -96,6 +98,15 @@ def test_token_table_flags():
     assert TABLE.word_end[ID[" Pok"]] and not TABLE.word_end[ID["."]]
     assert TABLE.stops[ID["<eos>"]] and TABLE.stops[ID["."]] and not TABLE.stops[ID["hara"]]
     assert TABLE.closed[ID[" The"]] and TABLE.closed[ID[" is"]] and not TABLE.closed[ID[" Pok"]]
+    # one word id per stripped, lower-cased text; none for a token without a letter
+    assert TABLE.word[ID["Seat"]] == TABLE.word[ID[" seat"]] != TABLE.word[ID[" city"]]
+    assert TABLE.word[ID["."]] == TABLE.word[ID[","]] == -1
+
+
+def test_prompt_words_are_the_prompts_lower_case_words_in_any_case():
+    words = prompt_words(TABLE, [[ID[" The"], ID[" seat"], ID["."], ID[" Pok"]], []])
+    assert {VOCAB[i] for i in words[0].nonzero()[:, 0].tolist()} == {" seat", "Seat"}
+    assert not words[1].any()
 
 
 def test_phrasing_suite_asks_every_country_in_every_phrasing():
@@ -169,3 +180,57 @@ def test_the_contrast_overrides_only_a_token_the_context_lowers(method):
     z_ctx, z_base = _logits({" Kathmandu": 0.45, " Pok": 0.4}), \
         _logits({" Kathmandu": 0.97, " Pok": 0.001})
     assert int(method.pick(z_ctx, z_base, none, TABLE)) == ID[" Pok"]
+
+
+# the "where" phrasing: "Which city is the seat of government of Finland? ..."; after "The"
+# the model goes on with " seat", a word of the question, which the no-context model (it has
+# only the question) is surer of
+SEAT_CTX, SEAT_BASE = {" seat": 0.45, " city": 0.4}, {" seat": 0.97, " city": 0.001}
+
+
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("coiecd"),
+                                    Method("adacad", beta=0.3), Method("cocoa", beta=0.3)],
+                         ids=lambda m: m.label)
+def test_a_word_of_the_question_is_the_models_call(method):
+    """The contrast prefers " city" over the question's own " seat" because the no-context
+    model copies the question more readily, not because of anything the context says: on
+    SmolLM2 "The seat of government of Finland is Tampere." became "The city of Paris serves
+    as the seat of the Finnish government, ..." under CAD and COIECD. A token that repeats
+    a word of the no-context prompt is the with-context model's call, and the contrast never
+    picks one."""
+    none = torch.tensor([-1])
+    z_ctx, z_base = _logits(SEAT_CTX), _logits(SEAT_BASE)
+    assert int(method.next_logits(z_ctx, z_base).argmax()) == ID[" city"]
+    assert int(method.pick(z_ctx, z_base, none, TABLE)) == ID[" city"]   # no prompt given
+    asked = prompt_words(TABLE, [[ID[" seat"]]])
+    assert int(method.pick(z_ctx, z_base, none, TABLE, asked)) == ID[" seat"]
+    asked = prompt_words(TABLE, [[ID[" city"]]])   # a prompt word the contrast would pick
+    z_ctx, z_base = _logits({" Kathmandu": 0.45, " city": 0.4}), \
+        _logits({" Kathmandu": 0.97, " city": 0.001})
+    assert int(method.pick(z_ctx, z_base, none, TABLE, asked)) == ID[" Kathmandu"]
+
+
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("coiecd")],
+                         ids=lambda m: m.label)
+def test_a_name_in_the_question_stays_the_contrasts(method):
+    """A capitalised word of the question is a name, often the example's ("..., for example:
+    The capital city of France is Paris."): the model copies it ("The capital city of France
+    is Paris." for Kiribati on SmolLM2), and overruling that copy is the contrast's job."""
+    none = torch.tensor([-1])
+    asked = prompt_words(TABLE, [[ID[" Kathmandu"]]])
+    z_ctx, z_base = _logits({" Kathmandu": 0.45, " Pok": 0.4}), \
+        _logits({" Kathmandu": 0.97, " Pok": 0.001})
+    assert int(method.pick(z_ctx, z_base, none, TABLE, asked)) == ID[" Pok"]
+
+
+def test_each_row_keeps_its_own_prompt_words_when_rows_leave():
+    """Row 0 (its prompt lacks " seat") takes the contrast's " city" and ends; row 1 (whose
+    prompt has it) keeps " seat" twice, the second time as the batch's only live row."""
+    script = {(): SEAT_CTX, (" seat",): SEAT_CTX}
+    base = {(): SEAT_BASE, (" seat",): SEAT_BASE}
+    asked = prompt_words(TABLE, [[ID[","]], [ID[" seat"]]])
+    method = Method("cad", 1.0, beta=0.3)
+    out = decode((ScriptStream(script, 2), ScriptStream(base, 2)),
+                 lambda zc, zb, last, rows: method.pick(zc, zb, last, TABLE, asked[rows]), 6,
+                 TABLE)
+    assert ["".join(VOCAB[t] for t in o) for o in out] == [" city", " seat seat"]

@@ -28,9 +28,10 @@ model's top token (greedy). Teacher-forced scoring ignores beta: the candidate's
 given, and masking them would give -inf scores rather than a ranking.
 
 In generation every contrastive method runs under the guard (`guard.py`): ending and
-punctuation, and the rest of a word once begun, are the with-context model's choice, so the
-contrast picks content (which name) but never ends an answer early or splices a name
-(`guard=False`, label `[unguarded]`, is the plain method).
+punctuation, the rest of a word once begun, closed-class words, tokens the context supports
+and the question's own lower-case words are the with-context model's choice, so the contrast
+picks content (which name) but never ends an answer early, splices a name or swerves off the
+question's wording (`guard=False`, label `[unguarded]`, is the plain method).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from knowflow.evaluation.generate import (
     clean_output,
     decode,
     generate,
+    prompt_words,
     stop_table,
 )
 from knowflow.evaluation.guard import guarded_argmax
@@ -140,14 +142,15 @@ class Method:
         return plausible(z_ctx, self.logits(z_ctx, z_base), self.beta)
 
     def pick(self, z_ctx: torch.Tensor, z_base: torch.Tensor, last: torch.Tensor,
-             table: StopTable) -> torch.Tensor:
+             table: StopTable, copies: torch.Tensor | None = None) -> torch.Tensor:
         """One generation step: each live row's token, (live,), from the with-context and
-        no-context logits (live, vocab) and each row's previous token `last` (live,): the
+        no-context logits (live, vocab), each row's previous token `last` (live,) and the
+        tokens that repeat its no-context prompt's words, `copies` (live, vocab): the
         method's choice under the guard (guard.py), or its plain argmax without it."""
         scores = self.next_logits(z_ctx, z_base)                        # (live, vocab)
         if not self.guard:
             return scores.argmax(-1)
-        return guarded_argmax(z_ctx, z_base, scores, last, table)
+        return guarded_argmax(z_ctx, z_base, scores, last, table, copies)
 
 
 def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:
@@ -276,8 +279,9 @@ def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, tabl
     logits of the with-context and no-context streams."""
     streams = (Stream(model, seqs, prefixes[0], pad_id), Stream(model, base_seqs, prefixes[1],
                                                                  pad_id))
-    return decode(streams, lambda z_ctx, z_base, last: method.pick(z_ctx, z_base, last, table),
-                  max_new_tokens, table)
+    copies = prompt_words(table, base_seqs)                            # (batch, vocab)
+    return decode(streams, lambda z_ctx, z_base, last, rows: method.pick(
+        z_ctx, z_base, last, table, copies[rows.cpu()]), max_new_tokens, table)
 
 
 def _batches(model, seqs, base_seqs, batch_size: int, share_prefix: bool):

@@ -34,6 +34,9 @@ class StopTable:
     word_piece: torch.Tensor   # (vocab,) bool: starts with a letter (continues a word)
     word_end: torch.Tensor     # (vocab,) bool: ends with a letter (the word may go on)
     closed: torch.Tensor       # (vocab,) bool: a whole closed-class word ("The", " is")
+    word: torch.Tensor         # (vocab,) long: one id per word text (stripped, lower case;
+    #                            "The" and " the" share it), -1 for a token without a letter
+    lower: torch.Tensor        # (vocab,) bool: has a letter and no capital (" seat", not "Paris")
 
     @property
     def stops(self) -> torch.Tensor:
@@ -58,7 +61,28 @@ def token_table(texts: Sequence[str], eos_ids: Sequence[int] = ()) -> StopTable:
         punct=flags(lambda t: t.strip() != "" and not any(c.isalnum() for c in t)),
         word_piece=flags(lambda t: t[:1].isalpha()),
         word_end=flags(lambda t: t[-1:].isalpha()),
-        closed=flags(lambda t: t.strip().lower() in CLOSED_CLASS))
+        closed=flags(lambda t: t.strip().lower() in CLOSED_CLASS), word=_word_ids(texts),
+        lower=flags(lambda t: any(c.isalpha() for c in t) and t == t.lower()))
+
+
+def _word_ids(texts: Sequence[str]) -> torch.Tensor:
+    """(vocab,) long: the first token id of each token's stripped, lower-cased text; -1 for a
+    token with no letter."""
+    first: dict[str, int] = {}
+    ids = [first.setdefault(t.strip().lower(), i) if any(c.isalpha() for c in t) else -1
+           for i, t in enumerate(texts)]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def prompt_words(table: StopTable, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(rows, vocab) bool: the tokens that repeat a lower-case word of each row's prompt, in
+    any case ("Seat" and " seat" both repeat " seat"; nothing repeats "Paris")."""
+    out = torch.zeros(len(prompts), len(table.word), dtype=torch.bool)
+    for row, ids in enumerate(prompts):
+        ids_t = torch.tensor(list(ids), dtype=torch.long)
+        words = table.word[ids_t[table.lower[ids_t]]]
+        out[row] = torch.isin(table.word, words[words >= 0])
+    return out
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -114,11 +138,12 @@ class Stream:
 @torch.no_grad()
 def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new_tokens: int,
            table: StopTable) -> list[list[int]]:
-    """The one step loop: each step `pick(*logits, last)` chooses every live row's token from
-    the streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
-    combination of the with- and without-context streams) and `last`, each live row's
-    previous answer token (-1 before the first); a row stops at end-of-sequence or at a
-    newline after some text, and leaves every stream's batch."""
+    """The one step loop: each step `pick(*logits, last, rows)` chooses every live row's token
+    from the streams' next-token logits (greedy: one stream's argmax; contrastive methods: a
+    combination of the with- and without-context streams), `last`, each live row's
+    previous answer token (-1 before the first), and `rows`, each live row's index in the
+    batch; a row stops at end-of-sequence or at a newline after some text, and leaves every
+    stream's batch."""
     device = streams[0].logits.device
     eos, newline = table.eos.to(device), table.newline.to(device)
     text_first, blank = table.text_first.to(device), table.blank.to(device)
@@ -128,7 +153,7 @@ def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new
     last = torch.full((n,), -1, dtype=torch.long, device=device)
     out: list[list[int]] = [[] for _ in range(n)]
     for step in range(max_new_tokens):
-        token = pick(*(s.logits for s in streams), last)        # (live,)
+        token = pick(*(s.logits for s in streams), last, rows)  # (live,)
         ends = eos[token]
         stop = ends | (newline[token] & (has_text | text_first[token]))
         for r, t, e in zip(rows.tolist(), token.tolist(), ends.tolist(), strict=True):
@@ -148,7 +173,8 @@ def decode(streams: Sequence[Stream], pick: Callable[..., torch.Tensor], max_new
     return out
 
 
-def greedy(logits: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+def greedy(logits: torch.Tensor, last: torch.Tensor | None = None,
+           rows: torch.Tensor | None = None) -> torch.Tensor:
     return logits.argmax(-1)                                    # (live, vocab) -> (live,)
 
 

@@ -9,7 +9,7 @@ model has no idea how the context's city is spelt, so the contrast favours stray
 ("Suhan Reap" for Siem Reap, "Kandeshtar" for Kandahar).
 
 The guard leaves each generation step to the with-context model (its top token is emitted)
-in four cases, and otherwise lets the method's own scores choose, within its plausibility
+in five cases, and otherwise lets the method's own scores choose, within its plausibility
 constraint, among the tokens none of the rules reserves:
 
 - **ending and punctuation**: its top token ends the answer (end of sequence, a newline) or
@@ -27,7 +27,19 @@ constraint, among the tokens none of the rules reserves:
   without it, `p(top|c,x) >= p(top|x)`. The contrast exists to overrule what the model says
   *against* its context; a token the context makes likelier needs no correction, and
   overruling it only swerves the sentence to a tail token the context lifts further ("The
-  capital city of Canada is also Paris." where the model says Toronto).
+  capital city of Canada is also Paris." where the model says Toronto);
+- **a lower-case word of the question**: its top token repeats, in any case, a lower-case
+  word of the no-context prompt (the question and its instruction: "Seat" repeats " seat"),
+  or the contrast would pick one. The no-context model has nothing but the question, so it
+  copies the question's words more readily than the with-context model does, and the
+  contrast turns that into a preference for any other word the context lifts: asked "Which
+  city is the seat of government of Finland?", the model's "The seat of government of
+  Finland is Tampere." became "The city of Paris serves as the seat of the Finnish
+  government, ..." under CAD. That preference says nothing about the context against
+  memory. Capitalised words stay the contrast's: they are names, often the instruction's
+  example ("for example: The capital city of France is Paris."), and overruling the model's
+  copy of the example ("The capital city of France is Paris." asked about Kiribati) is what
+  the contrast is for.
 
 So the contrast acts only where the with-context model's choice is one the context argues
 against: at the memorized name (" Kathmandu" is likelier without the passage) it still picks
@@ -44,10 +56,12 @@ from knowflow.evaluation.generate import StopTable
 
 
 def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tensor,
-                   last: torch.Tensor, table: StopTable) -> torch.Tensor:
+                   last: torch.Tensor, table: StopTable,
+                   copies: torch.Tensor | None = None) -> torch.Tensor:
     """Each live row's token, (live,), from the with-context and no-context logits `z_ctx`,
-    `z_base`, the method's `scores` (all (live, vocab)) and each row's previous token `last`
-    (live,; -1: none)."""
+    `z_base`, the method's `scores` (all (live, vocab)), each row's previous token `last`
+    (live,; -1: none) and `copies` (live, vocab), the tokens that repeat a lower-case word of
+    each row's no-context prompt (`generate.prompt_words`; None: no prompt known)."""
     device = scores.device
     form = (table.stops | table.closed).to(device)                  # (vocab,)
     piece, end = table.word_piece.to(device), table.word_end.to(device)
@@ -57,5 +71,9 @@ def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tens
     lq = torch.log_softmax(z_base.float(), -1).gather(-1, top[:, None])[:, 0]   # (live,)
     own = form[top] | (mid_word & piece[top]) | (lp >= lq)          # (live,) the model's call
     blocked = form[None, :] | (mid_word[:, None] & piece[None, :])  # (live, vocab)
+    if copies is not None:
+        copies = copies.to(device)                                  # (live, vocab)
+        own = own | copies.gather(-1, top[:, None])[:, 0]
+        blocked = blocked | copies
     chosen = scores.masked_fill(blocked, float("-inf")).argmax(-1)  # (live,)
     return torch.where(own, top, chosen)
