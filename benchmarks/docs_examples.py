@@ -6,6 +6,8 @@
     python benchmarks/docs_examples.py --list     # which blocks, fast or slow
     python benchmarks/docs_examples.py --ran-in DIR FILE.md   # the slow blocks of FILE.md
                              # already ran in DIR: keep their output, take figures and tables
+    python benchmarks/docs_examples.py --slow --keep DIR FILE.md   # run in DIR/FILE (kept,
+                             # for numbers the page quotes from the run's files)
 
 An example is a fenced block right after a marker line in a Markdown file:
 `<!-- docs-example: fast -->` (under about a minute of CPU: SmolLM2-135M or a tiny model, few
@@ -303,8 +305,9 @@ def _table_end(lines: list[str], start: int) -> int:
 class Pass:
     """One pass over the docs: the rewritten texts, and the figures that differ."""
 
-    def __init__(self, speeds: set[str], ran_in: Path | None, check: bool):
-        self.speeds, self.ran_in, self.check = speeds, ran_in, check
+    def __init__(self, speeds: set[str], ran_in: Path | None, check: bool,
+                 keep: Path | None = None):
+        self.speeds, self.ran_in, self.check, self.keep = speeds, ran_in, check, keep
         self.texts: dict[Path, str] = {}
         self.figures_differ: list[str] = []
 
@@ -314,8 +317,13 @@ class Pass:
         run); a figure or table marker reads the folder of the last block above it."""
         lines = path.read_text().split("\n")
         out: list[str] = []
-        with tempfile.TemporaryDirectory(prefix="kf-docs-") as tmp:
-            cwd, folder, i = Path(tmp), None, 0  # folder: None until a block ran above
+        with contextlib.ExitStack() as stack:
+            if self.keep is None:
+                cwd = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kf-docs-")))
+            else:  # a new folder per page, left in place
+                cwd = self.keep / path.stem
+                cwd.mkdir(parents=True)
+            folder, i = None, 0  # folder: None until a block ran above
             for name in ("benchmarks", "tests"):
                 (cwd / name).symlink_to(ROOT / name)
             while i < len(lines):
@@ -463,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder where the slow examples' commands already ran: keep "
                              "their outputs as shown, take their figures and tables from it "
                              "(they are not rerun)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="run each page in a new folder DIR/<page> and keep it (the runs' "
+                             "files, to read what the page quotes from them)")
     parser.add_argument("--list", action="store_true", help="list the examples")
     parser.add_argument("files", nargs="*", type=Path,
                         help="only these Markdown files (default: the README and docs/)")
@@ -474,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{speed:4}  {path.relative_to(ROOT)}:{start}  {lang or 'shell'}")
         return 0
     speeds = {"fast", "slow"} if args.slow else {"fast"}
-    run = Pass(speeds, args.ran_in.resolve() if args.ran_in else None, args.check)
+    run = Pass(speeds, args.ran_in.resolve() if args.ran_in else None, args.check,
+               args.keep.resolve() if args.keep else None)
     olds = {path: path.read_text() for path in doc_files()
             if not chosen or path.resolve() in chosen}
     for path, text in olds.items():

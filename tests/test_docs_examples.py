@@ -157,3 +157,12 @@ def test_findings_blocks_must_be_dated_records_and_other_blocks_examples(tmp_pat
     page.write_text("\n".join(["<!-- docs-record: 2026-12-04 28274c9, 2 cores -->", *block]))
     assert docs_examples.unmarked(page) == [
         "docs/page.md:2: command output without a docs-example marker"]
+
+
+def test_keep_leaves_each_pages_folder_in_place(tmp_path):
+    docs_examples = load_benchmark("docs_examples")
+    page = tmp_path / "page.md"
+    page.write_text("\n".join(["<!-- docs-example: fast -->", "```",
+                               "$ mkdir -p runs/x && echo 1 > runs/x/summary.json", "```"]))
+    docs_examples.Pass({"fast"}, None, check=True, keep=tmp_path / "kept").regenerate(page)
+    assert (tmp_path / "kept" / "page" / "runs" / "x" / "summary.json").read_text() == "1\n"
