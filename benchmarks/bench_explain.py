@@ -37,6 +37,7 @@ less its level after loading the model).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -127,9 +128,9 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
     from knowflow.explanation.attribution import ablation_masks, score_masks
     from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
     from knowflow.explanation.learned import (
-        attention_features,
         corrected_scores,
         learned_scores,
+        sentence_features,
     )
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import fit_surrogate
@@ -146,8 +147,8 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
     if method == "learned":
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
-        scores = learned_scores(attention_features(model, case.led_ids, ids, case.spans),
-                                est.tensor())
+        scores = learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
+                                                  est.features), est.tensor())
         if not count:
             return scores
         cfg = ExplainConfig(n_ablations=max(count, 8), n_holdout=0, prompt_format="chat")
@@ -332,7 +333,7 @@ def fit_both(args) -> None:
     from at2_peer import at2_features, train_at2
     from knowflow.explanation.estimator import save_estimator
     from knowflow.explanation.fit import FitConfig, fit_estimator, fit_examples
-    from knowflow.explanation.learned import FitExample, mean_lds
+    from knowflow.explanation.learned import FitExample, mean_lds, sentence_features
     from knowflow.lens.load import load_model
 
     out = args.fit_estimators
@@ -341,7 +342,7 @@ def fit_both(args) -> None:
     examples, cost = [], 0.0
     for seed in (int(s) for s in args.fit_seeds.split(",")):
         cfg = FitConfig(n_contexts=args.contexts, n_ablations=32, seed=seed,
-                        prompt_format="chat")
+                        prompt_format="chat", features=args.features)
         path = out / f"examples-seed{seed}.pt"
         if not path.exists():
             cpu = time.process_time()
@@ -350,12 +351,16 @@ def fit_both(args) -> None:
         saved = torch.load(path, weights_only=False)
         examples += saved["examples"]
         cost += saved["cpu"]
+    clock = time.process_time()        # saved examples may hold other kinds: recompute
+    examples = [dataclasses.replace(ex, features=sentence_features(
+        model, ex.prompt_ids, ex.answer_ids, ex.spans, cfg.kinds())) for ex in examples]
+    feature_cpu = time.process_time() - clock
     cut = max(1, round(len(examples) * 0.75))
     clock = time.process_time()
     est = fit_estimator(model, tok, args.model, cfg, examples=examples)
     ridge_cpu = time.process_time() - clock
     est.provenance.update({"training_seeds": args.fit_seeds, "contexts_per_seed": args.contexts,
-                           "examples_cpu_seconds": cost})
+                           "examples_cpu_seconds": cost, "features_cpu_seconds": feature_cpu})
     save_estimator(est, args.model, out / "knowflow.json")
     clock = time.process_time()
     feats = [at2_features(model, ex.prompt_ids, ex.answer_ids, ex.spans) for ex in examples]
@@ -369,7 +374,8 @@ def fit_both(args) -> None:
     held = [FitExample(f, ex.masks, ex.targets) for f, ex in
             zip(feats[cut:], examples[cut:], strict=True)]
     print(f"{len(examples)} contexts ({cut} fit, {len(examples) - cut} held out); their "
-          f"ablations and features: {cost:.0f} CPU s")
+          f"answers and ablations: {cost:.0f} CPU s; {cfg.features} features "
+          f"{feature_cpu:.0f} CPU s")
     print(f"knowflow: ridge {est.provenance['ridge']:g}, held-out LDS "
           f"{est.provenance['heldout_lds']:.3f}, fit {ridge_cpu:.1f} CPU s -> "
           f"{out / 'knowflow.json'}")
@@ -409,6 +415,8 @@ def main() -> int:
                          "in DIR (see fit_both)")
     ap.add_argument("--contexts", type=int, default=24, help="fit: contexts per seed")
     ap.add_argument("--fit-seeds", default="0,1", help="fit: training_items seeds")
+    ap.add_argument("--features", default="direct",
+                    help="fit: knowflow's feature kinds (explanation/features.py), '+'-joined")
     ap.add_argument("--curve", help="sentence counts of the cost curve, e.g. 10,40,100,200")
     ap.add_argument("--curve-point", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -9,10 +9,11 @@ from knowflow.explanation.estimator import Estimator, load_estimator, save_estim
 from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
     FitExample,
-    attention_features,
     corrected_scores,
     fit_head_weights,
     learned_scores,
+    prior_weights,
+    sentence_features,
 )
 
 
@@ -42,12 +43,33 @@ def test_the_fit_recovers_planted_head_weights():
     assert torch.nn.functional.cosine_similarity(noisy.weights, theta, dim=0) > 0.95
 
 
-def test_learned_scores_equal_a_hand_computation_from_captured_attentions(lm):
-    model, _ = lm
-    prompt = list(range(40, 70))                                   # 30 prompt tokens
-    answer = [80, 81, 82]
-    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
-    feats = attention_features(model, prompt, answer, spans)      # (3, layers * heads)
+def test_the_fit_shrinks_towards_its_prior():
+    gen = torch.Generator().manual_seed(1)
+    theta = torch.zeros(12, dtype=torch.float64)
+    theta[3] = 1.0
+    prior = prior_weights(("attention", "direct"), 6)       # 0 for attention, 1 for direct
+    assert prior.tolist() == [0.0] * 6 + [1.0] * 6
+    data = _synthetic(theta, 10, gen, noise=0.1)
+    assert torch.allclose(fit_head_weights(data, grid=(1e8,), prior=prior).weights, prior,
+                          atol=1e-4)
+    assert torch.allclose(fit_head_weights(data, grid=(1e-6,), prior=prior).weights, theta,
+                          atol=0.1)
+
+
+def _hand_features(model, prompt, answer, spans):
+    """Per sentence, per (layer, head): the mean attention from the positions that predict
+    the answer, and the direct effect on the answer's log-probability, by hand: attention and
+    values read from an eager forward, the gradient at the final norm's input by autograd."""
+    from knowflow.lens.arch import arch_of
+
+    arch = arch_of(model)
+    values = {}
+    hooks = [arch.v[layer].register_forward_hook(
+        lambda mod, args, out, layer=layer: values.__setitem__(layer, out.detach()))
+        for layer in range(arch.n_layers)]
+    final = {}
+    hooks.append(arch.final_norm.register_forward_pre_hook(
+        lambda mod, args: final.__setitem__("x", args[0].detach())))
     original = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -55,16 +77,47 @@ def test_learned_scores_equal_a_hand_computation_from_captured_attentions(lm):
             out = model(input_ids=torch.tensor([prompt + answer[:-1]]), output_attentions=True)
     finally:
         model.set_attn_implementation(original)
-    rows = range(len(prompt) - 1, len(prompt) + len(answer) - 1)   # predict answer tokens
-    weights = torch.randn(feats.shape[1], dtype=torch.float64)
-    hand = []
+        for hook in hooks:
+            hook.remove()
+    rows = list(range(len(prompt) - 1, len(prompt) + len(answer) - 1))  # predict the answer
+    x = final["x"][0, rows].clone().requires_grad_(True)                  # (T, d_model)
+    logp = torch.log_softmax(model.lm_head(arch.final_norm(x)), -1)
+    logp[torch.arange(len(answer)), torch.tensor(answer)].sum().backward()
+    heads, group = arch.n_heads, arch.n_heads // arch.n_kv_heads
+    w_o = arch.o[0].weight.shape[1] // heads
+    attention, direct = [], []
     for span in spans:
-        per_head = [float(sum(layer[0, h, r, t] for r in rows for t in span)) / len(rows)
-                    for layer in out.attentions for h in range(layer.shape[1])]
-        hand.append(sum(w * v for w, v in zip(weights.tolist(), per_head, strict=True)))
-    assert torch.allclose(learned_scores(feats, weights), torch.tensor(hand,
-                                                                       dtype=torch.float64),
-                          atol=1e-5)
+        att_row, dir_row = [], []
+        for layer, att in enumerate(out.attentions):
+            o = arch.o[layer].weight.detach()                             # (d, heads * dh)
+            v = values[layer][0].view(-1, arch.n_kv_heads, w_o)           # (seq, kv, dh)
+            for h in range(heads):
+                att_row.append(float(sum(att[0, h, r, s] for r in rows for s in span))
+                               / len(rows))
+                total = 0.0
+                for i, r in enumerate(rows):
+                    for s in span:
+                        written = o[:, h * w_o:(h + 1) * w_o] @ v[s, h // group]   # (d,)
+                        total += float(att[0, h, r, s] * (written @ x.grad[i]))
+                dir_row.append(total)
+        attention.append(att_row)
+        direct.append(dir_row)
+    return (torch.tensor(attention, dtype=torch.float64),
+            torch.tensor(direct, dtype=torch.float64))
+
+
+def test_learned_scores_equal_a_hand_computation_from_captured_activations(lm):
+    model, _ = lm
+    prompt = list(range(40, 70))                                   # 30 prompt tokens
+    answer = [80, 81, 82]
+    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
+    feats = sentence_features(model, prompt, answer, spans, ("attention", "direct"))
+    attention, direct = _hand_features(model, prompt, answer, spans)   # each (3, L * H)
+    assert torch.allclose(feats, torch.cat([attention, direct], 1), atol=1e-5)
+    assert direct.abs().max() > 1e-3 and (direct < 0).any()        # signed and not all zero
+    weights = torch.randn(feats.shape[1], dtype=torch.float64)
+    hand = torch.cat([attention, direct], 1) @ weights
+    assert torch.allclose(learned_scores(feats, weights), hand, atol=1e-4)
 
 
 def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
@@ -81,7 +134,8 @@ def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
     assert prov["ablations_used"] == 8 * prov["n_contexts"]
     path = save_estimator(est, "tiny", tmp_path / "tiny.json")
     again = load_estimator(model, "tiny", path)
-    assert again == Estimator(est.weights, est.n_layers, est.n_heads, again.provenance)
+    assert again == Estimator(est.weights, est.n_layers, est.n_heads, again.provenance,
+                              est.features)
     assert load_estimator(model, "tiny", tmp_path / "none.json") is None
     with pytest.raises(ConfigError, match="other weights"):
         load_estimator(make_tiny_llama(tok, seed=1), "tiny", path)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from knowflow.errors import ConfigError, DataError
+from knowflow.explanation.features import KINDS
 from knowflow.explanation.options import ExplainConfig
 from knowflow.io import atomic_write_text
 from knowflow.lens.arch import arch_of
@@ -30,17 +31,18 @@ FORMAT = 1
 
 @dataclass(frozen=True)
 class Estimator:
-    weights: tuple[float, ...]            # (layers * heads,) layer-major
+    weights: tuple[float, ...]            # (kinds * layers * heads,) kind-, then layer-major
     n_layers: int
     n_heads: int
     provenance: dict = field(default_factory=dict)
+    features: tuple[str, ...] = ("attention",)    # the feature kinds (features.py), in order
 
     def tensor(self) -> torch.Tensor:
-        return torch.tensor(self.weights, dtype=torch.float64)     # (layers * heads,)
+        return torch.tensor(self.weights, dtype=torch.float64)   # (kinds * layers * heads,)
 
-    def head_weights(self) -> list[list[float]]:
-        """(layers, heads) as nested lists."""
-        return self.tensor().reshape(self.n_layers, self.n_heads).tolist()
+    def head_weights(self) -> list[list[list[float]]]:
+        """(kinds, layers, heads) as nested lists."""
+        return self.tensor().reshape(len(self.features), self.n_layers, self.n_heads).tolist()
 
 
 def slug(model_name: str) -> str:
@@ -72,7 +74,8 @@ def save_estimator(est: Estimator, model_name: str, path: Path | None = None) ->
     target = path or estimator_path(model_name)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target, json.dumps({"format": FORMAT, **asdict(est),
-                                          "weights": list(est.weights)}, indent=1) + "\n")
+                                          "weights": list(est.weights),
+                                          "features": list(est.features)}, indent=1) + "\n")
     return target
 
 
@@ -85,13 +88,18 @@ def load_estimator(model, model_name: str, path: Path | None = None) -> Estimato
     try:
         raw = json.loads(source.read_text(encoding="utf-8"))
         est = Estimator(tuple(float(w) for w in raw["weights"]), int(raw["n_layers"]),
-                        int(raw["n_heads"]), dict(raw.get("provenance") or {}))
+                        int(raw["n_heads"]), dict(raw.get("provenance") or {}),
+                        tuple(str(k) for k in raw.get("features", ["attention"])))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise DataError(str(source), f"not a learned estimator ({exc})",
                         hint="fit it again: knowflow explain fit --model M") from None
+    unknown = [k for k in est.features if k not in KINDS]
+    if unknown or not est.features:
+        raise DataError(str(source), f"{unknown or 'empty'} (known: {', '.join(KINDS)})",
+                        field="features", hint="fit it again: knowflow explain fit --model M")
     arch = arch_of(model)
     if (est.n_layers, est.n_heads) != (arch.n_layers, arch.n_heads) or \
-            len(est.weights) != arch.n_layers * arch.n_heads:
+            len(est.weights) != len(est.features) * arch.n_layers * arch.n_heads:
         raise DataError(str(source), f"fitted for {est.n_layers} layers x {est.n_heads} "
                         f"heads, the model has {arch.n_layers} x {arch.n_heads}",
                         hint="fit it again: knowflow explain fit --model M")

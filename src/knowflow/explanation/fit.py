@@ -28,7 +28,13 @@ from knowflow.evaluation.generate import generate
 from knowflow.explanation.attribution import ablation_masks, score_masks
 from knowflow.explanation.contexts import DESCRIPTION, training_items
 from knowflow.explanation.estimator import Estimator, fingerprint, save_estimator
-from knowflow.explanation.learned import FitExample, attention_features, fit_head_weights
+from knowflow.explanation.features import KINDS
+from knowflow.explanation.learned import (
+    FitExample,
+    fit_head_weights,
+    prior_weights,
+    sentence_features,
+)
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
 from knowflow.explanation.splitter import split_sentences
@@ -48,6 +54,10 @@ class FitConfig:
     max_new_tokens: int = 12             # the answers explained
     prompt_format: PromptFormat = "auto"
     seed: int = 0
+    features: str = "direct"             # feature kinds (features.py), joined by "+"
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.features.split("+"))
 
     def validate(self) -> None:
         require(self.n_contexts >= 4, "n_contexts", "must be at least 4")
@@ -55,6 +65,9 @@ class FitConfig:
         require(0.0 < self.heldout < 1.0, "heldout", "must lie strictly between 0 and 1")
         require(0.0 <= self.multi_document <= 1.0, "multi_document", "must lie in [0, 1]")
         require(self.max_new_tokens >= 1, "max_new_tokens", "must be at least 1")
+        bad = [k for k in self.kinds() if k not in KINDS]
+        require(not bad, "features", f"{bad} unknown: kinds of {', '.join(KINDS)} joined "
+                "by '+'")
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
@@ -90,7 +103,7 @@ def iter_fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | Non
         targets = score_masks(model, tokenizer, it, sents, masks, cont, ecfg, lead)
         spans = sentence_tokens(it, sents, tokenizer, fmt)
         span_ids = tokenizer(cont, add_special_tokens=False)["input_ids"]
-        feats = attention_features(model, led_ids, span_ids, spans)
+        feats = sentence_features(model, led_ids, span_ids, spans, cfg.kinds())
         yield FitExample(feats, masks, targets, tuple(led_ids), tuple(span_ids),
                          tuple(tuple(s) for s in spans))
     if progress is not None:
@@ -109,8 +122,9 @@ def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = Non
     if examples is None:
         examples = fit_examples(model, tokenizer, cfg, progress)
     cut = max(1, round(len(examples) * (1 - cfg.heldout)))
-    fit = fit_head_weights(examples[:cut], examples[cut:])
     arch = arch_of(model)
+    fit = fit_head_weights(examples[:cut], examples[cut:],
+                           prior=prior_weights(cfg.kinds(), arch.n_layers * arch.n_heads))
     provenance = {
         "model": model_name, "revision": revision, "model_fingerprint": fingerprint(model),
         "training_data": DESCRIPTION, "fit_config": dataclasses.asdict(cfg),
@@ -120,12 +134,13 @@ def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = Non
         "ridge": fit.ridge, "heldout_lds": fit.heldout_lds, "train_lds": fit.train_lds,
         "fit_seconds": time.perf_counter() - clock, "fit_cpu_seconds": time.process_time() - cpu,
         "method": "ridge regression of ablated log-probabilities on masks x per-head "
-                  "attention features (explanation/learned.py)"}
+                  f"sentence features ({cfg.features}; explanation/features.py), shrunk "
+                  "towards 1 per head's direct effect, 0 otherwise (explanation/learned.py)"}
     weights = tuple(float(w) for w in fit.weights)
     if not all(torch.isfinite(fit.weights)):
         raise ConfigError("the fit gave non-finite weights", "n_contexts",
                           "fit on more contexts")
-    return Estimator(weights, arch.n_layers, arch.n_heads, provenance)
+    return Estimator(weights, arch.n_layers, arch.n_heads, provenance, cfg.kinds())
 
 
 def fit_model(model_name: str, cfg: FitConfig | None = None, *, device: str = "auto",

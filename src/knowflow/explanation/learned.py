@@ -33,36 +33,31 @@ import torch
 
 from knowflow.data.facts import ConflictItem
 from knowflow.explanation.attribution import Attribution, ablation_masks, score_masks, topk_drops
+from knowflow.explanation.features import source_features
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import spearman
-from knowflow.lens.arch import arch_of
-from knowflow.lens.batching import model_device
-from knowflow.probes.intercept import AttentionPlan, intercepted
 
 CORRECTION_STRENGTH = 1.0
 RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
+DEFAULT_KINDS = ("direct",)
 
 
-@torch.no_grad()
-def attention_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
-                       spans: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(sentences, layers * heads): each sentence's attention mass from the positions that
-    predict the answer's tokens, per layer and head, averaged over those positions (one
-    forward pass; see the module docstring)."""
-    arch = arch_of(model)
-    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],
-                       device=model_device(model))                             # (1, seq)
-    rows = torch.arange(len(prompt_ids) - 1, ids.shape[1])[None, :]            # (1, answer)
-    with intercepted(model) as layer_of:
-        plan = AttentionPlan(capture=frozenset(range(arch.n_layers)), capture_rows=rows,
-                             layer_of=layer_of)
-        model(input_ids=ids, knowflow_plan=plan, logits_to_keep=1)
-    # each capture: (1, answer, heads, seq) -> (layers, answer, heads, seq)
-    att = torch.stack([plan.captured[layer][0] for layer in range(arch.n_layers)]).cpu()
-    mean = att.mean(1)                                                   # (layers, heads, seq)
-    cols = [mean[:, :, list(s)].sum(-1).reshape(-1) for s in spans]   # each (layers * heads,)
-    return torch.stack(cols).double()                               # (sentences, layers*heads)
+def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                      spans: Sequence[Sequence[int]], kinds: Sequence[str] = DEFAULT_KINDS
+                      ) -> torch.Tensor:
+    """(sentences, len(kinds) * layers * heads): the kinds' features (`features.py`) side by
+    side, from one forward pass."""
+    got = source_features(model, prompt_ids, answer_ids, spans, kinds)
+    return torch.cat([got[k] for k in kinds], 1)
+
+
+def prior_weights(kinds: Sequence[str], n_heads: int) -> torch.Tensor:
+    """(len(kinds) * n_heads,) the weights a fit shrinks towards: 1 for every head's direct
+    effect (their sum is the span's first-order direct log-probability change), 0 for the
+    unsigned kinds."""
+    return torch.cat([torch.full((n_heads,), 1.0 if k == "direct" else 0.0,
+                                 dtype=torch.float64) for k in kinds])
 
 
 def learned_scores(features: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -124,14 +119,18 @@ def _design(ex: FitExample) -> tuple[np.ndarray, np.ndarray] | None:
     return (z - z.mean(0)) / spread, (y - y.mean()) / spread
 
 
-def _solve(examples: Sequence[FitExample], ridge: float) -> np.ndarray:
+def _solve(examples: Sequence[FitExample], ridge: float, prior: torch.Tensor | None = None
+           ) -> np.ndarray:
+    """argmin |y - Z w|^2 + ridge * scale * |w - prior|^2 over the stacked designs."""
     parts = [d for d in map(_design, examples) if d is not None]
     if not parts:
         raise ValueError("no training context's ablations change its answer")
     z = np.concatenate([p[0] for p in parts])                               # (rows, F)
     y = np.concatenate([p[1] for p in parts])
+    w0 = np.zeros(z.shape[1]) if prior is None else prior.double().numpy()   # (F,)
     scale = max(float((z * z).sum(0).mean()), 1e-12)       # the penalty is relative to it
-    return np.linalg.solve(z.T @ z + ridge * scale * np.eye(z.shape[1]), z.T @ y)
+    return np.linalg.solve(z.T @ z + ridge * scale * np.eye(z.shape[1]),
+                           z.T @ y + ridge * scale * w0)
 
 
 def mean_lds(examples: Sequence[FitExample], weights: torch.Tensor) -> float | None:
@@ -143,27 +142,31 @@ def mean_lds(examples: Sequence[FitExample], weights: torch.Tensor) -> float | N
 
 
 def fit_head_weights(examples: Sequence[FitExample], heldout: Sequence[FitExample] = (),
-                     grid: Sequence[float] = RIDGE_GRID) -> HeadFit:
-    """Head weights from training contexts (see the module docstring); the ridge penalty
-    maximises the held-out contexts' mean LDS (without held-out contexts: the smallest)."""
+                     grid: Sequence[float] = RIDGE_GRID, prior: torch.Tensor | None = None
+                     ) -> HeadFit:
+    """Head weights from training contexts (see the module docstring), shrunk towards
+    `prior` (default 0); the ridge penalty maximises the held-out contexts' mean LDS
+    (without held-out contexts: the smallest)."""
     best = (grid[0], None)
     if heldout:
-        scored = [(r, mean_lds(heldout, torch.from_numpy(_solve(examples, r)))) for r in grid]
+        scored = [(r, mean_lds(heldout, torch.from_numpy(_solve(examples, r, prior))))
+                  for r in grid]
         best = max(scored, key=lambda t: -1.0 if t[1] is None else t[1])
-    weights = torch.from_numpy(_solve(examples, best[0]))
+    weights = torch.from_numpy(_solve(examples, best[0], prior))
     return HeadFit(weights, best[0], best[1], mean_lds(examples, weights))
 
 
 def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
                       prompt_ids: Sequence[int], continuation: str, logprob_full: float,
                       spans: Sequence[Sequence[int]], weights: torch.Tensor,
-                      cfg: ExplainConfig, lead: str = "") -> Attribution:
+                      cfg: ExplainConfig, lead: str = "",
+                      kinds: Sequence[str] = DEFAULT_KINDS) -> Attribution:
     """The learned attribution of one answer (one forward pass; with
     `cfg.learned_ablations`, that many scored ablations correct it), with the same checks as
     the ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
     attribution holds out) and the top-k drops. `prompt_ids` end with `lead`."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-    feats = attention_features(model, prompt_ids, answer_ids, spans)    # (sentences, F)
+    feats = sentence_features(model, prompt_ids, answer_ids, spans, kinds)  # (sentences, F)
     scores = learned_scores(feats, weights)                             # (sentences,)
     fit, held = ablation_masks(len(sentences), cfg, item.id + item.context)
     few = fit[:cfg.learned_ablations]                        # (learned_ablations, sentences)

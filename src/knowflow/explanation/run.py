@@ -364,7 +364,8 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
     documents = None
     if estimator is not None:
         attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
-                                 lp_ctx, spans, estimator.tensor(), cfg, lead)
+                                 lp_ctx, spans, estimator.tensor(), cfg, lead,
+                                 estimator.features)
         seconds["learned"] = time.perf_counter() - clock
     elif hierarchical(cfg, len(sentences)):
         attr, documents = hierarchical_attribute(model, tokenizer, item, sentences,

@@ -1,0 +1,108 @@
+"""Per-head features of each context sentence for the learned attribution (`learned.py`), all
+from one forward pass over the prompt and the explained span (no backward pass).
+
+For layer l, head h, a position t that predicts a span token y_t (the prompt's last token and
+the span's tokens but the last) and a source token s, the head moves a[t, s] v_s into t's
+residual stream, where a is the head's attention and v_s the value of s; through the output
+projection that is the vector c[t, s] = a[t, s] W_O^h v_s (d_model,). Summed over a sentence's
+tokens, three features per head:
+
+* `attention`: a[t, s], averaged over t (AT2's feature; it has no sign: a sentence the answer
+  reads but that pushes away from it scores high);
+* `value`: a[t, s] |W_O^h v_s|, averaged over t (attention weighted by what the head writes);
+* `direct`: c[t, s] . g_t, summed over t, where g_t is the gradient of log p(y_t) with respect
+  to the final residual stream at t, in closed form: the final norm's Jacobian (RMSNorm:
+  (I - x x^T / (d r^2)) diag(w) / r for input x, root-mean-square r, scale w; LayerNorm also
+  centres) applied to the unembedding row of y_t minus the model's expected unembedding
+  sum_v p_t(v) W_U[v]. It is the head's direct effect on the span's log-probability through
+  that sentence, to first order, and it has a sign.
+
+A context of n sentences gives, per kind, (n, layers * heads), layer-major.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from knowflow.errors import KnowflowError
+from knowflow.lens.arch import arch_of, out_weight
+from knowflow.lens.batching import model_device
+from knowflow.lens.hooks import captured
+from knowflow.probes.intercept import AttentionPlan, intercepted
+
+KINDS = ("attention", "value", "direct")
+
+
+def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
+                    targets: torch.Tensor) -> torch.Tensor:
+    """(T, d_model): d log p(y_t) / d x_t at the final norm's input x (T, d_model), given the
+    logits at those positions (T, vocab) and the targets (T,)."""
+    unembed = arch.unembed.weight.float()                                  # (vocab, d_model)
+    p = torch.softmax(logits.float(), -1)                                  # (T, vocab)
+    w = unembed[targets] - p @ unembed                                     # (T, d_model)
+    norm = arch.final_norm
+    if norm is None:
+        return w
+    x = resid.float()                                                      # (T, d_model)
+    scale = getattr(norm, "weight", None)
+    w = w * scale.float() if scale is not None else w
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    d = x.shape[-1]
+    if isinstance(norm, torch.nn.LayerNorm):
+        x = x - x.mean(-1, keepdim=True)
+        w = w - w.mean(-1, keepdim=True)
+    elif "RMSNorm" not in type(norm).__name__:
+        raise KnowflowError(f"signed attribution features do not know {type(norm).__name__}")
+    r = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()                     # (T, 1)
+    return w / r - (w * x).sum(-1, keepdim=True) * x / (d * r ** 3)
+
+
+@torch.no_grad()
+def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                    spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS
+                    ) -> dict[str, torch.Tensor]:
+    """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring)."""
+    arch = arch_of(model)
+    n_layers, heads = arch.n_layers, arch.n_heads
+    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],
+                       device=model_device(model))                             # (1, seq)
+    n_t = len(answer_ids)
+    rows = torch.arange(len(prompt_ids) - 1, ids.shape[1])[None, :]            # (1, T)
+    signed = any(k != "attention" for k in kinds)
+    names = [f"blocks.{layer}.attn.v" for layer in range(n_layers)] if signed else []
+    names += [f"blocks.{n_layers - 1}.resid_post"] if "direct" in kinds else []
+    with intercepted(model) as layer_of, captured(model, names) as store:
+        plan = AttentionPlan(capture=frozenset(range(n_layers)), capture_rows=rows,
+                             layer_of=layer_of)
+        out = model(input_ids=ids, knowflow_plan=plan, logits_to_keep=n_t)
+    grad = None
+    if "direct" in kinds:
+        resid = store[f"blocks.{n_layers - 1}.resid_post"][0, -n_t:]       # (T, d_model)
+        grad = _final_gradient(model, arch, resid, out.logits[0],
+                               torch.tensor(list(answer_ids), device=resid.device))
+    groups = [torch.tensor(list(s), dtype=torch.long) for s in spans]
+    per: dict[str, list[torch.Tensor]] = {k: [] for k in kinds}
+    for layer in range(n_layers):
+        att = plan.captured[layer][0].float()                              # (T, heads, seq)
+        if signed:
+            v = store[f"blocks.{layer}.attn.v"][0].float()                 # (seq, kv, dh)
+            v = v.repeat_interleave(heads // v.shape[1], dim=1)            # (seq, heads, dh)
+            w_o = out_weight(arch.o[layer]).float()                        # (d, heads * dh)
+            w_o = w_o.reshape(w_o.shape[0], heads, -1)                     # (d, heads, dh)
+        for kind in kinds:
+            if kind == "attention":
+                tok = att.mean(0)                                          # (heads, seq)
+            elif kind == "value":
+                gram = torch.einsum("dhe,dhf->hef", w_o, w_o)              # (heads, dh, dh)
+                written = torch.einsum("she,hef,shf->hs", v, gram, v)      # (heads, seq)
+                written = written.clamp_min(0).sqrt()
+                tok = att.mean(0) * written
+            else:
+                back = torch.einsum("dhe,td->the", w_o, grad)              # (T, heads, dh)
+                tok = (att * torch.einsum("the,she->ths", back, v)).sum(0)  # (heads, seq)
+            tok = tok.cpu()
+            per[kind].append(torch.stack([tok[:, g].sum(-1) for g in groups]))  # (n, heads)
+    # per layer (sentences, heads) -> (sentences, layers * heads), layer-major
+    return {k: torch.cat(per[k], 1).double() for k in kinds}
