@@ -77,6 +77,8 @@ WIDTH = 150
 _MASKS = ((re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
           (re.compile(r"\b\d+:\d\d:\d\d\b"), "<time>"),
           (re.compile(r"\b\d+:\d\d<\d+:\d\d\b"), "<time>"),  # tqdm's elapsed<left
+          (re.compile(r"'train_(runtime|samples_per_second|steps_per_second)': '[\d.e+-]+'"),
+           "<time>"),  # the HF Trainer's closing log
           (re.compile(r"\d{8}-\d{6}"), "<timestamp>"),
           (re.compile(r"/tmp/[\w./-]+"), "<tmp>"))
 

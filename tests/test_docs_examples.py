@@ -166,3 +166,9 @@ def test_keep_leaves_each_pages_folder_in_place(tmp_path):
                                "$ mkdir -p runs/x && echo 1 > runs/x/summary.json", "```"]))
     docs_examples.Pass({"fast"}, None, check=True, keep=tmp_path / "kept").regenerate(page)
     assert (tmp_path / "kept" / "page" / "runs" / "x" / "summary.json").read_text() == "1\n"
+
+
+def test_masking_hides_the_trainers_closing_timings_not_its_loss():
+    docs_examples = load_benchmark("docs_examples")
+    line = "{'train_runtime': '67.12', 'train_steps_per_second': '0.894', 'train_loss': '9.316'}"
+    assert docs_examples.mask(line) == "{<time>, <time>, 'train_loss': '9.316'}"
