@@ -81,7 +81,9 @@ base = rss()
 longest = run(its, batch)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 shape = memory.shape_of(model)
-estimate = {"eval-loglik": lambda: memory.eval_bytes(shape, longest, 8),
+# the script's prompts are all about `chars` tokens: none shares a tree row when they are long
+short = longest if longest <= memory.LONG_PROMPT else 0
+estimate = {"eval-loglik": lambda: memory.eval_bytes(shape, longest, 8, False, short),
             "eval-generate": lambda: memory.eval_bytes(shape, longest, 8),
             "sft": lambda: memory.step_bytes(shape, longest, full=False),
             "knockout": lambda: memory.variant_bytes(shape, longest)}[job]()(

@@ -157,3 +157,31 @@ def test_every_strategy_gives_the_scores_of_a_full_forward(setup):
     assert_scores_match_naive(model, tok, seqs, CANDS, *got)
     with pytest.raises(ValueError, match="unknown scoring strategy"):
         scorer.score_continuations(model, tok, seqs, CANDS, strategy="fast")
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_long_prompts_run_alone_in_chunks_and_score_as_a_full_forward(setup, monkeypatch,
+                                                                      share):
+    """A prompt longer than LONG_PROMPT tokens continues the shared prefix's cache
+    in PREFILL_CHUNK-token passes, then its candidates run on that cache: the scores equal
+    one full forward pass per candidate and the dense-tree path's; shorter prompts of the
+    same call keep the tree rows."""
+    tok, model, seqs, _ = setup
+    dense = scorer.score_continuations(model, tok, seqs, CANDS, share_prefix=share)
+    grown = []
+    extend = Prefix.extend
+
+    def spy(self, model, seq, chunk):
+        grown.append((len(seq), chunk))
+        return extend(self, model, seq, chunk)
+
+    monkeypatch.setattr(Prefix, "extend", spy)
+    monkeypatch.setattr(scorer, "LONG_PROMPT", 20)
+    monkeypatch.setattr(scorer, "PREFILL_CHUNK", 7)
+    got = scorer.score_continuations(model, tok, seqs, CANDS, share_prefix=share)
+    long = [len(s) - 1 for s in seqs if len(s) > 20]
+    assert 0 < len(long) < len(seqs)                   # both paths ran
+    assert grown == [(m, 7) for m in long]
+    assert_scores_match_naive(model, tok, seqs, CANDS, got)
+    assert [lp for row in got for lp, _ in row] == pytest.approx(
+        [lp for row in dense for lp, _ in row], abs=1e-4)

@@ -48,6 +48,7 @@ from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.memory import check_budget, eval_bytes, fit_rows, shape_of
 from knowflow.lens.prompt_batches import fit_batch_size
+from knowflow.lens.scorer import LONG_PROMPT
 from knowflow.result import Result
 from knowflow.runs import ITEMS, Progress, RunFolder, start_run
 
@@ -192,32 +193,36 @@ def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg
                                 hint="shorten the context, or use a model with a longer window")
 
 
-def _longest(tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
-             ) -> tuple[int, int]:
-    """(longest prompt, new tokens) in tokens: what one batch's memory grows with."""
-    longest = max(len(p) for items in by_suite.values()
-                  for p in render_prompts(items, tokenizer, cfg, cfg.use_context)[1])
-    return longest, cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few
+def _eval_bytes(tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig,
+                shape) -> tuple[Callable[[int], int], int, int]:
+    """(activation bytes of a batch of n rows, longest prompt, new tokens): what one batch's
+    memory grows with (`lens.memory.eval_bytes`)."""
+    lengths = [len(p) for items in by_suite.values()
+               for p in render_prompts(items, tokenizer, cfg, cfg.use_context)[1]]
+    longest = max(lengths)
+    new = cfg.max_new_tokens if cfg.scoring != "loglik" else 8  # answers: a few
+    short = max((n for n in lengths if n <= LONG_PROMPT), default=0)
+    prefills = cfg.scoring != "loglik" or cfg.method != "greedy"  # whole prompts batched
+    return eval_bytes(shape, longest, new, prefills, short), longest, new
 
 
 def _fit_batch(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
                ) -> int:
     """--batch-size 0: the batch that the longest prompt lets fit in free GPU memory, or in
     --max-memory when given (on any device; at most 1024)."""
-    longest, new = _longest(tokenizer, by_suite, cfg)
+    shape = shape_of(model) if cfg.max_memory is not None else None
+    needed, longest, new = _eval_bytes(tokenizer, by_suite, cfg, shape)
     if cfg.max_memory is None:
         return fit_batch_size(model, longest, new)
-    shape = shape_of(model)
-    return fit_rows(shape, eval_bytes(shape, longest, new), 1024, cfg.max_memory,
-                    f"prompts of up to {longest} tokens")
+    return fit_rows(shape, needed, 1024, cfg.max_memory, f"prompts of up to {longest} tokens")
 
 
 def _check_memory(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
                   ) -> None:
     """--max-memory: refuse (before any run folder exists) a batch that would not fit."""
-    longest, new = _longest(tokenizer, by_suite, cfg)
     shape = shape_of(model)
-    check_budget(shape, eval_bytes(shape, longest, new), cfg.batch_size, cfg.max_memory,
+    needed, longest, new = _eval_bytes(tokenizer, by_suite, cfg, shape)
+    check_budget(shape, needed, cfg.batch_size, cfg.max_memory,
                  what=f"prompts of up to {longest} tokens + {new} answer tokens")
 
 

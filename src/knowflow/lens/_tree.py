@@ -90,14 +90,13 @@ def score_batch_tree(model, prompts: list[list[int]], conts: list[list[list[int]
         at = torch.tensor([slot[v] for v in order], dtype=torch.long)
         ids[b, at] = torch.tensor([trie.tokens[v] for v in order], dtype=torch.long)
         pos[b, at] = torch.tensor([n + trie.depth[v] for v in order], dtype=torch.long)
-        q, k = [], []
-        for v in order:
-            a = v
-            while a >= 0:                 # the node and its ancestors
-                q.append(slot[v])
-                k.append(n + slot[a])
-                a = trie.parent[a]
-        allow[b, q, k] = True
+        sees = torch.zeros((len(order), len(order)), dtype=torch.bool)   # (nodes, nodes)
+        for v in range(len(order)):       # a parent is numbered before its children
+            if trie.parent[v] >= 0:
+                sees[v] = sees[trie.parent[v]]
+            sees[v, v] = True             # the node and its ancestors
+        slots = torch.tensor([slot[v] for v in range(len(order))], dtype=torch.long)
+        allow[b, slots[:, None], n + slots[None, :]] = sees
         reads += [(b, slot[v] - (width - keep), t, rows[b][i], c) for v, t, i, c in trie.reads]
     dtype = next(model.parameters()).dtype
     dtype = dtype if dtype.is_floating_point else torch.float32

@@ -10,9 +10,10 @@ small per-item records, so its peak is the weights plus its largest batch:
   2 x layers x kv_heads x head_dim x rows x (cached + tokens); one layer's transient working
   set, rows x tokens x (6 d_model + 4 d_ff); the attention mask, rows x tokens x (cached +
   tokens) (one byte a boolean; the scorer's dense 4D masks: twice the weights' dtype, the
-  mask and the model's copy); with eager attention the scores, rows x heads x tokens x
-  (cached + tokens) (SDPA's kernels do not hold them); and the float32 logits kept, rows x
-  positions x vocab, twice (a log-softmax copy).
+  mask and the model's copy, for prompts of up to `scorer.LONG_PROMPT` tokens); with eager
+  attention the scores, rows x heads x tokens x (cached + tokens) (SDPA's kernels do not
+  hold them); and the float32 logits kept, rows x positions x vocab, twice (a log-softmax
+  copy).
 - training (sft): every layer's activations saved for the backward pass, rows x tokens x
   (16 d_model + 8 d_ff) per layer, and one layer's attention scores, rows x heads x tokens^2
   (SDPA's CPU backward holds them a layer at a time; eager attention: every layer's); the
@@ -38,6 +39,7 @@ import dataclasses
 from collections.abc import Callable
 
 from knowflow.errors import ConfigError
+from knowflow.lens.scorer import LONG_PROMPT, PREFILL_CHUNK
 
 GIB = 2 ** 30
 
@@ -167,11 +169,30 @@ def fit_rows(shape: Shape, activations: Callable[[int], int], batch: int,
     return max(fits, 1)
 
 
-def eval_bytes(shape: Shape, longest: int, new: int) -> Callable[[int], int]:
+def eval_bytes(shape: Shape, longest: int, new: int, prefill: bool = True,
+               short: int | None = None) -> Callable[[int], int]:
     """eval: activations of a batch of `rows` prompts of up to `longest` tokens and `new`
-    answer tokens (the scorer's trie rows carry a dense 4D mask)."""
-    return lambda rows: inference_bytes(shape, rows, longest + new, logit_positions=new,
-                                        dense_mask=True)
+    answer tokens. Log-likelihood scoring batches prompts of up to `scorer.LONG_PROMPT` tokens
+    (`short`: the longest of them; default min(longest, LONG_PROMPT)) into tree rows with a
+    dense 4D mask; a longer prompt runs alone in `PREFILL_CHUNK`-token passes, its KV cache
+    held twice (the grown prefix and the candidates' copy). With `prefill` (generation,
+    contrastive decoding), also a batch of whole prompts left-padded in one prefill with a
+    boolean mask."""
+    s = min(longest, LONG_PROMPT) if short is None else short
+
+    def loglik(rows: int) -> int:
+        tree = inference_bytes(shape, rows, s + new, logit_positions=new,
+                               dense_mask=True) if s else 0
+        if longest <= LONG_PROMPT:
+            return tree
+        alone = (inference_bytes(shape, 1, PREFILL_CHUNK, cached=longest - PREFILL_CHUNK)
+                 + inference_bytes(shape, 1, new, cached=longest, logit_positions=new))
+        return max(tree, alone)
+
+    if not prefill:
+        return loglik
+    return lambda rows: max(loglik(rows), inference_bytes(shape, rows, longest + new,
+                                                          logit_positions=new))
 
 
 def variant_bytes(shape: Shape, tokens: int) -> Callable[[int], int]:

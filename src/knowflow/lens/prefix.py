@@ -81,6 +81,23 @@ class Prefix:
         return cls.run(model, ids, attention_mask=torch.ones_like(ids),
                        position_ids=torch.arange(n, device=ids.device)[None])
 
+    @torch.no_grad()
+    def extend(self, model, seq: Sequence[int], chunk: int) -> Prefix:
+        """This prefix continued by `seq[self.length:]` (`seq` starts with the prefix), as a
+        batch of one, `chunk` tokens a pass: a pass holds a (chunk, tokens so far) mask, so
+        memory grows linearly with the length, and with no cache yet the first pass takes
+        SDPA's causal kernel (no mask at all)."""
+        dev = model_device(model)
+        cache = self.expand(1)
+        for start in range(self.length, len(seq), chunk):
+            ids = torch.tensor([list(seq[start:start + chunk])], device=dev)    # (1, chunk)
+            end = start + ids.shape[1]
+            _, cache = forward(model, past=cache, last_only=True, input_ids=ids,
+                               attention_mask=torch.ones((1, end), dtype=torch.long,
+                                                         device=dev),
+                               position_ids=torch.arange(start, end, device=dev)[None])
+        return Prefix(len(seq), cache)
+
     def expand(self, batch: int):
         """A fresh cache holding the prefix `batch` times (the model appends to it)."""
         if self.cache is None:

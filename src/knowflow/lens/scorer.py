@@ -9,7 +9,10 @@ strategies are private to it:
   question several rows ask) share a row whose tokens form a trie, and every candidate is
   scored in that one forward pass (`_tree`, a dense 4D mask per row). A model's first batch
   is checked against "two_pass", which it falls back to for a model that fails the check
-  (one that ignores custom 4D masks) or where the prompt pass must capture attention.
+  (one that ignores custom 4D masks) or where the prompt pass must capture attention. A
+  prompt of more than `LONG_PROMPT` tokens runs alone instead, in chunks on the prefix's
+  cache, then its candidates on its own cache: no dense mask, so memory grows linearly in
+  its length and SDPA computes no masked-out scores.
 - "two_pass": a left-padded prefill of the prompts, its cache rows repeated once per
   candidate, and all candidates as one right-padded block on top (right padding sits after
   every real token, so it never changes a real token's score).
@@ -44,6 +47,12 @@ Score = tuple[float, int]  # (sum of token log-probs, token count)
 STRATEGIES = ("auto", "two_pass", "trie")
 CHECK_ROWS = 4     # rows of a model's first tree batch also scored the two-pass way
 CHECK_PROMPTS = 3  # prompts of a model's first trie call also scored the "auto" way
+# A prompt of more than LONG_PROMPT tokens runs alone (after the shared prefix), in passes of
+# PREFILL_CHUNK tokens (`Prefix.extend`), its candidates then on its cache: a dense tree mask
+# grows with the square of the length and makes SDPA compute every masked score (measured on
+# SmolLM2-135M's shape at 2k tokens: twice the attention time of the causal kernel).
+LONG_PROMPT = 512
+PREFILL_CHUNK = 512
 
 
 def encode_continuations(tokenizer, continuations: Sequence[Sequence[str]]
@@ -165,8 +174,17 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
     done = 0
     cpu = model_device(model).type == "cpu"
     two_pass = strategy == "two_pass"
-    for rows in _row_batches(prompts, conts, prefix.length, batch_size,
-                             prefill_extra is None and not two_pass, cpu):
+    alone = prefill_extra is None and not two_pass
+    for i in range(len(prompts)):
+        if alone and len(prompts[i]) > LONG_PROMPT:
+            out[i] = _score_long(model, list(prompts[i]), conts[i], prefix, pad_id)
+            done += 1
+            if progress is not None:
+                progress(done, len(prompts), stage)
+    short = [i for i, o in enumerate(out) if not o]
+    for rows in _row_batches([prompts[i] for i in short], [conts[i] for i in short],
+                             prefix.length, batch_size, alone, cpu):
+        rows = [[short[j] for j in r] for r in rows]
         batch = [i for r in rows for i in r]
         at = {i: b for b, i in enumerate(batch)}
         res = _score_batch(model, [list(prompts[i]) for i in batch], [conts[i] for i in batch],
@@ -178,6 +196,15 @@ def score_continuations(model, tokenizer, prompts: Sequence[list[int]],
         if progress is not None:
             progress(done, len(prompts), stage)
     return out
+
+
+def _score_long(model, prompt: list[int], conts: list[list[int]], prefix: Prefix,
+                pad_id: int) -> list[Score]:
+    """One long prompt's candidates: the prompt but its last token continues `prefix` in
+    chunks (`Prefix.extend`), then its last token and the candidates run as one small tree
+    row on that cache (so the first-batch check against two passes applies as before)."""
+    grown = prefix.extend(model, prompt[:-1], PREFILL_CHUNK)
+    return _score_batch(model, [prompt], [conts], grown, pad_id, rows=[[0]])[0]
 
 
 def _score_trie(model, tokenizer, prompts: Sequence[list[int]],
