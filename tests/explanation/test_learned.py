@@ -4,7 +4,7 @@ hand computation from the model's own attention, the estimator's file and proven
 import pytest
 import torch
 
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, DataError
 from knowflow.explanation.estimator import Estimator, load_estimator, save_estimator
 from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
@@ -137,6 +137,10 @@ def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
     assert again == Estimator(est.weights, est.n_layers, est.n_heads, again.provenance,
                               est.features)
     assert load_estimator(model, "tiny", tmp_path / "none.json") is None
+    bad = tmp_path / "bad.json"
+    bad.write_text(path.read_text().replace('"direct"', '"gradient"'))
+    with pytest.raises(DataError, match="field 'features'.*gradient"):
+        load_estimator(model, "tiny", bad)
     with pytest.raises(ConfigError, match="other weights"):
         load_estimator(make_tiny_llama(tok, seed=1), "tiny", path)
 
