@@ -22,9 +22,10 @@ is, so its rows are greedy's (labelled `heads:x1 (= greedy)`) and are not recomp
 
 One `knowflow.evaluate` pass per suite; after each, the rows so far are written to
 `--out`/table.json and the generations to `--out`/outputs.jsonl, so a stopped run keeps its
-finished suites. Prints one row per suite and method: n, generation cf accuracy (95% bootstrap
-interval), the cut-off, garbled, other and memory shares (95% Wilson intervals) and
-log-likelihood cf accuracy (95% bootstrap interval).
+finished suites. Prints one row per suite and method: n, generation cf accuracy, the cut-off,
+garbled, other and memory shares and log-likelihood cf accuracy, each with its 95% Wilson
+interval (the two accuracies' intervals are computed here from share and n; table.json keeps
+the evaluation's bootstrap intervals).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import knowflow
 from knowflow.data.phrasing import PHRASINGS, dev_subjects
 from knowflow.data.suites import get_suite
 from knowflow.evaluation.items import flat, load_data
+from knowflow.evaluation.outcomes import wilson_ci
 from knowflow.evaluation.steer_heads import HeadSteering
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -96,6 +98,9 @@ def _cell(row: dict, key: str) -> str:
     v, ci = row.get(key), row.get(f"{key}_ci")
     if v is None:
         return "-"
+    n = row.get("n_loglik" if key == "loglik_cf" else "n")
+    if key in ("gen_cf", "loglik_cf") and n:  # a share of n items: Wilson, as the outcomes
+        ci = wilson_ci(round(v * n), n)
     return f"{v:.2f} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else f"{v:.2f}"
 
 
