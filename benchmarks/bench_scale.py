@@ -22,6 +22,9 @@ item), sft (LoRA, steps of batch 1 at the context length; no tracker).
 
     .venv/bin/python benchmarks/bench_scale.py --models smollm2-135m,smollm2-360m \\
         --jobs eval-loglik,knockout,sft --contexts 256,1024 --threads 2 --plot /tmp/scale.png
+
+`--grid cpu-short` is the grid for an hour of a shared core (see short_grid); `--scorer-ab
+1024,2048` times the log-likelihood scorer's long-prompt paths against each other.
 """
 
 from __future__ import annotations
@@ -132,12 +135,14 @@ def run_job(job: str, model, tok, items, context: int, n: int):
         for it, ex in zip(items[:n], facts, strict=False):
             prefix = it.context + "\n"
             examples.append(replace(ex, prompt=prefix + ex.prompt, context=(0, len(prefix))))
-        knockout(model, tok, examples, KnockoutConfig(known_only=False))
+        knockout(model, tok, examples, KnockoutConfig(known_only=False,
+                                                      max_memory=probe_memory(model)))
     elif job == "heads":
         from knowflow.probes.heads import HeadsConfig, heads
 
         heads(model, tok, items[:n], HeadsConfig(ablations=("zero",), rank_by="zero",
-                                                 n_bootstrap=10))
+                                                 n_bootstrap=10,
+                                                 max_memory=probe_memory(model)))
     elif job in ("sft", "trainer-sft"):
         run_sft(job, model, tok, items, context, n)
     elif job == "lmeval-loglik":
@@ -146,6 +151,17 @@ def run_job(job: str, model, tok, items, context: int, n: int):
         run_contextcite(model, tok, items[:n])
     else:
         raise SystemExit(f"unknown job {job!r} (known: {', '.join(JOBS)})")
+
+
+# The probes copy the prompt's KV cache once per variant row (128 knockout, 64 heads rows by
+# default): at 1k tokens on 135M that peaked at 5.2 GiB. `--max-memory` (weights + this much)
+# sizes their rows down, which changes no result; this machine has 23 GiB for everyone.
+PROBE_ROWS_GIB = 1.5
+
+
+def probe_memory(model) -> float:
+    """The probes' --max-memory in GiB: the float32 weights plus PROBE_ROWS_GIB."""
+    return sum(p.numel() for p in model.parameters()) * 4 / 2**30 + PROBE_ROWS_GIB
 
 
 def sft_rows(tok, items, context: int):
@@ -247,6 +263,39 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
                 context_tokens=prompt_tokens, cpu_s=cpu / n, wall_s=wall / n,
                 peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 built_mib=built_mib, weights_mib=params * 4 / 2**20, threads=threads)
+
+
+def scorer_ab(contexts: list[int], threads: int) -> None:
+    """The log-likelihood scorer's two paths for long prompts on SmolLM2-135M's shape, one
+    after the other on the same 2 items per context: tree rows with a dense 4D mask (as
+    before issue 41's fix: `LONG_PROMPT` set past every prompt) and alone in chunks of 512
+    and 256 tokens; CPU s per item and the largest log-prob difference from the tree path."""
+    import torch
+
+    from knowflow.lens import scorer
+
+    torch.set_num_threads(threads)
+    model, tok = build_model("smollm2-135m")
+    warm = long_items(tok, 1, 0)[0]
+    scorer.score_continuations(model, tok, [tok(warm.context)["input_ids"]], [[" a", " b"]])
+    paths = {"tree rows (dense mask)": (10**9, 512), "alone, chunks of 512": (512, 512),
+             "alone, chunks of 256": (512, 256)}
+    for ctx in contexts:
+        items = long_items(tok, 2, ctx)
+        prompts = [tok(f"Context: {it.context}\nQ: {it.question}\nA:")["input_ids"]
+                   for it in items]
+        conts = [[" " + it.counterfactual_answer, " " + it.parametric_answer] for it in items]
+        ref = None
+        for name, (long, chunk) in paths.items():
+            scorer.LONG_PROMPT, scorer.PREFILL_CHUNK = long, chunk
+            t = time.process_time()
+            got = scorer.score_continuations(model, tok, prompts, conts, batch_size=4)
+            cpu = (time.process_time() - t) / len(items)
+            flat = [lp for row in got for lp, _ in row]
+            ref = ref or flat
+            diff = max(abs(a - b) for a, b in zip(flat, ref, strict=True))
+            print(f"{len(prompts[0])} tokens, {name}: {cpu:.2f} cpu s/item, "
+                  f"max |log-prob - tree rows'| {diff:.1e}", flush=True)
 
 
 def fit_exponent(xs: list[float], ys: list[float]) -> float | None:
@@ -392,6 +441,8 @@ PROBES = ("knockout", "heads", "eval-generate")
 
 
 def cpu_grid(part: str) -> list[tuple[str, str, int, int]]:
+    if part == "cpu-short":
+        return short_grid()
     cells = []
     if part in ("cpu", "cpu-size"):
         steps = {"smollm2-135m": 10, "smollm2-360m": 10, "qwen2.5-0.5b": 3, "llama-3.2-1b": 3}
@@ -408,6 +459,26 @@ def cpu_grid(part: str) -> list[tuple[str, str, int, int]]:
             cells += [("smollm2-135m", job, 256, n) for n in counts]
         cells += [("smollm2-135m", job, ctx, 3) for ctx in (1024, 2048)
                   for job in ("sft", "trainer-sft")]
+    return cells
+
+
+def short_grid() -> list[tuple[str, str, int, int]]:
+    """`--grid cpu-short`: the cells an hour of a shared core can hold, most wanted first:
+    eval log-likelihood and lm-eval along the context axis at 135M and at 0.5B (the size
+    with no cell yet); generation, knockout, heads and explain at 135M along the context axis;
+    the item-count axis (8, 32, 128 items at 256 tokens); generation, knockout and heads at
+    the other sizes at 256 tokens; explain and ContextCite at 360M."""
+    small = "smollm2-135m"
+    cells = [(small, job, ctx, 4 if ctx == 256 else 2) for ctx in (256, 1024, 2048)
+             for job in ("eval-loglik", "lmeval-loglik")]
+    cells += [("qwen2.5-0.5b", job, 256, 4) for job in ("eval-loglik", "lmeval-loglik")]
+    cells += [(small, job, ctx, ITEMS[job]) for ctx in (256, 1024, 2048)
+              for job in ("eval-generate", "knockout", "heads", "explain")]
+    cells += [(small, "eval-loglik", 256, n) for n in (8, 32)]
+    cells += [(name, job, 256, ITEMS[job]) for name in SIZES[1:]
+              for job in ("eval-generate", "knockout", "heads")]
+    cells += [("smollm2-360m", job, 256, 1) for job in ("explain", "contextcite")]
+    cells += [(small, "eval-loglik", 256, 128)]
     return cells
 
 
@@ -432,7 +503,7 @@ def main() -> None:
     ap.add_argument("--contexts", default="256,1024", help="context tokens")
     ap.add_argument("--full", action="store_true",
                     help="every model, job, peer and context 256,1024,2048 (hours on a CPU)")
-    ap.add_argument("--grid", choices=["cpu", "cpu-size", "cpu-context"],
+    ap.add_argument("--grid", choices=["cpu", "cpu-size", "cpu-context", "cpu-short"],
                     help="a named grid (see cpu_grid)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workers", type=int, default=1, help="cells run at once (each its own "
@@ -445,8 +516,13 @@ def main() -> None:
     ap.add_argument("--stop-at", help="HH:MM (UTC): start no cell after this time")
     ap.add_argument("--items", type=int, help="items (sft: steps) per cell, instead of "
                                                f"each job's default {ITEMS}")
+    ap.add_argument("--scorer-ab", help="contexts (e.g. 1024,2048): time the scorer's "
+                    "dense-tree and chunked paths for long prompts (see scorer_ab) and exit")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # model,job,context: run one cell here
     args = ap.parse_args()
+    if args.scorer_ab:
+        scorer_ab([int(c) for c in args.scorer_ab.split(",")], args.threads)
+        return
     if args.cell:
         name, job, ctx = args.cell.split(",")
         print(json.dumps(cell(name, job, int(ctx), args.threads, args.items)))
