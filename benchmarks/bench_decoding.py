@@ -4,7 +4,7 @@ answers are (cut off, garbled, other), and log-likelihood counterfactual accurac
     python benchmarks/bench_decoding.py [--limit 24] [--suites all] [--threads 1]
         [--heads SPEC | --heads calibrate] [--out runs/bench_decoding]
     python benchmarks/bench_decoding.py --heads calibrate --calibrate-only --out DIR
-    python benchmarks/bench_decoding.py --merge OUT1 OUT2 ... [--heads x1]  # saved tables
+    python benchmarks/bench_decoding.py --merge OUT1 OUT2 ... [--heads x1] [--markdown]
 
 Suites, `--limit` held-out items each: the four built-in suites (cf-capitals without the dev
 countries), each phrasing of `cf-phrasing` on its test countries (`cf-phrasing:<phrasing>`),
@@ -121,18 +121,30 @@ def rows_of(conditions: dict) -> list[dict]:
     return out
 
 
-def print_table(rows: list[dict]) -> None:
-    head = (f"{'suite':22} {'method':20} {'n':>3}  {'gen cf acc':17} {'cut off':17} "
-            f"{'garbled':17} {'other':17} {'memory':17} {'loglik cf acc':17}")
+COLUMNS = (("gen cf acc", "gen_cf"), ("cut off", "outcome_cut_off"),
+           ("garbled", "outcome_garbled"), ("other", "outcome_other"),
+           ("memory", "outcome_memory"), ("loglik cf acc", "loglik_cf"))
+
+
+def print_table(rows: list[dict], markdown: bool = False) -> None:
+    """One line per suite and method, as text columns or (`markdown`) a Markdown table."""
+    order = {s: i for i, s in enumerate(SUITES)}
+    rows = sorted(rows, key=lambda r: (order.get(r["suite"], 99), r["suite"],
+                                       r["method"] != "greedy"))
+    if markdown:
+        print("| suite | method | n | " + " | ".join(name for name, _ in COLUMNS) + " |")
+        print("|---|---|---|" + "---|" * len(COLUMNS))
+        for r in rows:
+            print(f"| {r['suite']} | {r['method']} | {r['n'] or 0} | "
+                  + " | ".join(_cell(r, key) for _, key in COLUMNS) + " |")
+        return
+    head = f"{'suite':22} {'method':20} {'n':>3}  " + " ".join(f"{name:17}"
+                                                              for name, _ in COLUMNS)
     print(head)
     print("-" * len(head))
-    order = {s: i for i, s in enumerate(SUITES)}
-    for r in sorted(rows, key=lambda r: (order.get(r["suite"], 99), r["suite"],
-                                         r["method"] != "greedy")):
-        print(f"{r['suite']:22} {r['method']:20} {r['n'] or 0:>3}  {_cell(r, 'gen_cf'):17} "
-              f"{_cell(r, 'outcome_cut_off'):17} {_cell(r, 'outcome_garbled'):17} "
-              f"{_cell(r, 'outcome_other'):17} {_cell(r, 'outcome_memory'):17} "
-              f"{_cell(r, 'loglik_cf'):17}")
+    for r in rows:
+        print(f"{r['suite']:22} {r['method']:20} {r['n'] or 0:>3}  "
+              + " ".join(f"{_cell(r, key):17}" for _, key in COLUMNS))
 
 
 def _outputs(records) -> str:
@@ -164,6 +176,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_decoding")
     ap.add_argument("--merge", nargs="+", metavar="OUT",
                     help="print the table of earlier runs' --out folders and stop")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
     if args.merge:
         rows = [r for d in args.merge
@@ -171,7 +184,7 @@ def main() -> None:
         if args.heads not in ("none", "calibrate") and not HeadSteering.parse(args.heads).heads:
             rows += [{**r, "method": f"heads:{args.heads} (= greedy)"} for r in rows
                      if r["method"] == "greedy"]
-        print_table(rows)
+        print_table(rows, args.markdown)
         return
     import torch
     torch.set_num_threads(args.threads)
@@ -213,7 +226,7 @@ def main() -> None:
                                                     "limit": args.limit}, indent=1))
         (out / "outputs.jsonl").write_text(_outputs(records), encoding="utf-8")
         print(f"# {name}: {len(items)} items, {time.time() - t0:.0f} s", flush=True)
-    print_table(rows)
+    print_table(rows, args.markdown)
 
 
 if __name__ == "__main__":
