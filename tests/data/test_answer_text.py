@@ -174,6 +174,8 @@ TABLE = "context\tquestion\tanswer\tmemory_answer\nc\tq\ta1\tb\n"
      "a JSON object holding a list under 'data', not JSONL or a JSON list"),
     ("items.json", json.dumps({"version": 1, "data": [ITEM], "more": []}, indent=2),
      "one JSON object written over several lines"),
+    ("items.json", json.dumps({"version": 1, "data": [ITEM]}),  # one line: read as JSONL
+     "a JSON object holding a list under 'data', not JSONL or a JSON list"),
     ("items.jsonl", json.dumps(ITEM, indent=2), "one JSON object written over several lines"),
 ])
 def test_tables_and_objects_knowflow_does_not_read_say_what_they_are(tmp_path, name, text,
