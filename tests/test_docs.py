@@ -127,8 +127,9 @@ def test_readme_is_short_and_its_local_links_resolve():
     assert not broken, f"README links to missing files: {broken}"
 
 
-# Output blocks allowed to stay unmarked, per page (none now; the count may only fall). Every block that shows a command's output is a docs-example (or an
-# excerpt of one), or, on docs/findings/, a dated docs-record (benchmarks/docs_examples.py).
+# Output blocks allowed to stay unmarked, per page (none now; the count may only fall). Every
+# block that shows a command's output is a docs-example (or an excerpt of one), or, on
+# docs/findings/, a dated docs-record (benchmarks/docs_examples.py).
 UNMARKED_PENDING: dict[str, int] = {}
 
 
@@ -141,3 +142,16 @@ def test_every_command_output_in_the_docs_regenerates_or_is_a_dated_record():
     too_many = [p for page, found in per_page.items()
                 if len(found) > UNMARKED_PENDING.get(page, 0) for p in found]
     assert not too_many, "\n".join(too_many)
+
+
+def test_every_figure_under_docs_img_is_drawn_by_a_docs_example():
+    """docs/img/ holds only figures a `docs-figure` marker copies from its example's run
+    (findings' figures, records like their blocks, live under docs/findings/img/)."""
+    docs_examples = load_benchmark("docs_examples")
+    targets = {found.group(2).split("->")[1].strip()
+               for path in docs_examples.doc_files()
+               for line in path.read_text(encoding="utf-8").split("\n")
+               if (found := docs_examples.MARKER.match(line)) and found.group(1) == "figure"}
+    figures = {str(p.relative_to(ROOT)) for p in (DOCS / "img").iterdir()}
+    assert figures <= targets, f"figures no docs-figure marker draws: {sorted(figures - targets)}"
+    assert figures, "docs/img holds no figure"
