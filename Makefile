@@ -32,10 +32,6 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# Rerun the README's and docs' fast examples and rewrite their output blocks (--slow: all).
-docs-examples: setup
-	$(BIN)/python benchmarks/docs_examples.py
-
 test: setup lint docs
 	$(BIN)/pytest
 
@@ -44,6 +40,12 @@ EXTRAS := $(VENV)/.knowflow-extras
 $(EXTRAS): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,data,tensorboard,wandb]' torch==2.13.0
 	touch $(EXTRAS)
+
+# Rerun the README's and docs' fast examples and rewrite their output blocks (--slow: all).
+# With the extras: the examples show --data save_to_disk folders (datasets) and
+# --report-to tensorboard.
+docs-examples: $(EXTRAS)
+	$(BIN)/python benchmarks/docs_examples.py
 
 test-all: setup $(EXTRAS)
 	$(BIN)/pytest -m ""
