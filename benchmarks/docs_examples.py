@@ -74,7 +74,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- docs-(example|figure|table|excerpt|file|record): (.+?) -->\s*$")
 RUN_LINE = re.compile(r"^(run directory|results): (\S+)")
 WIDTH = 150
-_MASKS = ((re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
+_MASKS = ((re.compile(r"\d+(\.\d+)? ?[a-z]+/s\b"), "<rate>"),  # tqdm's `333.91 examples/s`
+          (re.compile(r"\d+(\.\d+)?\s?(s|ms|min|s/it|it/s)\b"), "<time>"),
           (re.compile(r"\b\d+:\d\d:\d\d\b"), "<time>"),
           (re.compile(r"\b\d+:\d\d<\d+:\d\d\b"), "<time>"),  # tqdm's elapsed<left
           (re.compile(r"'train_(runtime|samples_per_second|steps_per_second)': '[\d.e+-]+'"),

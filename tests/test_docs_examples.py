@@ -21,6 +21,7 @@ def test_masking_hides_timings_and_timestamps_only():
     assert docs_examples.mask("results: runs/eval/20261206-012611 (21.2 s: load 0.6 s)") == \
         "results: runs/eval/<timestamp> (<time>: load <time>)"
     assert docs_examples.mask("(40, 25)") == "(40, 25)"
+    assert docs_examples.mask("3/3 [00:00<00:00, 851.06 examples/s]") == "3/3 [<time>, <rate>]"
 
 
 def test_masking_hides_a_tables_seconds_column_and_clock_times():
