@@ -320,8 +320,13 @@ def _one_json_value(path, text: str, strict: bool) -> None:
     lists = [k for k, v in value.items() if isinstance(v, list)]
     what = (f"a JSON object holding a list under {lists[0]!r}" if len(lists) == 1 else
             "one JSON object written over several lines")
-    raise DataError(path, f"{what}, not JSONL or a JSON list; {READS}", line=1,
-                    hint="give the list itself ([{...}, ...]) or one record per line (JSONL)")
+    raise not_a_list(path, what, line=1)
+
+
+def not_a_list(path, what: str, line: int) -> DataError:
+    """The error for a JSON object where records were expected (`what` says which object)."""
+    return DataError(path, f"{what}, not JSONL or a JSON list; {READS}", line=line,
+                     hint="give the list itself ([{...}, ...]) or one record per line (JSONL)")
 
 
 def _not_json(path, text: str) -> None:

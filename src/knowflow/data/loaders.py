@@ -49,7 +49,7 @@ from knowflow.data.tables import (
     table_rows,
 )
 from knowflow.errors import DataError
-from knowflow.io import READS, atomic_write_jsonl, csv_rows, json_records
+from knowflow.io import atomic_write_jsonl, csv_rows, json_records, not_a_list
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +165,7 @@ def _check_native(path: Path, line: int, rec: object) -> None:
         wrapped = [k for k, v in rec.items() if isinstance(v, list) and v
                    and all(isinstance(x, dict) for x in v)]
         if len(wrapped) == 1:  # {"data": [{...}, ...]} on one line: records wrapped, not one
-            raise DataError(path, f"a JSON object holding a list under {wrapped[0]!r}, not "
-                            f"JSONL or a JSON list; {READS}", line=line,
-                            hint="give the list itself ([{...}, ...]) or one record per line "
-                                 "(JSONL)")
+            raise not_a_list(path, f"a JSON object holding a list under {wrapped[0]!r}", line)
         raise no_mapping(path, list(rec), line=line, field=missing)
     if missing == "memory_answer":
         raise DataError(path, "missing (or 'parametric_answer')", line=line, field=missing)
