@@ -119,6 +119,8 @@ def test_report_page_schemas_accept_what_the_pages_read():
     plain = {k: v for k, v in CARD.items() if k not in ("sentences", "top_sentence",
                                                         "topk_drop", "one_pass", "mechanism")}
     assert ExplainRecord.model_validate(plain).sentences is None  # computed parts are optional
+    no_one_pass = {k: v for k, v in CARD.items() if k != "one_pass"}   # not asked for
+    assert ExplainRecord.model_validate(no_one_pass).one_pass is None
 
 
 @pytest.mark.parametrize("schema, value, where", [

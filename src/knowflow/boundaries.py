@@ -170,8 +170,9 @@ class OnePass(_Record):
 
 class ExplainRecord(_Record):
     """One line of an explain run's `records.jsonl`, as its report card reads it; sentence
-    attribution (`sentences` with its top sentence, drops and one-pass check) and
-    `mechanism` are there when they were computed."""
+    attribution (`sentences` with its top sentence and drops), its one-pass check
+    (`one_pass`, `--levels ...,one_pass`) and `mechanism` are there when they were
+    computed."""
 
     id: str
     question: str
@@ -194,7 +195,7 @@ class ExplainRecord(_Record):
     @model_validator(mode="after")
     def _attribution_parts(self) -> ExplainRecord:
         if "sentences" in self.model_fields_set:
-            missing = [f for f in ("top_sentence", "topk_drop", "one_pass")
+            missing = [f for f in ("top_sentence", "topk_drop")
                        if f not in self.model_fields_set]
             if missing:
                 raise ValueError(f"a record with sentences needs {', '.join(missing)}")

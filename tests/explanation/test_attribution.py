@@ -122,6 +122,7 @@ def test_config_rejects_impossible_values():
     from knowflow.errors import ConfigError
 
     for field, value in (("n_ablations", 4), ("keep_prob", 1.0), ("target", "x"),
-                         ("levels", ("sentences",)), ("levels", ("source", "mechanism"))):
+                         ("levels", ("sentences",)), ("levels", ("source", "mechanism")),
+                         ("levels", ("source", "one_pass"))):
         with pytest.raises(ConfigError, match=field):
             validate_config(dataclasses.replace(ExplainConfig(), **{field: value}))

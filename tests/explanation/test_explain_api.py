@@ -38,6 +38,30 @@ def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):
     assert summary["n_items"] == 1 and sum(summary["verdicts"].values()) == 1
 
 
+def test_the_one_pass_score_is_computed_only_when_asked(lm):
+    """Gradient x input costs a forward and a backward pass, so it is a level of its own:
+    without it no record, sentence or summary carries it (null in the summary); with it the
+    same ablation result gains it."""
+    model, tok = lm
+    run = dict(tokenizer=tok, n_ablations=8, n_holdout=4, max_new_tokens=3)
+    plain = knowflow.explain(model, "needle-cf", limit=1, levels=("source", "sentences"),
+                             **run)
+    asked = knowflow.explain(model, "needle-cf", limit=1,
+                             levels=("source", "sentences", "one_pass"), **run)
+    (rec,), (rec_asked,) = plain.records, asked.records
+    assert "one_pass" not in rec and "one_pass_hit" not in rec
+    assert not any("one_pass" in s for s in rec["sentences"])
+    assert "one_pass" not in rec["seconds"]
+    assert plain.summary["sentences"]["one_pass_hit_rate"] is None
+    assert plain.summary["sentences"]["one_pass_spearman"] is None
+    assert [s["attribution"] for s in rec_asked["sentences"]] == \
+        [s["attribution"] for s in rec["sentences"]]
+    scores = [s["one_pass"] for s in rec_asked["sentences"]]
+    assert rec_asked["one_pass"]["one_pass_top"] == scores.index(max(scores))
+    assert rec_asked["one_pass_hit"] == (scores.index(max(scores)) == rec["needle"])
+    assert asked.summary["sentences"]["one_pass_hit_rate"] in (0.0, 1.0)
+
+
 def test_to_pandas_is_one_flat_row_per_item():
     from knowflow.result import Result
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from knowflow.data.facts import ConflictItem
-from knowflow.explanation.attribution import _chunks, ablation_masks, attribute, score_masks
+from knowflow.explanation.attribution import ablation_masks, attribute, prompt_chunks, score_masks
 from knowflow.explanation.hierarchy import document_units, hierarchical_attribute
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.splitter import split_sentences
@@ -49,8 +49,8 @@ def test_hierarchical_equals_flat_when_every_document_is_kept(lm):
 
 
 def test_chunked_scoring_bounds_each_pass_and_changes_no_score(lm):
-    assert [list(r) for r in _chunks([5, 5, 5, 5, 5], 3, 12)] == [[0, 1], [2, 3], [4]]
-    assert [list(r) for r in _chunks([30, 5], 8, 12)] == [[0], [1]]   # one prompt at least
+    assert [list(r) for r in prompt_chunks([5, 5, 5, 5, 5], 3, 12)] == [[0, 1], [2, 3], [4]]
+    assert [list(r) for r in prompt_chunks([30, 5], 8, 12)] == [[0], [1]]   # one prompt at least
     model, tok = lm
     sents = split_sentences(ITEM.context)
     masks, _ = ablation_masks(len(sents), ExplainConfig(n_ablations=9), "c")

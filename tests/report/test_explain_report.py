@@ -24,3 +24,21 @@ def test_inline_plot_uses_the_figures_colours():
     # whole context is drawn first in the first colour, as layers_figure plots it first
     assert svg.index(LINE_COLORS[0]) < svg.index(LINE_COLORS[1])
     assert "<title>whole context</title>" in svg.split(LINE_COLORS[1])[0]
+
+
+def test_a_card_shows_gradient_x_input_only_where_it_was_computed():
+    from knowflow.report.explain import _card
+
+    rec = {"id": "x", "question": "q", "answer": "a", "answer_no_context": "b",
+           "logprob_context": -1.0, "logprob_no_context": -2.0, "verdict": "context",
+           "verdict_numbers": {"context_contribution": 1.0, "context_supports": True,
+                               "memory_agrees": False},
+           "sentences": [{"text": "s", "attribution": 0.5}, {"text": "t", "attribution": 0.1}],
+           "top_sentence": 0, "topk_drop": {"1": 0.3}, "lds": None}
+    assert "gradient x input" not in _card(rec)
+    asked = {**rec, "one_pass": {"one_pass_top": 1},
+             "sentences": [{**s, "one_pass": w} for s, w in zip(rec["sentences"], (0.2, 0.7),
+                                                                strict=True)]}
+    card = _card(asked)
+    assert "gradient x input&#x27;s top: 1" in card or "gradient x input's top: 1" in card
+    assert "gradient x input 0.700" in card

@@ -66,8 +66,10 @@ def explain_cmd(
                                     "counterfactual (the context's) or parametric (memory's)."
                                )] = "generated",
     levels: Annotated[str, Opt(help="What to compute: source, sentences, mechanism, tokens "
-                                    "(per-token attribution of the whole generation; "
-                                    "comma-separated; source is always on).")
+                                    "(per-token attribution of the whole generation), "
+                                    "one_pass (gradient x input beside the ablation: a "
+                                    "forward and a backward pass); comma-separated; source "
+                                    "is always on.")
                       ] = "source,sentences,mechanism",
     attribution: Annotated[str, Opt(help="Sentence attribution: ablation (the reference), "
                                          "learned (one pass; needs `explain fit`; below "

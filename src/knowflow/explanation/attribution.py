@@ -13,7 +13,8 @@ the top-k drop (the fall of the answer's log-probability).
 
 One pass. Gradient x input: the answer's log-probability differentiated with respect to the
 input embeddings, |gradient . embedding| summed over each sentence's tokens (one forward and
-one backward pass); reported next to the ablation result with its rank agreement. (The mean
+one backward pass); with `--levels ...,one_pass`, reported next to the ablation result with
+its rank agreement. (The mean
 attention from the answer position to each sentence was tried first and found the needle
 sentence in 1 of 16 needle items on SmolLM2-135M-Instruct, gradient x input in 10.)
 `attention_to_sentences` gives the per-head attention to a sentence from which the mechanism
@@ -72,7 +73,7 @@ def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Senten
     rows: list[list[float]] = []
     if progress is not None:
         progress(0, len(masks), "ablations")
-    for chunk in _chunks([len(s) for s in seqs], cfg.score_chunk, cfg.score_tokens):
+    for chunk in prompt_chunks([len(s) for s in seqs], cfg.score_chunk, cfg.score_tokens):
         scores = score_continuations(model, tokenizer, [seqs[i] for i in chunk],
                                      [conts] * len(chunk), strategy="trie")
         rows += [[c[0] for c in s] for s in scores]
@@ -82,7 +83,7 @@ def score_masks(model, tokenizer, item: ConflictItem, sentences: Sequence[Senten
     return out[:, 0] if isinstance(continuation, str) else out   # (ablations[, conts])
 
 
-def _chunks(lengths: Sequence[int], rows: int, tokens: int) -> list[range]:
+def prompt_chunks(lengths: Sequence[int], rows: int, tokens: int) -> list[range]:
     """Consecutive index ranges of at most `rows` prompts and `tokens` tokens (one prompt
     at least)."""
     out, start, total = [], 0, 0

@@ -11,7 +11,7 @@ from knowflow.lens.memory import check_max_memory
 
 Target = Literal["generated", "counterfactual", "parametric"]
 TARGETS = ("generated", "counterfactual", "parametric")
-LEVELS = ("source", "sentences", "mechanism", "tokens")
+LEVELS = ("source", "sentences", "mechanism", "tokens", "one_pass")
 DEFAULT_LEVELS = ("source", "sentences", "mechanism")
 Design = Literal["random", "balanced"]
 Method = Literal["auto", "ablation", "learned"]
@@ -23,7 +23,8 @@ DESIGNS = ("random", "balanced")
 class ExplainConfig:
     target: Target = "generated"        # the answer explained: the model's own, or an item's
     levels: tuple[str, ...] = DEFAULT_LEVELS  # what to compute (source always; tokens:
-    #                                      per-token attribution of the whole generation)
+    #                                      per-token attribution of the whole generation;
+    #                                      one_pass: gradient x input beside the ablation)
     prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
     max_new_tokens: int = 16             # longest generated answer
     # source verdict
@@ -68,13 +69,14 @@ class ExplainConfig:
         bad = [lv for lv in self.levels if lv not in LEVELS]
         if bad or "source" not in self.levels:
             raise ConfigError(f"{','.join(self.levels)!r}: give source and any of sentences, "
-                              "mechanism, tokens", "levels")
+                              "mechanism, tokens, one_pass", "levels")
         if "mechanism" in self.levels and "sentences" not in self.levels:
             raise ConfigError("mechanism blocks the top sentence, so it needs sentences",
                               "levels")
-        if "tokens" in self.levels and "sentences" not in self.levels:
-            raise ConfigError("tokens attributes each token to sentences, so it needs "
-                              "sentences", "levels")
+        for level in ("tokens", "one_pass"):
+            if level in self.levels and "sentences" not in self.levels:
+                raise ConfigError(f"{level} attributes to sentences, so it needs sentences",
+                                  "levels")
         if self.prompt_format not in FORMATS:
             raise ConfigError(f"{self.prompt_format!r} is not one of {', '.join(FORMATS)}",
                               "prompt_format")
@@ -123,3 +125,7 @@ class ExplainConfig:
     @property
     def tokens(self) -> bool:
         return "tokens" in self.levels
+
+    @property
+    def one_pass(self) -> bool:
+        return "one_pass" in self.levels

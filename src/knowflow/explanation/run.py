@@ -2,9 +2,12 @@
 and which layers and heads carried it.
 
 For each item: the answer generated with the context and without it, the explained answer's
-log-probability under both and the source verdict (`source.py`); with `levels` including
-sentences, the attribution of each context sentence by ablation and by one pass
-(`attribution.py`); with mechanism, the knockout effects per layer and head (`mechanism.py`).
+log-probability under both and the source verdict (`source.py`: every score of one side, with
+the context or without it, in one pass over the token trie of its prompts, so an item's context
+runs once per side); with `levels` including sentences, the attribution of each context
+sentence by ablation (`attribution.py`), with one_pass also by gradient x input (a forward and a
+backward pass, only when asked); with mechanism, the knockout effects per layer and head
+(`mechanism.py`).
 Every item is checked before any model work starts (an empty context, one sentence where
 sentences are asked for, an answer the model cannot produce, a prompt longer than the model's
 window), so bad input writes nothing. The Result's `save(dir)` writes the run folder
@@ -33,6 +36,7 @@ from knowflow.explanation.attribution import (
     attention_to_sentences,
     attribute,
     gradient_x_input,
+    prompt_chunks,
 )
 from knowflow.explanation.estimator import Estimator, attribution_note, resolve_estimator
 from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
@@ -55,7 +59,7 @@ from knowflow.explanation.tokens import token_attribution
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.memory import check_budget, eval_bytes, inference_bytes, shape_of
-from knowflow.lens.scorer import score_continuations
+from knowflow.lens.scorer import Score, score_continuations
 from knowflow.result import Result
 from knowflow.runs import Progress
 
@@ -251,28 +255,30 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     led_bare = [with_lead(p, lead) for p, (lead, _) in zip(without, spans, strict=True)]
     conts = [[p.answer_prefix + span] for p, (_, span) in zip(led, spans, strict=True)]
     seqs_led, bare_led = encode(tokenizer, led), encode(tokenizer, led_bare)
-    run = dict(batch_size=cfg.batch_size)
+    rival_texts = _rival_texts(model, tokenizer, spans, bare_led, cfg)
     _report(progress, 0, len(items), "score answers")
-    scored = score_continuations(model, tokenizer, seqs_led, conts, **run)
-    scored_bare = score_continuations(model, tokenizer, bare_led, conts, **run)
-    memory = [[p.answer_prefix + (m or " ")] for p, m in zip(with_ctx, said_bare, strict=True)]
-    memory_ctx = score_continuations(model, tokenizer, seqs, memory, **run)
-    memory_bare = score_continuations(model, tokenizer, bare, memory, **run)
-    rivals = _rivals(model, tokenizer, spans, seqs_led, bare_led, cfg)
+    memory = [p.answer_prefix + (m or " ") for p, m in zip(with_ctx, said_bare, strict=True)]
+    scored, memory_ctx, rival_ctx = _source_scores(model, tokenizer, seqs_led, seqs, conts,
+                                                   memory, rival_texts, cfg)
+    scored_bare, memory_bare, rival_bare = _source_scores(model, tokenizer, bare_led, bare,
+                                                          conts, memory, rival_texts, cfg)
+    rivals: list[tuple[str, float, float] | None] = [
+        (t, c, b) if t else None for t, c, b in zip(rival_texts, rival_ctx, rival_bare,
+                                                    strict=True)]
     for i, (lead, _) in enumerate(spans):
         if not lead and said_bare[i].strip():                 # no lead: the no-context answer
-            rivals[i] = (said_bare[i], memory_ctx[i][0][0], memory_bare[i][0][0])
+            rivals[i] = (said_bare[i], memory_ctx[i][0], memory_bare[i][0])
     _report(progress, len(items), len(items), "score answers")
     shared = (time.perf_counter() - clock) / len(items)
     records = []
     for i, it in enumerate(items):
-        lp_ctx, lp_bare = scored[i][0][0], scored_bare[i][0][0]
+        lp_ctx, lp_bare = scored[i][0], scored_bare[i][0]
         if not math.isfinite(lp_ctx) or not math.isfinite(lp_bare):
             raise DataError(_where(it), f"the model cannot produce the answer {targets[i]!r} "
                             "(probability 0)", hint="give another answer")
         rec = _source_record(it, cfg, targets[i], spans[i], said[i], said_bare[i],
-                             (scored[i][0], memory_ctx[i][0]),
-                             (scored_bare[i][0], memory_bare[i][0]), rivals[i])
+                             (scored[i], memory_ctx[i]), (scored_bare[i], memory_bare[i]),
+                             rivals[i])
         rec["span_rule"] = ruled[i][2]
         rec["seconds"] = {"source": shared}
         if cfg.sentences:
@@ -290,24 +296,42 @@ def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfi
     return records
 
 
-def _rivals(model, tokenizer, spans, seqs_led, bare_led, cfg: ExplainConfig
-            ) -> list[tuple[str, float, float] | None]:
+def _rival_texts(model, tokenizer, spans, bare_led, cfg: ExplainConfig) -> list[str]:
     """Per item with a lead, what the model says after that lead without the context (its
-    first sentence, the rival the verdict weighs the explained span against), with its
-    log-probability after the lead with and without the context; None elsewhere."""
-    out: list[tuple[str, float, float] | None] = [None] * len(spans)
+    first sentence: the rival the verdict weighs the explained span against); "" elsewhere
+    and where it says nothing."""
+    out = [""] * len(spans)
     led = [i for i, (lead, _) in enumerate(spans) if lead]
     said = generate(model, tokenizer, [bare_led[i] for i in led], batch_size=cfg.batch_size,
                     max_new_tokens=cfg.max_new_tokens) if led else []
-    texts = {i: first_clause(t) for i, t in zip(led, said, strict=True)}
-    led = [i for i in led if texts[i]]
-    conts = [[" " + texts[i]] for i in led]
-    run = dict(batch_size=cfg.batch_size)
-    with_ctx = score_continuations(model, tokenizer, [seqs_led[i] for i in led], conts, **run)
-    bare = score_continuations(model, tokenizer, [bare_led[i] for i in led], conts, **run)
-    for k, i in enumerate(led):
-        out[i] = (texts[i], with_ctx[k][0][0], bare[k][0][0])
+    for i, text in zip(led, said, strict=True):
+        out[i] = first_clause(text)
     return out
+
+
+def _source_scores(model, tokenizer, led: list[list[int]], plain: list[list[int]],
+                   conts: list[list[str]], memory: list[str], rivals: list[str],
+                   cfg: ExplainConfig) -> tuple[list[Score], list[Score], list[float | None]]:
+    """(the explained span after `led`, the memory answer after `plain`, the rival (" " +
+    text) after `led`, where there is one) for every item, on one side (with the context or
+    without it): every request of the side in one scoring call over the token trie of the
+    prompts (`lens.scorer`'s "trie" strategy), so that the prompt an item's requests share
+    (its whole context: `led` is `plain` with the lead appended) runs once; chunked as the
+    ablations are (`cfg.score_chunk` prompts, `cfg.score_tokens` tokens)."""
+    prompts, asked = [], []
+    for i, (p, q) in enumerate(zip(led, plain, strict=True)):
+        prompts += [p, q]
+        asked += [[conts[i][0], *([" " + rivals[i]] if rivals[i] else [])], [memory[i]]]
+    got: list[list[Score]] = []
+    for chunk in prompt_chunks([len(p) for p in prompts], 2 * cfg.score_chunk, cfg.score_tokens):
+        got += score_continuations(model, tokenizer, [prompts[k] for k in chunk],
+                                   [asked[k] for k in chunk], strategy="trie")
+    spans, mem, rival = [], [], []
+    for i in range(len(led)):
+        spans.append(got[2 * i][0])
+        rival.append(got[2 * i][1][0] if rivals[i] else None)
+        mem.append(got[2 * i + 1][0])
+    return spans, mem, rival
 
 
 def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
@@ -375,18 +399,22 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
         attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
                          progress)
         seconds["ablation"] = time.perf_counter() - clock
-    clock = time.perf_counter()
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-    one_pass = gradient_x_input(model, prompt_ids, answer_ids, spans)
-    seconds["one_pass"] = time.perf_counter() - clock
-    out = {"sentences": [{"text": s.text, "attribution": w, "one_pass": o}
-                         for s, w, o in zip(sentences, attr.weights, one_pass, strict=True)],
-           **attr.to_dict(), "one_pass": agreement(attr.weights, one_pass),
-           **({"documents": documents} if documents else {})}
+    out = {"sentences": [{"text": s.text, "attribution": w}
+                         for s, w in zip(sentences, attr.weights, strict=True)],
+           **attr.to_dict(), **({"documents": documents} if documents else {})}
     needle = item.meta.get("needle")
     if needle is not None:
         out["top_hit"] = attr.top == needle
-        out["one_pass_hit"] = out["one_pass"]["one_pass_top"] == needle
+    if cfg.one_pass:                        # asked for: a forward and a backward pass
+        clock = time.perf_counter()
+        one_pass = gradient_x_input(model, prompt_ids, answer_ids, spans)
+        seconds["one_pass"] = time.perf_counter() - clock
+        for sentence, score in zip(out["sentences"], one_pass, strict=True):
+            sentence["one_pass"] = score
+        out["one_pass"] = agreement(attr.weights, one_pass)
+        if needle is not None:
+            out["one_pass_hit"] = out["one_pass"]["one_pass_top"] == needle
     if cfg.mechanism:
         clock = time.perf_counter()
         mass = attention_to_sentences(model, prompt_ids, spans)    # (layers, heads, sentences)

@@ -32,8 +32,9 @@ def summarize(records: list[dict]) -> dict:
     answers (`produced`: how many name which) and (`known_answer`) on those of them where the
     model's no-context answer names the parametric answer, so that the labels' premise (the
     model's memory holds the parametric answer) holds; where
-    sentences were attributed, the needle hit rates, LDS, top-k drops and the one-pass
-    estimate's agreement; where mechanisms ran, the mean effect per layer."""
+    sentences were attributed, the needle hit rates, LDS, top-k drops and (null where it was
+    not asked for) the one-pass estimate's agreement; where mechanisms ran, the mean effect
+    per layer."""
     counts = Counter(r["verdict"] for r in records)
     out: dict = {"n_items": len(records),
                  "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
@@ -46,15 +47,17 @@ def summarize(records: list[dict]) -> dict:
     attributed = [r for r in records if "sentences" in r]
     if attributed:
         hits = [r for r in attributed if "top_hit" in r]
+        one_pass = [r for r in attributed if "one_pass" in r]     # --levels ...,one_pass
         ks = sorted({k for r in attributed for k in r["topk_drop"]}, key=int)
         out["sentences"] = {
             "n_items": len(attributed), "n_needle_items": len(hits),
             "hit_rate": _mean([float(r["top_hit"]) for r in hits]),
-            "one_pass_hit_rate": _mean([float(r["one_pass_hit"]) for r in hits]),
+            "one_pass_hit_rate": _mean([float(r["one_pass_hit"]) for r in hits
+                                        if "one_pass_hit" in r]),
             "lds": _mean([r["lds"] for r in attributed]),
             "topk_drop": {k: _mean([r["topk_drop"].get(k) for r in attributed]) for k in ks},
-            "one_pass_same_top": _mean([float(r["one_pass"]["same_top"]) for r in attributed]),
-            "one_pass_spearman": _mean([r["one_pass"]["spearman"] for r in attributed]),
+            "one_pass_same_top": _mean([float(r["one_pass"]["same_top"]) for r in one_pass]),
+            "one_pass_spearman": _mean([r["one_pass"]["spearman"] for r in one_pass]),
             "seconds_per_item": {stage: _mean([r["seconds"].get(stage) for r in attributed])
                                  for stage in ("source", "ablation", "one_pass", "mechanism")}}
     mech = [r["mechanism"] for r in attributed if "mechanism" in r]

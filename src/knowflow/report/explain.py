@@ -54,7 +54,8 @@ def _context(rec: dict) -> str:
     parts = []
     for i, s in enumerate(sents):
         top = ' class="top"' if i == rec.get("top_sentence") else ""
-        tip = f"attribution {s['attribution']:+.3f}; gradient x input {s['one_pass']:.3f}"
+        tip = f"attribution {s['attribution']:+.3f}" + (
+            f"; gradient x input {s['one_pass']:.3f}" if "one_pass" in s else "")
         parts.append(f'<span{top} style="{_shade(s["attribution"], scale)}" '
                      f'title="{html.escape(tip)}">{html.escape(s["text"])}</span>')
     return '<div class="ctx">' + " ".join(parts) + "</div>"
@@ -128,8 +129,9 @@ def _card(rec: dict) -> str:
         parts.append(_context(rec) + f'<div class="legend">green raises, red lowers the '
                      f"answer's log-probability; outlined: top sentence "
                      f"({rec['top_sentence']}). LDS {'-' if lds is None else f'{lds:.2f}'}; "
-                     f"drop when removed: {drops or '-'}; gradient x input's top: "
-                     f"{rec['one_pass']['one_pass_top']}</div>")
+                     f"drop when removed: {drops or '-'}" + (
+                         f"; gradient x input's top: {rec['one_pass']['one_pass_top']}"
+                         if "one_pass" in rec else "") + "</div>")
     if "mechanism" in rec:
         parts.append('<div class="legend">knockout from the answer positions: change in '
                      "log p(answer) per layer (blue: whole context, orange: top sentence)"
