@@ -64,19 +64,38 @@ def phrasing_split(phrasing: str, split: str, limit: int, seed: int) -> list:
     return [dataclasses.replace(i, suite=f"cf-phrasing:{phrasing}") for i in items[:limit]]
 
 
-def suite_items(name: str, limit: int, seed: int, out: Path) -> list:
-    """The held-out items of one suite of SUITES."""
-    if name.startswith("cf-phrasing:"):
-        return phrasing_split(name.split(":", 1)[1], "test", limit, seed)
-    if name == LATE:
-        path = write_late(out / f"{LATE}.jsonl", limit, seed, "test")
-        return [i for v in load_data([path]).values() for i in v]
+HELD_OUT_MAX = 64  # a built-in suite's held-out items: the first --limit (at most this many)
+
+
+def _builtin_order(name: str, seed: int) -> list:
+    """A built-in suite's items in the benchmark's seeded order (cf-capitals without its dev
+    countries)."""
     items = get_suite(name, seed=seed)
     if name == "cf-capitals":
         dev = dev_subjects(i.subject for i in items)
         items = [i for i in items if i.subject not in dev]
     random.Random(f"{seed}:{name}:bench").shuffle(items)
-    return items[:limit]
+    return items
+
+
+def suite_items(name: str, limit: int, seed: int, out: Path, dev: bool = False) -> list:
+    """The held-out items of one suite of SUITES, or with `dev` its dev items: cf-phrasing's
+    dev countries, and for a built-in suite the items after the first HELD_OUT_MAX of its
+    seeded order, which no held-out run scores (the late file has no dev items)."""
+    if name.startswith("cf-phrasing:"):
+        return phrasing_split(name.split(":", 1)[1], "dev" if dev else "test", limit, seed)
+    if name == LATE:
+        if dev:
+            raise SystemExit(f"{LATE} has no dev items")
+        path = write_late(out / f"{LATE}.jsonl", limit, seed, "test")
+        return [i for v in load_data([path]).values() for i in v]
+    order = _builtin_order(name, seed)
+    if not dev:
+        return order[:min(limit, HELD_OUT_MAX)]
+    picked = order[HELD_OUT_MAX:HELD_OUT_MAX + limit]
+    held = {i.id for i in order[:HELD_OUT_MAX]}
+    assert not held & {i.id for i in picked}, "dev items must not be held-out items"
+    return picked
 
 
 def calibrate_heads(n: int, seed: int, out: Path) -> str:
@@ -167,6 +186,9 @@ def main() -> None:
                     help="dev items per phrasing for --heads calibrate")
     ap.add_argument("--calibrate-only", action="store_true",
                     help="with --heads calibrate: print and save the calibration, score nothing")
+    ap.add_argument("--dev", action="store_true",
+                    help="score dev items instead (cf-phrasing's dev countries; a built-in "
+                         f"suite's items after its first {HELD_OUT_MAX}), for choosing settings")
     ap.add_argument("--unguarded", action="store_true", help="add plain CAD (guard=False)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=24,
@@ -192,6 +214,9 @@ def main() -> None:
     if unknown := set(names) - set(SUITES):
         ap.error(f"unknown suite(s) {', '.join(sorted(unknown))}; give some of "
                  f"{', '.join(SUITES)}")
+    if args.limit > HELD_OUT_MAX:
+        ap.error(f"--limit {args.limit}: at most {HELD_OUT_MAX}, the built-in suites' items "
+                 "after that are their dev items")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     methods, same, spec = args.methods, False, ""
@@ -207,7 +232,7 @@ def main() -> None:
     rows, records = [], []
     for name in names:
         t0 = time.time()
-        items = suite_items(name, args.limit, args.seed, out)
+        items = suite_items(name, args.limit, args.seed, out, args.dev)
         res = knowflow.evaluate(MODEL, items, method=methods, scoring="both",
                                 **{**RUN, "seed": args.seed, "batch_size": args.batch_size})
         new = rows_of(res.conditions)

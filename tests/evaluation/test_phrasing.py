@@ -16,7 +16,7 @@ from knowflow.evaluation.generate import decode, prompt_words, token_table
 
 # a toy vocabulary: the model answers "Nepal is Pokhara." (context) or "... Kathmandu."
 VOCAB = ["<eos>", ".", " is", " Pok", "hara", " Kathmandu", "Nepal", "k", " The", ",", " seat",
-         " city", "Seat"]
+         " city", "Seat", " Communist", " Chinese"]
 ID = {t: i for i, t in enumerate(VOCAB)}
 TABLE = token_table(VOCAB, [0])
 
@@ -107,6 +107,12 @@ def test_prompt_words_are_the_prompts_lower_case_words_in_any_case():
     words = prompt_words(TABLE, [[ID[" The"], ID[" seat"], ID["."], ID[" Pok"]], []])
     assert {VOCAB[i] for i in words[0].nonzero()[:, 0].tolist()} == {" seat", "Seat"}
     assert not words[1].any()
+    # with the with-context prompts: a word of a capitalised run of the question that the
+    # context repeats ("Communist": twice with the context, once without), not one both
+    # prompts hold as often ("Pok"), nor a lone name the context repeats ("Nepal")
+    base = [ID[" The"], ID[" Communist"], ID[" Pok"], ID["."], ID["Nepal"]]
+    words = prompt_words(TABLE, [base], [[ID[" Communist"], ID[","], ID["Nepal"], *base]])
+    assert {VOCAB[i] for i in words[0].nonzero()[:, 0].tolist()} == {" Communist"}
 
 
 def test_phrasing_suite_asks_every_country_in_every_phrasing():
@@ -221,6 +227,27 @@ def test_a_name_in_the_question_stays_the_contrasts(method):
     z_ctx, z_base = _logits({" Kathmandu": 0.45, " Pok": 0.4}), \
         _logits({" Kathmandu": 0.97, " Pok": 0.001})
     assert int(method.pick(z_ctx, z_base, none, TABLE, asked)) == ID[" Pok"]
+
+
+@pytest.mark.parametrize("method", [Method("cad", 1.0, beta=0.3), Method("coiecd"),
+                                    Method("adacad", beta=0.3), Method("cocoa", beta=0.3)],
+                         ids=lambda m: m.label)
+def test_a_name_the_question_and_context_share_is_the_models_call(method):
+    """Asked "Who co-wrote The Communist Manifesto?" with a passage that names it too,
+    SmolLM2 says "The Communist Manifesto was written by Archimedes."; COIECD swerved at
+    " Communist", which the no-context model copies from the question more readily, to
+    " Chinese" ("The Chinese-German philosopher and mathematician."). A capitalised word of
+    the question that the context repeats is the item's own topic, not the instruction's
+    example, so it is the with-context model's call; an example the context does not repeat
+    (the prompts hold " Communist" equally often) stays the contrast's."""
+    none = torch.tensor([-1])
+    z_ctx, z_base = _logits({" Communist": 0.45, " Chinese": 0.4}), \
+        _logits({" Communist": 0.97, " Chinese": 0.001})
+    question = [ID[" The"], ID[" Communist"]]
+    asked = prompt_words(TABLE, [question], [[ID[" Communist"], *question]])
+    assert int(method.pick(z_ctx, z_base, none, TABLE, asked)) == ID[" Communist"]
+    example = prompt_words(TABLE, [question], [[ID[" Pok"], *question]])
+    assert int(method.pick(z_ctx, z_base, none, TABLE, example)) == ID[" Chinese"]
 
 
 def test_each_row_keeps_its_own_prompt_words_when_rows_leave():

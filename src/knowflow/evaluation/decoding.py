@@ -279,7 +279,7 @@ def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, tabl
     logits of the with-context and no-context streams."""
     streams = (Stream(model, seqs, prefixes[0], pad_id), Stream(model, base_seqs, prefixes[1],
                                                                  pad_id))
-    copies = prompt_words(table, base_seqs)                            # (batch, vocab)
+    copies = prompt_words(table, base_seqs, seqs)                      # (batch, vocab)
     return decode(streams, lambda z_ctx, z_base, last, rows: method.pick(
         z_ctx, z_base, last, table, copies[rows.cpu()]), max_new_tokens, table)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -74,15 +75,42 @@ def _word_ids(texts: Sequence[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def prompt_words(table: StopTable, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(rows, vocab) bool: the tokens that repeat a lower-case word of each row's prompt, in
-    any case ("Seat" and " seat" both repeat " seat"; nothing repeats "Paris")."""
+def prompt_words(table: StopTable, prompts: Sequence[Sequence[int]],
+                 with_context: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """(rows, vocab) bool: the tokens that repeat, in any case, a lower-case word of each
+    row's no-context prompt ("Seat" and " seat" both repeat " seat"), and, given each row's
+    with-context prompt, the first token of a name the question and the context share: a
+    word of a run of two or more capitalised words of the no-context prompt ("The Communist
+    Manifesto") that the with-context prompt holds more often (its passage names it too;
+    the instruction example's "France", alone and in both prompts once, is not one)."""
     out = torch.zeros(len(prompts), len(table.word), dtype=torch.bool)
     for row, ids in enumerate(prompts):
         ids_t = torch.tensor(list(ids), dtype=torch.long)
-        words = table.word[ids_t[table.lower[ids_t]]]
-        out[row] = torch.isin(table.word, words[words >= 0])
+        words = table.word[ids_t[table.lower[ids_t]]].tolist()
+        if with_context is not None:
+            base = _words(table, ids)
+            held, more = Counter(w for w, _ in base), Counter(w for w, _ in
+                                                              _words(table, with_context[row]))
+            words += [w[0] for k, (w, cap) in enumerate(base) if cap and more[w] > held[w]
+                      and any(base[j][1] for j in (k - 1, k + 1) if 0 <= j < len(base))]
+        found = torch.tensor([w for w in words if w >= 0], dtype=torch.long)
+        out[row] = torch.isin(table.word, found)
     return out
+
+
+def _words(table: StopTable, ids: Sequence[int]) -> list[tuple[tuple[int, ...], bool]]:
+    """The words of a token sequence, each as its tokens' word ids (case set aside) and
+    whether it is capitalised; a word is a token with a letter and the word pieces that
+    continue it, and a token without a letter (".", " 1818") stands as a word of its own
+    that is not capitalised, so it breaks a run of capitalised words."""
+    words: list[tuple[list[int], bool]] = []
+    for i, t in enumerate(ids):
+        w = int(table.word[t])
+        if words and i and w >= 0 and table.word_piece[t] and table.word_end[ids[i - 1]]:
+            words[-1][0].append(w)
+        else:
+            words.append(([w], w >= 0 and not bool(table.lower[t])))
+    return [(tuple(w), cap) for w, cap in words]
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -9,7 +9,7 @@ model has no idea how the context's city is spelt, so the contrast favours stray
 ("Suhan Reap" for Siem Reap, "Kandeshtar" for Kandahar).
 
 The guard leaves each generation step to the with-context model (its top token is emitted)
-in five cases, and otherwise lets the method's own scores choose, within its plausibility
+in six cases, and otherwise lets the method's own scores choose, within its plausibility
 constraint, among the tokens none of the rules reserves:
 
 - **ending and punctuation**: its top token ends the answer (end of sequence, a newline) or
@@ -39,7 +39,15 @@ constraint, among the tokens none of the rules reserves:
   memory. Capitalised words stay the contrast's: they are names, often the instruction's
   example ("for example: The capital city of France is Paris."), and overruling the model's
   copy of the example ("The capital city of France is Paris." asked about Kiribati) is what
-  the contrast is for.
+  the contrast is for;
+- **a name the question and the context share**: its top token repeats a capitalised word of
+  the no-context prompt that the with-context prompt holds more often, i.e. one the context
+  names too, or the contrast would pick one. Such a word is the item's own topic (asked "Who
+  co-wrote The Communist Manifesto?" over a passage that names the Manifesto), not the
+  instruction's example, which the context does not repeat; copying it is again the
+  no-context model's habit, and COIECD turned "The Communist Manifesto was written by
+  Archimedes." into "The Chinese-German philosopher and mathematician.". The memorized
+  answer is not such a word: a question does not hold its own answer.
 
 So the contrast acts only where the with-context model's choice is one the context argues
 against: at the memorized name (" Kathmandu" is likelier without the passage) it still picks
@@ -61,7 +69,8 @@ def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tens
     """Each live row's token, (live,), from the with-context and no-context logits `z_ctx`,
     `z_base`, the method's `scores` (all (live, vocab)), each row's previous token `last`
     (live,; -1: none) and `copies` (live, vocab), the tokens that repeat a lower-case word of
-    each row's no-context prompt (`generate.prompt_words`; None: no prompt known)."""
+    each row's no-context prompt or a capitalised one its context repeats
+    (`generate.prompt_words`; None: no prompt known)."""
     device = scores.device
     form = (table.stops | table.closed).to(device)                  # (vocab,)
     piece, end = table.word_piece.to(device), table.word_end.to(device)
