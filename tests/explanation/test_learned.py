@@ -159,3 +159,61 @@ def test_corrected_scores_keep_an_exact_prior_and_approach_the_surrogate_with_ma
     assert torch.allclose(got, w, atol=0.01)
     moved = corrected_scores(prior, few, 1.5 + few.double() @ w, strength=1.0)
     assert (moved - w).norm() < (prior - w).norm()
+
+
+def _logp_with_scaled_keys(model, ids, n_answer, layer, head, keys, eps):
+    """log p(answer) when head (layer, head) takes the share eps of its attention off `keys`
+    and renormalises the rest (every query row), by a test-local eager attention."""
+    import transformers.models.llama.modeling_llama as llama
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key = llama.repeat_kv(key, module.num_key_value_groups)
+        value = llama.repeat_kv(value, module.num_key_value_groups)
+        scores = query @ key.transpose(2, 3) * scaling
+        if attention_mask is not None:
+            scores = scores + attention_mask[..., : key.shape[-2]]
+        probs = torch.softmax(scores.double(), -1)                        # (1, heads, q, k)
+        if module.layer_idx == layer:
+            scale = torch.ones_like(probs)
+            scale[:, head, :, keys] = 1 - eps
+            probs = probs * scale
+            probs = probs / probs.sum(-1, keepdim=True)
+        out = probs.to(query.dtype) @ value
+        return out.transpose(1, 2).contiguous(), probs
+
+    AttentionInterface.register("test_scaled", attention)
+    AttentionMaskInterface.register("test_scaled", ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    original = model.config._attn_implementation
+    model.set_attn_implementation("test_scaled")
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+    finally:
+        model.set_attn_implementation(original)
+    logp = torch.log_softmax(logits[-n_answer - 1:-1], -1)              # (answer, vocab)
+    answer = ids[-n_answer:]
+    return float(logp[torch.arange(n_answer), torch.tensor(answer)].sum())
+
+
+def test_total_effects_equal_finite_differences_of_taking_attention_off_a_sentence(lm):
+    """The `total` feature of (layer, head, sentence) is minus the derivative of the span's
+    log-probability as that head's attention to the sentence is scaled down (renormalised):
+    checked by central differences through a separately written eager attention."""
+    model, _ = lm
+    prompt, answer = list(range(40, 70)), [80, 81, 82]
+    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
+    feats = sentence_features(model, prompt, answer, spans, ("total",))    # (3, L * H)
+    heads = model.config.num_attention_heads
+    ids = prompt + answer
+    eps = 1e-3
+    checked = []
+    for layer, head, j in ((0, 0, 0), (0, 1, 2), (1, 0, 1), (1, heads - 1, 2)):
+        up = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], eps)
+        down = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], -eps)
+        slope = (up - down) / (2 * eps)
+        checked.append((-slope, float(feats[j, layer * heads + head])))
+    for want, got in checked:
+        assert abs(want - got) < 1e-3 + 1e-2 * abs(want)
+    assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero

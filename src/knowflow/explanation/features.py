@@ -17,6 +17,16 @@ tokens, three features per head:
   sum_v p_t(v) W_U[v]. It is the head's direct effect on the span's log-probability through
   that sentence, to first order, and it has a sign.
 
+* `total`: the head's total effect on the span's log-probability of removing the sentence,
+  to first order in the head's attention (attribution patching, Nanda 2023; Kramar et al.
+  2024): removing sentence S takes the weight a[t, s] off its keys and renormalises the
+  rest, which changes log p by sum_t sum_{s in S} a[t, s] (G[t] - g[t, s]) to first order,
+  where g = d log p / d a is the gradient with respect to the head's attention
+  probabilities and G[t] = sum_s a[t, s] g[t, s]; the feature is minus that change, summed
+  over every query row t (the question's and the span's tokens read the sentence too). It
+  counts every path after the head (MLPs and later heads included) and needs one backward
+  pass through the eager attention, whose probabilities (layers x heads x seq^2) it keeps.
+
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
 
@@ -32,7 +42,7 @@ from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import captured
 from knowflow.probes.intercept import AttentionPlan, intercepted
 
-KINDS = ("attention", "value", "direct")
+KINDS = ("attention", "value", "direct", "total")
 
 
 def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
@@ -59,11 +69,42 @@ def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
     return w / r - (w * x).sum(-1, keepdim=True) * x / (d * r ** 3)
 
 
+def total_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                  spans: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(sentences, layers * heads): the `total` feature (see the module docstring)."""
+    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],
+                       device=model_device(model))                             # (1, seq)
+    n_t = len(answer_ids)
+    targets = torch.tensor(list(answer_ids), device=ids.device)
+    original = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.enable_grad():
+            out = model(input_ids=ids, output_attentions=True, logits_to_keep=n_t)
+            logp = torch.log_softmax(out.logits[0].float(), -1)               # (T, vocab)
+            total = logp[torch.arange(n_t), targets].sum()
+            grads = torch.autograd.grad(total, out.attentions)
+    finally:
+        model.set_attn_implementation(original)
+    groups = [torch.tensor(list(s), dtype=torch.long) for s in spans]
+    per = []
+    for att, grad in zip(out.attentions, grads, strict=True):
+        a, g = att[0].detach().float(), grad[0].float()                   # (heads, seq, seq)
+        ag = a * g
+        keys = (ag - a * ag.sum(-1, keepdim=True)).sum(1).cpu()           # (heads, seq)
+        per.append(torch.stack([keys[:, gr].sum(-1) for gr in groups]))   # (n, heads)
+    return torch.cat(per, 1).double()
+
+
 @torch.no_grad()
 def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                     spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS
                     ) -> dict[str, torch.Tensor]:
     """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring)."""
+    if "total" in kinds:
+        rest = [k for k in kinds if k != "total"]
+        got = source_features(model, prompt_ids, answer_ids, spans, rest) if rest else {}
+        return {**got, "total": total_effects(model, prompt_ids, answer_ids, spans)}
     arch = arch_of(model)
     n_layers, heads = arch.n_layers, arch.n_heads
     ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],

@@ -51,6 +51,7 @@ class FitConfig:
     n_ablations: int = 32                # ablations per context
     heldout: float = 0.25                # share of contexts that choose the penalty
     multi_document: float = 0.5          # share of multi-document contexts
+    world: float = 0.5                   # share of real-fact contexts (contexts.py)
     max_new_tokens: int = 12             # the answers explained
     prompt_format: PromptFormat = "auto"
     seed: int = 0
@@ -64,6 +65,7 @@ class FitConfig:
         require(self.n_ablations >= 8, "n_ablations", "must be at least 8")
         require(0.0 < self.heldout < 1.0, "heldout", "must lie strictly between 0 and 1")
         require(0.0 <= self.multi_document <= 1.0, "multi_document", "must lie in [0, 1]")
+        require(0.0 <= self.world <= 1.0, "world", "must lie in [0, 1]")
         require(self.max_new_tokens >= 1, "max_new_tokens", "must be at least 1")
         bad = [k for k in self.kinds() if k not in KINDS]
         require(not bad, "features", f"{bad} unknown: kinds of {', '.join(KINDS)} joined "
@@ -83,7 +85,7 @@ def iter_fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | Non
                       ) -> Iterator[FitExample]:
     """`fit_examples` one context at a time (a caller may keep each as it comes)."""
     fmt = resolve_format(cfg.prompt_format, tokenizer)
-    items = training_items(cfg.n_contexts, cfg.seed, cfg.multi_document)
+    items = training_items(cfg.n_contexts, cfg.seed, cfg.multi_document, cfg.world)
     prompts = [rendered(it, tokenizer, fmt) for it in items]
     said = generate(model, tokenizer, encode(tokenizer, prompts), batch_size=8,
                     max_new_tokens=cfg.max_new_tokens, progress=progress,
