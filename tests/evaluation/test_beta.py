@@ -65,6 +65,23 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
     asked = {text[i].strip().lower() for i in base  # the prompt's lower-case words
              if any(c.isalpha() for c in text[i]) and text[i] == text[i].lower()}
 
+    def words(ids):  # (the word's token texts, lower-cased, capitalised?) per word
+        found: list = []
+        for k, i in enumerate(ids):
+            t = text[i]
+            if found and k and t[:1].isalpha() and text[ids[k - 1]][-1:].isalpha():
+                found[-1][0].append(t.strip().lower())
+            else:
+                letter = any(c.isalpha() for c in t)
+                found.append(([t.strip().lower() if letter else None], letter and t != t.lower()))
+        return [(tuple(w), cap) for w, cap in found]
+
+    shown, held = words(seq), words(base)  # a capitalised run's word the context repeats
+    asked |= {w[0] for k, (w, cap) in enumerate(held) if cap
+              and shown.count((w, True)) + shown.count((w, False))
+              > held.count((w, True)) + held.count((w, False))
+              and any(held[j][1] for j in (k - 1, k + 1) if 0 <= j < len(held))}
+
     def ends(i):  # end of sequence, a newline, punctuation only, a closed-class word, or a
         t = text[i]  # word of the no-context prompt
         return i in special or "\n" in t or (t.strip() != "" and
