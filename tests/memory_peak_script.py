@@ -1,7 +1,7 @@
 """Run by tests/lens/test_memory.py in a fresh process: one job on a small random Llama with
 long prompts, printing its peak resident memory above the loaded model's and the estimate
 `knowflow.lens.memory` gives for it (JSON). Usage: JOB CHARS BATCH (job: eval-loglik,
-eval-generate, sft, knockout; CHARS: context characters, one byte-level token each)."""
+eval-generate, sft, knockout, heads; CHARS: context characters, one byte-level token each)."""
 
 import dataclasses
 import json
@@ -62,6 +62,12 @@ def run(its: list, n: int) -> int:
             train_model(model, tok, data, SFTConfig(steps=1, batch_size=n, save_every=1000,
                                                     max_length=100_000), Path(tmp))
         return max(len(d["input_ids"]) for d in data)
+    if job == "heads":
+        from knowflow.probes.heads import HeadsConfig, conflict_prompt, heads
+
+        heads(model, tok, its[:1], HeadsConfig(ablations=("zero",), rank_by="zero",
+                                               n_bootstrap=10, batch_size=n))
+        return len(conflict_prompt(its[0], tok).ids)
     from knowflow.probes.examples import builtin_facts
     from knowflow.probes.knockout import KnockoutConfig, knockout
 
@@ -76,7 +82,7 @@ def run(its: list, n: int) -> int:
 
 if job != "sft":
     run(items(2, 0), 2)  # warm-up: kernels and caches, on short prompts
-its = items(1 if job == "knockout" else batch, chars)
+its = items(1 if job in ("knockout", "heads") else batch, chars)
 base = rss()
 longest = run(its, batch)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -86,7 +92,9 @@ short = longest if longest <= memory.LONG_PROMPT else 0
 estimate = {"eval-loglik": lambda: memory.eval_bytes(shape, longest, 8, False, short),
             "eval-generate": lambda: memory.eval_bytes(shape, longest, 8),
             "sft": lambda: memory.step_bytes(shape, longest, full=False),
-            "knockout": lambda: memory.variant_bytes(shape, longest)}[job]()(
-    batch if job != "knockout" else min(batch, 3 * 3 + 1))  # 3 sources x 3 layers + the base
+            "knockout": lambda: memory.variant_bytes(shape, longest),
+            "heads": lambda: memory.variant_bytes(shape, longest)}[job]()(
+    # knockout: 3 sources x 3 layers + the base row; heads: 3 layers x 6 heads + the base
+    min(batch, {"knockout": 3 * 3 + 1, "heads": 3 * 6 + 1}.get(job, batch)))
 print(json.dumps({"job": job, "measured": peak - base, "estimate": estimate, "base": base,
                   "longest": longest}))

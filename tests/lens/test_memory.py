@@ -58,7 +58,7 @@ def test_rows_sized_down_not_refused():
 def test_memory_grows_linearly_in_batch_and_context_for_flash_attention():
     """No term quadratic in the context outside eager attention's scores and the masks."""
     act = memory.variant_bytes(SHAPE, 1000)
-    assert act(8) - act(4) == act(4) - act(0)
+    assert act(12) - act(8) == act(8) - act(4)
     kv = [memory.inference_bytes(SHAPE, 1, 1, cached=c) for c in (1000, 2000, 3000)]
     assert kv[2] - kv[1] == kv[1] - kv[0]
 
@@ -71,13 +71,28 @@ def test_memory_grows_linearly_in_batch_and_context_for_flash_attention():
                                              ("eval-generate", 2500, 6), ("sft", 1500, 3),
                                              ("knockout", 2500, 48)])
 def test_estimate_within_a_factor_of_two_of_measured_peak(job, chars, batch):
+    ratio, row = _estimate_over_measured(job, chars, batch)
+    assert 0.5 <= ratio <= 2.0, row
+
+
+def _estimate_over_measured(job: str, chars: int, batch: int) -> tuple[float, dict]:
     script = Path(__file__).parents[1] / "memory_peak_script.py"
     proc = subprocess.run([sys.executable, str(script), job, str(chars), str(batch)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
-    ratio = row["estimate"] / row["measured"]
-    assert 0.5 <= ratio <= 2.0, row
+    return row["estimate"] / row["measured"], row
+
+
+# The probes' rows in several batches (10 knockout rows by 4; 19 heads rows by 4 or at once):
+# each batch's copy of the prompt's cache must be gone before the next is made (it was not:
+# two batches' copies, about half the estimate at 4 rows), and the estimate counts the
+# prompt's own cache and the copy being repeated. Measured: 0.78-1.11.
+@pytest.mark.slow
+@pytest.mark.parametrize("job,batch", [("knockout", 4), ("heads", 4), ("heads", 19)])
+def test_probe_estimate_tracks_measured_peak_over_batches(job, batch):
+    ratio, row = _estimate_over_measured(job, 2500, batch)
+    assert 0.7 <= ratio <= 1.45, row
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +156,10 @@ def test_knockout_rows_sized_down_give_the_same_records(model_dir, tmp_path):
 
     model, tok = load_model(str(model_dir), device="cpu", dtype="float32")
     shape = memory.shape_of(model)
-    budget = (shape.weights + memory.variant_bytes(shape, 40)(3)) / GIB
-    assert memory.prompt_rows(model, 40, 128, budget) == 3
+    act = memory.variant_bytes(shape, 40)
+    rows = next(r for r in range(2, 128) if act(r) > act(r - 1))  # above the prompt pass's
+    budget = (shape.weights + act(rows)) / GIB                    # floor: rows decide
+    assert 1 < memory.prompt_rows(model, 40, 128, budget) == rows < 7  # of 7 variant rows
     facts = builtin_facts()[:2]
     cfg = KnockoutConfig(known_only=False, window=1)
     full = knockout(model, tok, facts, cfg)

@@ -91,6 +91,7 @@ def last_position_sweep(model, ids: Sequence[int], scale: torch.Tensor,
             out = decoder(**kwargs, use_cache=prefix.cache is not None)
         hidden.append(out.last_hidden_state[:, -1].float().cpu())  # (n, d_model)
         zs.append(z_last.cpu())
+        del kwargs, out   # this batch's cache copy, before the next batch makes its own
     return torch.cat(hidden), torch.cat(zs)
 
 

@@ -196,8 +196,20 @@ def eval_bytes(shape: Shape, longest: int, new: int, prefill: bool = True,
 
 
 def variant_bytes(shape: Shape, tokens: int) -> Callable[[int], int]:
-    """The probes: `rows` copies of a `tokens`-long prompt's KV cache, its last position run."""
-    return lambda rows: inference_bytes(shape, rows, 1, cached=tokens - 1)
+    """The probes: `rows` copies of a `tokens`-long prompt's KV cache, its last position run;
+    beside them the prompt's own cache and the copy `Prefix.expand` repeats (two rows more:
+    measured on SmolLM2-135M's shape at 2k tokens, 4 and 16 rows, they were the estimate's
+    missing third at 4 rows); at least the prompt's own pass (`prompt_pass_bytes`)."""
+    own = inference_bytes(shape, 1, 1, cached=tokens - 1)
+    whole = prompt_pass_bytes(shape, tokens)(1)
+    return lambda rows: max(inference_bytes(shape, rows, 1, cached=tokens - 1) + 2 * own,
+                            whole)
+
+
+def prompt_pass_bytes(shape: Shape, tokens: int) -> Callable[[int], int]:
+    """A right-padded forward pass of `rows` whole prompts of up to `tokens` tokens with the
+    logits of each row's last position (the probes' prediction, `probes.common.predict`)."""
+    return lambda rows: inference_bytes(shape, rows, tokens, logit_positions=rows)
 
 
 def step_bytes(shape: Shape, longest: int, full: bool) -> Callable[[int], int]:
@@ -217,6 +229,16 @@ def prompt_rows(model, tokens: int, batch: int, max_memory: float | None) -> int
     shape = shape_of(model)
     return fit_rows(shape, variant_bytes(shape, tokens), batch, max_memory,
                     f"a prompt of {tokens} tokens")
+
+
+def prediction_rows(model, tokens: int, batch: int, max_memory: float | None) -> int:
+    """Prompts per pass for the probes' prediction of the model's own answer: `batch`, or as
+    many prompts of up to `tokens` tokens as `max_memory` GiB holds (changes no result)."""
+    if max_memory is None:
+        return batch
+    shape = shape_of(model)
+    return fit_rows(shape, prompt_pass_bytes(shape, tokens), batch, max_memory,
+                    f"prompts of up to {tokens} tokens")
 
 
 def check_step_memory(model, longest: int, batch: int, full: bool, max_memory: float) -> None:

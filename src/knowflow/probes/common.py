@@ -21,6 +21,23 @@ class Prediction:
     known: bool | None  # None: the example gives no answer or attributes to check against
 
 
+def _last_logits(model, ids: torch.Tensor, mask: torch.Tensor, last: torch.Tensor
+                 ) -> torch.Tensor:
+    """Logits at each row's position `last` (batch,) of a right-padded batch: (batch, vocab).
+    A model whose forward takes no `logits_to_keep` gets every position's logits."""
+    keep = torch.unique(last)                                  # (k,) sorted distinct positions
+    if getattr(model, "_knowflow_keep_ok", True):
+        try:
+            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+        except TypeError:
+            model._knowflow_keep_ok = False
+        else:                                                  # (batch, k, vocab)
+            return logits[torch.arange(len(ids), device=ids.device),
+                          torch.searchsorted(keep, last)]
+    logits = model(input_ids=ids, attention_mask=mask).logits  # (batch, seq, vocab)
+    return logits[torch.arange(len(ids), device=ids.device), last]
+
+
 def is_known(example: ProbeExample, token_text: str) -> bool | None:
     """Does the predicted token start the answer (or, without one, an attribute)?"""
     targets = [example.answer] if example.answer else list(example.attributes)
@@ -33,16 +50,17 @@ def is_known(example: ProbeExample, token_text: str) -> bool | None:
 @torch.no_grad()
 def predict(model, tokenizer, examples: Sequence[ProbeExample], located: Sequence[Located],
             batch_size: int = 16) -> list[Prediction]:
-    """The unmodified model's top next token after each prompt, and its probability."""
+    """The unmodified model's top next token after each prompt, and its probability. Only
+    the prompts' last positions are projected to the vocabulary (`logits_to_keep`): every
+    position's logits of a 2k-token prompt are 2k x vocab floats (0.4 GiB on SmolLM2)."""
     out: list[Prediction] = []
     dev = model_device(model)
     for start in range(0, len(located), batch_size):
         chunk = located[start: start + batch_size]
         ids, mask = right_pad([loc.input_ids for loc in chunk], pad_id(tokenizer), dev)
         last = mask.sum(-1) - 1  # (batch,) each prompt's last position
-        logits = model(input_ids=ids, attention_mask=mask).logits  # (batch, seq, vocab)
         rows = torch.arange(len(chunk), device=dev)
-        probs = logits[rows, last].float().softmax(-1)  # (batch, vocab)
+        probs = _last_logits(model, ids, mask, last)[rows].float().softmax(-1)  # (batch, vocab)
         top = probs.argmax(-1)
         for j, tid in enumerate(top.tolist()):
             text = tokenizer.decode([tid])

@@ -177,6 +177,8 @@ def heads(model, tokenizer, items: Sequence[ConflictItem], cfg: HeadsConfig = He
                if p is not None]
     if not prompts:
         raise KnowflowError("no item has two answers that differ in a token")
+    for p in prompts:                # refused here, before any model work, where a row won't fit
+        prompt_rows(model, len(p.ids), cfg.batch_size, cfg.max_memory)
     total = 2 * len(prompts) if "mean" in cfg.ablations else len(prompts)
     base = []
     for i, p in enumerate(prompts):  # each head's output at the answer position, unchanged

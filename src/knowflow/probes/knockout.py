@@ -25,7 +25,7 @@ import torch
 
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
-from knowflow.lens.memory import prompt_rows
+from knowflow.lens.memory import prediction_rows, prompt_rows
 from knowflow.lens.prefix import Prefix
 from knowflow.probes.common import check_heads, check_layers, window
 from knowflow.probes.examples import ProbeExample
@@ -110,6 +110,9 @@ def cut_scores(model, ids: Sequence[int], start: int, cuts: Sequence[Cut],
         if keep is not None:
             kwargs["logits_to_keep"] = keep
         out.append(score(model(**kwargs, knowflow_plan=plan).logits))
+        # the batch's copy of the prefix cache goes now, not when the next batch's copy has
+        # been made beside it (that held two batches' caches: twice the estimated peak)
+        del kwargs, plan
     return torch.cat(out)
 
 
@@ -161,6 +164,11 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
                             (pos, win)))
         return out
 
+    predict_batch = 16
+    if cfg.max_memory is not None:   # refused here, before any model work, where a row won't fit
+        longest = max(len(tokenizer(ex.prompt)["input_ids"]) for ex in examples)
+        prompt_rows(model, longest, cfg.batch_size, cfg.max_memory)
+        predict_batch = prediction_rows(model, longest, predict_batch, cfg.max_memory)
     with intercepted(model) as layer_of:
         def probs(loc: Located, target: int, chosen: list[KnockoutVariant]) -> torch.Tensor:
             rows = prompt_rows(model, loc.last + 1, cfg.batch_size, cfg.max_memory)
@@ -168,7 +176,7 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
                                   cfg.shared_prefix, layer_of)
 
         return sweep(model, tokenizer, examples, cfg.known_only, "knockout", ((), None),
-                     variants, probs, progress)
+                     variants, probs, progress, predict_batch)
 
 
 def summarize_knockout(records: Sequence[dict], n_layers: int | None = None) -> dict:

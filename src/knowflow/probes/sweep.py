@@ -30,11 +30,13 @@ Keyed = tuple[dict[str, Any], Any]
 def sweep(model, tokenizer, examples: Sequence[ProbeExample], known_only: bool, probe: str,
           base: Any, variants: Callable[[Located], list[Keyed]],
           probs: Callable[[Located, int, list[Any]], torch.Tensor],
-          progress: Progress | None = None) -> list[dict]:
+          progress: Progress | None = None, predict_batch: int = 16) -> list[dict]:
     """One record per (example, variant). `base` is the intervention that changes nothing;
     `probs(loc, target, interventions)` gives the probability of token `target` at the last
-    position under each intervention: (len(interventions),)."""
-    located, preds, chosen = recall_examples(model, tokenizer, examples, known_only, probe)
+    position under each intervention: (len(interventions),). `predict_batch`: prompts per
+    pass of the unmodified model's prediction."""
+    located, preds, chosen = recall_examples(model, tokenizer, examples, known_only, probe,
+                                             predict_batch)
     log.info("%s: %d of %d examples kept", probe, len(chosen), len(examples))
     records: list[dict] = []
     for done, i in enumerate(chosen):
