@@ -11,14 +11,19 @@ wall seconds per item (per step for sft), and the child's peak resident memory
 (`resource.getrusage(RUSAGE_SELF).ru_maxrss` at its end; this includes Python, torch and the
 model's float32 weights, printed beside it as `weights`). The parent prints one table per job,
 fitted log-log exponents (seconds ~ params^a at a fixed context, ~ context^b at a fixed model)
-and writes a log-log PNG. Never asserts on time; on a shared machine the figures are noisy.
+and writes a log-log PNG. Never asserts on time; on a shared machine the figures are noisy:
+`--rounds N` runs every cell N times, each round in the opposite order to the one before (a
+job beside its peer, so the two alternate which goes first), and the tables give each cell's
+median with its range and the median of the per-round knowflow / peer ratios.
 With no flags (as `make bench` runs it): SmolLM2-135M's shape, eval-loglik and explain, contexts
 256 and 1k; `--full`: the whole grid.
 
 Jobs: eval-loglik (items), eval-generate (items, greedy, 8 new tokens), explain (ablation
-attribution, 8 subsets + 4 held out, per item), knockout (attention knockout sweep, per
-prompt: the context then a well-known-fact prompt), heads (probe heads, zero ablation, per
-item), sft (LoRA, steps of batch 1 at the context length; no tracker).
+attribution, 8 subsets + 4 held out, per item; past 24 sentences, about 350 tokens here, it
+attributes documents first), explain-flat (the same with one flat ablation stage at any
+length), knockout (attention knockout sweep, per prompt: the context then a well-known-fact
+prompt), heads (probe heads, zero ablation, per item), sft (LoRA, steps of batch 1 at the
+context length, with the reliance tracker; trainer-sft: a plain Trainer without it).
 
     .venv/bin/python benchmarks/bench_scale.py --models smollm2-135m,smollm2-360m \\
         --jobs eval-loglik,knockout,sft --contexts 256,1024 --threads 2 --plot /tmp/scale.png
@@ -33,6 +38,7 @@ import argparse
 import json
 import math
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,14 +68,15 @@ CONFIGS: dict[str, dict] = {
                                        "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                        "original_max_position_embeddings": 8192}),
 }
-JOBS = ("eval-loglik", "eval-generate", "explain", "knockout", "heads", "sft")
+JOBS = ("eval-loglik", "eval-generate", "explain", "explain-flat", "knockout", "heads", "sft")
 # The peer each job is timed against, where one exists (same model object, same items):
 # lm-eval's HFLM.loglikelihood on knowflow's exported prompts and continuations; ContextCite
 # (12 ablations, batch 4, its own greedy 8-token answer) for explain's 8 + 4 held-out subsets;
 # a plain transformers Trainer with the same peft LoRA, data and steps, without the tracker.
 PEERS = {"eval-loglik": "lmeval-loglik", "explain": "contextcite", "sft": "trainer-sft"}
 ALL_JOBS = JOBS + tuple(PEERS.values())
-ITEMS = {"eval-loglik": 4, "eval-generate": 2, "explain": 1, "knockout": 1, "heads": 1,
+ITEMS = {"eval-loglik": 4, "eval-generate": 2, "explain": 1, "explain-flat": 1,
+         "knockout": 1, "heads": 1,
          "sft": 10, "lmeval-loglik": 4, "contextcite": 1, "trainer-sft": 10}
 UNIT = {"sft": "step", "trainer-sft": "step"}
 
@@ -121,11 +128,14 @@ def run_job(job: str, model, tok, items, context: int, n: int):
         scoring = job.split("-")[1]
         evaluate(model, items[:n], tokenizer=tok, scoring=scoring, known_filter=False,
                  batch_size=4, max_new_tokens=8)
-    elif job == "explain":
+    elif job in ("explain", "explain-flat"):
         from knowflow.explanation.run import explain
 
+        # explain-flat: one flat ablation stage at every length (past 24 sentences explain
+        # otherwise attributes documents first: 32 more ablations, hierarchy.py)
+        flat = {"hierarchy_above": 10**6} if job == "explain-flat" else {}
         explain(model, items[:n], tokenizer=tok, levels=("source", "sentences"),
-                attribution="ablation", n_ablations=8, n_holdout=4, max_new_tokens=8)
+                attribution="ablation", n_ablations=8, n_holdout=4, max_new_tokens=8, **flat)
     elif job == "knockout":
         from knowflow.probes.examples import builtin_facts
         from knowflow.probes.knockout import KnockoutConfig, knockout
@@ -298,6 +308,39 @@ def scorer_ab(contexts: list[int], threads: int) -> None:
                   f"max |log-prob - tree rows'| {diff:.1e}", flush=True)
 
 
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per cell (model, job, context, items): the median over its rounds of CPU s,
+    wall s and peak RSS, with `rounds` and the CPU seconds' range (`cpu_lo`, `cpu_hi`); a
+    row without a `round` (an older run) is its cell's one round."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["model"], r["job"], r["context"], r["n"]), []).append(r)
+    out = []
+    for runs in cells.values():
+        row = dict(runs[0])
+        for key in ("cpu_s", "wall_s", "peak_mib", "built_mib"):
+            row[key] = statistics.median(r[key] for r in runs)
+        cpus = [r["cpu_s"] for r in runs]
+        row.update(rounds=len(runs), cpu_lo=min(cpus), cpu_hi=max(cpus))
+        row.pop("round", None)
+        out.append(row)
+    return out
+
+
+def round_ratios(rows: list[dict]) -> dict[tuple, list[float]]:
+    """Per cell with a peer: knowflow / peer CPU seconds in each round both ran."""
+    out: dict[tuple, list[float]] = {}
+    for r in rows:
+        peer_job = PEERS.get(r["job"])
+        peer = next((p for p in rows if p["job"] == peer_job and p["model"] == r["model"]
+                     and p["context"] == r["context"] and p["n"] == r["n"]
+                     and p.get("round", 0) == r.get("round", 0)), None)
+        if peer is not None:
+            key = (r["model"], r["job"], r["context"], r["n"])
+            out.setdefault(key, []).append(r["cpu_s"] / peer["cpu_s"])
+    return out
+
+
 def fit_exponent(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of log y on log x (None under two distinct points)."""
     if len(set(xs)) < 2:
@@ -352,9 +395,10 @@ def exponents(rows: list[dict]) -> list[str]:
     return lines
 
 
-def ratios(rows: list[dict]) -> list[str]:
+def ratios(rows: list[dict], by_round: dict[tuple, list[float]] | None = None) -> list[str]:
     """knowflow / peer CPU and wall seconds per item, cell by cell (same model, context and
-    item count); under 1: knowflow is faster."""
+    item count: the medians over rounds), and where both ran in several rounds, the median
+    of the per-round CPU ratios with their range; under 1: knowflow is faster."""
     lines = []
     for r in rows:
         peer_job = PEERS.get(r["job"])
@@ -365,25 +409,36 @@ def ratios(rows: list[dict]) -> list[str]:
                          f"cpu {r['cpu_s'] / peer['cpu_s']:.2f}, wall "
                          f"{r['wall_s'] / peer['wall_s']:.2f}, peak RSS "
                          f"{r['peak_mib'] / peer['peak_mib']:.2f}")
+            paired = (by_round or {}).get((r["model"], r["job"], r["context"], r["n"]), [])
+            if len(paired) > 1:
+                lines[-1] += (f"; per round (alternating) cpu median "
+                              f"{statistics.median(paired):.2f} over {len(paired)} rounds "
+                              f"({min(paired):.2f}-{max(paired):.2f})")
     return lines
 
 
 def report(rows: list[dict]) -> None:
+    """The tables (medians over each cell's rounds), exponents and ratios."""
+    by_round = round_ratios(rows)
+    rows = medians(rows)
     for job in dict.fromkeys(r["job"] for r in rows):
         sub = [r for r in rows if r["job"] == job]
         unit = UNIT.get(job, "item")
         print(f"\n== {job} (per {unit})")
         print(f"{'model':14s} {'params':>7s} {'context':>8s} {'tokens':>7s} {'n':>3s} "
-              f"{'cpu s':>8s} {'wall s':>8s} {'peak MiB':>9s} {'built':>6s} {'weights':>8s}")
+              f"{'rounds':>6s} {'cpu s':>8s} {'cpu range':>13s} {'wall s':>8s} "
+              f"{'peak MiB':>9s} {'built':>6s} {'weights':>8s}")
         for r in sub:
+            spread = f"{r['cpu_lo']:.2f}-{r['cpu_hi']:.2f}"
             print(f"{r['model']:14s} {r['params'] / 1e6:6.0f}M {r['context']:8d} "
-                  f"{r['context_tokens']:7d} {r['n']:3d} {r['cpu_s']:8.2f} {r['wall_s']:8.2f} "
+                  f"{r['context_tokens']:7d} {r['n']:3d} {r['rounds']:6d} {r['cpu_s']:8.2f} "
+                  f"{spread:>13s} {r['wall_s']:8.2f} "
                   f"{r['peak_mib']:9.0f} {r['built_mib']:6.0f} {r['weights_mib']:8.0f}")
     print("\n== exponents (log-log least squares)")
     for line in exponents(rows):
         print("  " + line)
     print("\n== knowflow / peer")
-    for line in ratios(rows):
+    for line in ratios(rows, by_round):
         print("  " + line)
 
 
@@ -393,7 +448,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = _one_n(rows)
+    rows = _one_n(medians(rows))
     jobs = list(dict.fromkeys(r["job"] for r in rows))
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     for job in jobs:
@@ -513,6 +568,8 @@ def main() -> None:
                     "completes; cells already there are not rerun")
     ap.add_argument("--report", action="store_true", help="only print the tables of --rows")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of every cell, alternating "
+                    "order (a job beside its peer); the tables give each cell's median")
     ap.add_argument("--stop-at", help="HH:MM (UTC): start no cell after this time")
     ap.add_argument("--items", type=int, help="items (sft: steps) per cell, instead of "
                                                f"each job's default {ITEMS}")
@@ -545,30 +602,39 @@ def main() -> None:
         for bad in [m for m in models if m not in CONFIGS] + [j for j in jobs
                                                               if j not in ALL_JOBS]:
             raise SystemExit(f"unknown model or job {bad!r}")
-        cells = [(name, job, int(ctx), args.items or ITEMS[job]) for job in jobs
-                 for name in models for ctx in args.contexts.split(",")]
-    have = {(r["model"], r["job"], r["context"], r["n"]) for r in done_rows}
-    todo = [c for c in cells if c not in have]
+        # a job and its peer side by side, so that rounds alternate them
+        cells = [(name, job, int(ctx), args.items or ITEMS[job]) for name in models
+                 for ctx in args.contexts.split(",") for job in jobs]
+    # round r runs every cell; odd rounds in reverse order, so a job and its peer alternate
+    # which goes first (ABBA) and a drift of the machine's load falls on both
+    planned = [(spec, r) for r in range(args.rounds)
+               for spec in (cells if r % 2 == 0 else cells[::-1])]
+    have = {(r["model"], r["job"], r["context"], r["n"], r.get("round", 0)) for r in done_rows}
+    todo = [(spec, r) for spec, r in planned if (*spec, r) not in have]
     rows = list(done_rows)
-    print(f"{len(cells)} cells, {len(cells) - len(todo)} already in {args.rows}", flush=True)
+    print(f"{len(cells)} cells x {args.rounds} rounds, {len(planned) - len(todo)} already in "
+          f"{args.rows}", flush=True)
 
-    def one(spec):
+    def one(planned_cell):
+        spec, r = planned_cell
         if args.stop_at and time.strftime("%H:%M", time.gmtime()) >= args.stop_at:
-            return spec, f"not started (past --stop-at {args.stop_at})"
-        return spec, run_cell(spec, args.threads, args.timeout)
+            return spec, r, f"not started (past --stop-at {args.stop_at})"
+        return spec, r, run_cell(spec, args.threads, args.timeout)
 
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(args.workers) as pool:
-        for (name, job, ctx, n), row in pool.map(one, todo):
+        for (name, job, ctx, n), r, row in pool.map(one, todo):
             if isinstance(row, str):
-                print(f"{name} {job} @{ctx} n={n}: {row}", flush=True)
+                print(f"{name} {job} @{ctx} n={n} round {r}: {row}", flush=True)
                 continue
+            row["round"] = r
             rows.append(row)
             if args.rows:
                 with args.rows.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
-            print(f"{name} {job} @{ctx} n={n}: {row['cpu_s']:.2f} cpu s, {row['wall_s']:.2f} "
+            print(f"{name} {job} @{ctx} n={n} round {r}: {row['cpu_s']:.2f} cpu s, "
+                  f"{row['wall_s']:.2f} "
                   f"wall s per {UNIT.get(job, 'item')}, peak {row['peak_mib']:.0f} MiB "
                   f"({time.strftime('%H:%M:%S', time.gmtime())})", flush=True)
     report(rows)

@@ -1,0 +1,61 @@
+"""Peak resident memory of `probe knockout` / `probe heads` at a real model shape against
+`knowflow.lens.memory`'s estimate (issue 41): one job, one prompt of about TOKENS tokens,
+ROWS variant rows a pass, in this (fresh) process. The model and the padded cf-capitals item
+are `bench_scale.py`'s (random weights of the named shape, SmolLM2's tokenizer); the peak is
+`ru_maxrss` above the resident memory just before the job (after a warm-up on a short
+prompt), as `tests/memory_peak_script.py` measures it on a tiny model.
+
+    .venv/bin/python benchmarks/probe_memory.py smollm2-135m knockout 2048 16
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bench_scale  # noqa: E402
+from knowflow.lens import memory  # noqa: E402
+
+
+def run(model, tok, job: str, item, rows: int) -> int:
+    """Run `job` on `item` with `rows` variant rows a pass; returns its prompt's tokens."""
+    if job == "knockout":
+        from knowflow.probes.examples import builtin_facts
+        from knowflow.probes.knockout import KnockoutConfig, knockout
+
+        fact = builtin_facts()[0]
+        example = replace(fact, prompt=item.context + "\n" + fact.prompt,
+                          context=(0, len(item.context) + 1))
+        knockout(model, tok, [example], KnockoutConfig(known_only=False, batch_size=rows))
+        return len(tok(example.prompt)["input_ids"])
+    from knowflow.probes.heads import HeadsConfig, conflict_prompt, heads
+
+    heads(model, tok, [item], HeadsConfig(ablations=("zero",), rank_by="zero", n_bootstrap=10,
+                                          batch_size=rows))
+    return len(conflict_prompt(item, tok).ids)
+
+
+def main() -> None:
+    name, job, tokens, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    torch.set_num_threads(1)
+    model, tok = bench_scale.build_model(name)
+    run(model, tok, job, bench_scale.long_items(tok, 1, 0)[0], rows)            # warm-up
+    item = bench_scale.long_items(tok, 1, tokens)[0]
+    base = int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+    n = run(model, tok, job, item, rows)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    estimate = memory.variant_bytes(memory.shape_of(model), n)(rows)
+    print(json.dumps({"model": name, "job": job, "tokens": n, "rows": rows,
+                      "measured_mib": round((peak - base) / 2**20),
+                      "estimate_mib": round(estimate / 2**20),
+                      "estimate_over_measured": round(estimate / (peak - base), 2)}))
+
+
+if __name__ == "__main__":
+    main()

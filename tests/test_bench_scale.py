@@ -1,0 +1,28 @@
+"""bench_scale's rounds: each cell's median over its rounds, and knowflow / peer ratios paired
+round by round (the figures docs/findings/scale.md reports)."""
+
+import pytest
+
+from helpers import load_benchmark
+
+
+def _row(job: str, cpu: float, rnd: int | None) -> dict:
+    row = {"model": "m", "job": job, "context": 256, "n": 1, "params": 1, "context_tokens": 265,
+           "cpu_s": cpu, "wall_s": 2 * cpu, "peak_mib": 100.0 + cpu, "built_mib": 90.0}
+    return row if rnd is None else {**row, "round": rnd}
+
+
+def test_medians_and_round_paired_ratios():
+    bench = load_benchmark("bench_scale")
+    rows = [_row("explain", c, r) for r, c in enumerate((12.0, 30.0, 13.0))] + \
+        [_row("contextcite", c, r) for r, c in enumerate((15.0, 31.0, 14.0))]
+    (explain, cite) = sorted(bench.medians(rows), key=lambda r: r["job"] != "explain")
+    assert (explain["cpu_s"], explain["rounds"], explain["cpu_lo"], explain["cpu_hi"]) == \
+        (13.0, 3, 12.0, 30.0)
+    assert explain["wall_s"] == 26.0 and "round" not in explain and cite["cpu_s"] == 15.0
+    paired = bench.round_ratios(rows)[("m", "explain", 256, 1)]
+    assert paired == pytest.approx([12 / 15, 30 / 31, 13 / 14])     # round with round
+    line = bench.ratios(bench.medians(rows), bench.round_ratios(rows))[0]
+    assert "cpu 0.87" in line and f"median {13 / 14:.2f} over 3 rounds" in line
+    # a row of an older run (no round) is its cell's one round
+    assert bench.medians([_row("explain", 5.0, None)])[0]["rounds"] == 1
