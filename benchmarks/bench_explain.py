@@ -342,7 +342,7 @@ def fit_both(args) -> None:
     examples, cost = [], 0.0
     for seed in (int(s) for s in args.fit_seeds.split(",")):
         cfg = FitConfig(n_contexts=args.contexts, n_ablations=32, seed=seed,
-                        prompt_format="chat", features=args.features)
+                        prompt_format="chat", features=args.features, world=args.world)
         path = out / f"examples-seed{seed}.pt"
         if not path.exists():
             cpu = time.process_time()
@@ -415,6 +415,8 @@ def main() -> int:
                          "in DIR (see fit_both)")
     ap.add_argument("--contexts", type=int, default=24, help="fit: contexts per seed")
     ap.add_argument("--fit-seeds", default="0,1", help="fit: training_items seeds")
+    ap.add_argument("--world", type=float, default=0.5,
+                    help="fit: share of real-fact training contexts (contexts.py)")
     ap.add_argument("--features", default="direct",
                     help="fit: knowflow's feature kinds (explanation/features.py), '+'-joined")
     ap.add_argument("--curve", help="sentence counts of the cost curve, e.g. 10,40,100,200")

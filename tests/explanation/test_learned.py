@@ -49,6 +49,7 @@ def test_the_fit_shrinks_towards_its_prior():
     theta[3] = 1.0
     prior = prior_weights(("attention", "direct"), 6)       # 0 for attention, 1 for direct
     assert prior.tolist() == [0.0] * 6 + [1.0] * 6
+    assert prior_weights(("attention", "total"), 2).tolist() == [0.0, 0.0, 1.0, 1.0]
     data = _synthetic(theta, 10, gen, noise=0.1)
     assert torch.allclose(fit_head_weights(data, grid=(1e8,), prior=prior).weights, prior,
                           atol=1e-4)

@@ -4,9 +4,10 @@ generated training contexts (`contexts.py`) and save it beside the model's cache
 
 Per training context: the model's greedy answer, its span (`target.explained_span`, as
 explain weighs it), the span's log-probability under `n_ablations` random ablations (scored
-over the token trie, as explain's ablation attribution) and the attention features of the
-full context (one forward pass). The last `heldout` share of the contexts chooses the ridge
-penalty and gives the fit quality (their mean LDS). The cost is that of explaining each
+over the token trie, as explain's ablation attribution) and the per-head features of the
+full context (`features`: one forward pass; `total` adds one backward pass). The last
+`heldout` share of the contexts chooses the ridge penalty and gives the fit quality (their
+mean LDS). The cost is that of explaining each
 training context by ablation once: about `n_contexts` x the ablation time of one item.
 """
 

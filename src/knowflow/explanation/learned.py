@@ -41,6 +41,7 @@ from knowflow.explanation.surrogate import spearman
 CORRECTION_STRENGTH = 1.0
 RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
 DEFAULT_KINDS = ("direct",)
+SIGNED = ("direct", "total")
 
 
 def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
@@ -53,10 +54,10 @@ def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int
 
 
 def prior_weights(kinds: Sequence[str], n_heads: int) -> torch.Tensor:
-    """(len(kinds) * n_heads,) the weights a fit shrinks towards: 1 for every head's direct
-    effect (their sum is the span's first-order direct log-probability change), 0 for the
-    unsigned kinds."""
-    return torch.cat([torch.full((n_heads,), 1.0 if k == "direct" else 0.0,
+    """(len(kinds) * n_heads,) the weights a fit shrinks towards: 1 for every head's signed
+    effect, direct or total (their sum is the span's first-order log-probability change
+    through those paths), 0 for the unsigned kinds."""
+    return torch.cat([torch.full((n_heads,), 1.0 if k in SIGNED else 0.0,
                                  dtype=torch.float64) for k in kinds])
 
 
