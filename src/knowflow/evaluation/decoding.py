@@ -31,7 +31,8 @@ In generation every contrastive method runs under the guard (`guard.py`): ending
 punctuation, the rest of a word once begun, closed-class words, tokens the context supports,
 the question's own lower-case words and the names it shares with the context are the
 with-context model's choice, so the contrast picks content (which name) but never ends an
-answer early, splices a name or swerves off the question's wording (`guard=False`, label `[unguarded]`, is the plain method).
+answer early, splices a name or swerves off the question's wording (`guard=False`, label
+`[unguarded]`, is the plain method).
 """
 
 from __future__ import annotations
