@@ -28,15 +28,27 @@ def forward(model, past=None, last_only: bool = False, keep: int | None = None, 
     if past is not None:
         kwargs[cache_keyword(model)] = past
     keep = 1 if last_only else keep
-    if keep is not None and getattr(model, "_knowflow_keep_ok", True):
+    if keep is None:
+        out = model(**kwargs)
+        return out.logits, output_cache(out)
+    out, logits = call_keeping(model, keep, **kwargs)
+    return logits, output_cache(out)
+
+
+def call_keeping(model, keep: int | torch.Tensor, **kwargs):
+    """`model(**kwargs)` projecting to the vocabulary only at `keep` (`logits_to_keep`: the
+    last `keep` positions, or a 1-D tensor of positions); returns (output, those logits),
+    (batch, kept, vocab). A model whose forward takes no `logits_to_keep` runs whole and its
+    logits are sliced."""
+    if getattr(model, "_knowflow_keep_ok", True):
         try:
             out = model(**kwargs, logits_to_keep=keep)
         except TypeError:
             model._knowflow_keep_ok = False
         else:
-            return out.logits, output_cache(out)
+            return out, out.logits
     out = model(**kwargs)
-    return (out.logits[:, -keep:] if keep is not None else out.logits), output_cache(out)
+    return out, (out.logits[:, -keep:] if isinstance(keep, int) else out.logits[:, keep])
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

@@ -9,6 +9,7 @@ import torch
 
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.batching import model_device, pad_id, right_pad
+from knowflow.lens.prefix import call_keeping
 from knowflow.probes.examples import ProbeExample, require_subject
 from knowflow.probes.spans import Located, locate
 
@@ -23,19 +24,10 @@ class Prediction:
 
 def _last_logits(model, ids: torch.Tensor, mask: torch.Tensor, last: torch.Tensor
                  ) -> torch.Tensor:
-    """Logits at each row's position `last` (batch,) of a right-padded batch: (batch, vocab).
-    A model whose forward takes no `logits_to_keep` gets every position's logits."""
+    """Logits at each row's position `last` (batch,) of a right-padded batch: (batch, vocab)."""
     keep = torch.unique(last)                                  # (k,) sorted distinct positions
-    if getattr(model, "_knowflow_keep_ok", True):
-        try:
-            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
-        except TypeError:
-            model._knowflow_keep_ok = False
-        else:                                                  # (batch, k, vocab)
-            return logits[torch.arange(len(ids), device=ids.device),
-                          torch.searchsorted(keep, last)]
-    logits = model(input_ids=ids, attention_mask=mask).logits  # (batch, seq, vocab)
-    return logits[torch.arange(len(ids), device=ids.device), last]
+    _, logits = call_keeping(model, keep, input_ids=ids, attention_mask=mask)  # (batch, k, vocab)
+    return logits[torch.arange(len(ids), device=ids.device), torch.searchsorted(keep, last)]
 
 
 def is_known(example: ProbeExample, token_text: str) -> bool | None:
