@@ -1,0 +1,62 @@
+"""lens.allocator: under a memory budget glibc's malloc keeps one arena for every thread; other
+C libraries are left alone."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from knowflow.lens import allocator
+
+# Four threads each allocate and free through malloc (ctypes releases the GIL, so glibc gives
+# each thread an arena of its own unless capped); malloc_stats lists the arenas on stderr.
+ARENAS = """
+import ctypes, sys, threading
+from knowflow.lens import allocator, memory
+if sys.argv[1] == "budget":
+    memory.check_max_memory(2.0)        # what a job's config does with --max-memory 2
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def work():
+    for p in [libc.malloc(4096) for _ in range(100)]:
+        libc.free(p)
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc.malloc_stats()
+"""
+
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+
+
+def _arenas(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True,
+                          text=True, check=True, timeout=120)
+    return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+
+
+@glibc
+def test_a_budget_keeps_one_arena_for_all_threads():
+    assert _arenas("none") > 1        # the default: the threads got arenas of their own
+    assert _arenas("budget") == 1
+
+
+@glibc
+def test_glibc_calls_report_success():
+    assert allocator.trim() in (True, False)   # returns whether memory went back; no error
+    assert allocator._glibc() is not None
+
+
+def test_other_c_libraries_are_untouched(monkeypatch):
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("", ""))
+    allocator._glibc.cache_clear()
+    try:
+        assert allocator.cap_arenas(1) is False and allocator.trim() is False
+    finally:
+        allocator._glibc.cache_clear()
