@@ -68,17 +68,23 @@ CONFIGS: dict[str, dict] = {
                                        "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                        "original_max_position_embeddings": 8192}),
 }
-JOBS = ("eval-loglik", "eval-generate", "explain", "explain-flat", "knockout", "heads", "sft")
+JOBS = ("forward", "eval-loglik", "eval-generate", "explain", "explain-flat", "knockout", "heads",
+        "sft")
 # The peer each job is timed against, where one exists (same model object, same items):
 # lm-eval's HFLM.loglikelihood on knowflow's exported prompts and continuations; ContextCite
 # (12 ablations, batch 4, its own greedy 8-token answer) for explain's 8 + 4 held-out subsets;
-# a plain transformers Trainer with the same peft LoRA, data and steps, without the tracker.
-PEERS = {"eval-loglik": "lmeval-loglik", "explain": "contextcite", "sft": "trainer-sft"}
-ALL_JOBS = JOBS + tuple(PEERS.values())
-ITEMS = {"eval-loglik": 4, "eval-generate": 2, "explain": 1, "explain-flat": 1,
-         "knockout": 1, "heads": 1,
-         "sft": 10, "lmeval-loglik": 4, "contextcite": 1, "trainer-sft": 10}
-UNIT = {"sft": "step", "trainer-sft": "step"}
+# a plain transformers Trainer with the same peft LoRA, data and steps, without the tracker
+# (trainer-sft), and the same with lm-eval scoring the tracker's items at the tracker's steps
+# (trainer-sft-lmeval: what a user would do to follow reliance without knowflow).
+PAIRS = (("eval-loglik", "lmeval-loglik"), ("explain", "contextcite"), ("sft", "trainer-sft"),
+         ("sft", "trainer-sft-lmeval"))
+PEERS = dict(PAIRS[:3])
+ALL_JOBS = JOBS + tuple(dict.fromkeys(peer for _, peer in PAIRS))
+ITEMS = {"forward": 3, "eval-loglik": 4, "eval-generate": 2, "explain": 1, "explain-flat": 1,
+         "knockout": 1, "heads": 1, "sft": 10, "lmeval-loglik": 4, "contextcite": 1,
+         "trainer-sft": 10, "trainer-sft-lmeval": 10}
+UNIT = {"sft": "step", "trainer-sft": "step", "trainer-sft-lmeval": "step", "forward": "pass"}
+TRACK_EVERY = 5  # the tracker's evaluations in an sft cell: at step 0, every 5 and the last
 
 
 def build_model(name: str):
@@ -120,11 +126,14 @@ def long_items(tok, n: int, tokens: int):
     return out
 
 
-def run_job(job: str, model, tok, items, context: int, n: int):
-    """Run `job` once on `n` items (or `n` sft steps)."""
+def run_job(job: str, model, tok, items, context: int, n: int) -> dict:
+    """Run `job` once on `n` items (or `n` sft steps, `n` forward passes); returns extra
+    figures for the cell's row (sft: the CPU seconds of its evaluations)."""
     from knowflow.evaluation.run import evaluate
 
-    if job in ("eval-loglik", "eval-generate"):
+    if job == "forward":
+        forward_passes(model, tok, items[0], n)
+    elif job in ("eval-loglik", "eval-generate"):
         scoring = job.split("-")[1]
         evaluate(model, items[:n], tokenizer=tok, scoring=scoring, known_filter=False,
                  batch_size=4, max_new_tokens=8)
@@ -153,15 +162,27 @@ def run_job(job: str, model, tok, items, context: int, n: int):
         heads(model, tok, items[:n], HeadsConfig(ablations=("zero",), rank_by="zero",
                                                  n_bootstrap=10,
                                                  max_memory=probe_memory(model)))
-    elif job in ("sft", "trainer-sft"):
-        run_sft(job, model, tok, items, context, n)
+    elif job in ("sft", "trainer-sft", "trainer-sft-lmeval"):
+        return run_sft(job, model, tok, items, context, n)
     elif job == "lmeval-loglik":
         run_lmeval(model, tok, items[:n])
     elif job == "contextcite":
         run_contextcite(model, tok, items[:n])
     else:
         raise SystemExit(f"unknown job {job!r} (known: {', '.join(JOBS)})")
+    return {}
 
+
+def forward_passes(model, tok, item, n: int) -> None:
+    """`n` plain forward passes of one item's prompt (its padded context and question) at
+    batch 1, no KV cache kept, only the last position's logits: the floor every job's cost
+    is built from (attention makes one pass itself superlinear in context)."""
+    import torch
+
+    ids = tok(f"{item.context}\n{item.question}", return_tensors="pt")["input_ids"]  # (1, seq)
+    with torch.no_grad():
+        for _ in range(n):
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
 # The probes copy the prompt's KV cache once per variant row (128 knockout, 64 heads rows by
 # default): at 1k tokens on 135M that peaked at 5.2 GiB. `--max-memory` (weights + this much)
@@ -183,23 +204,39 @@ def sft_rows(tok, items, context: int):
     return encode_all(tok, rows, "chat", context + 128)[0]
 
 
-def run_sft(job: str, model, tok, items, context: int, n: int) -> None:
+def run_sft(job: str, model, tok, items, context: int, n: int) -> dict:
     """`n` LoRA steps of batch 1 at the context length: knowflow's train_model with the
-    reliance tracker (every 5 steps, and at 0 and the end, on 2 of the long items), or a
-    plain transformers Trainer with the same LoRA (knowflow's per-family targets), learning
-    rate and data, no tracker."""
+    reliance tracker (every TRACK_EVERY steps, and at 0 and the end, on 2 of the long items),
+    or a plain transformers Trainer with the same LoRA (knowflow's per-family targets),
+    learning rate and data: without evaluations (trainer-sft) or with lm-eval scoring the
+    same 2 items' two answers at the same steps (trainer-sft-lmeval). Returns the
+    evaluations' CPU seconds (all of them, `eval_cpu_s`) and count (`n_evals`)."""
     from knowflow.train.sft import SFTConfig, train_model
 
     data = sft_rows(tok, items, context)
     cfg = SFTConfig(steps=n, batch_size=1, save_every=10_000, max_length=context + 128)
+    evals = {"eval_cpu_s": 0.0, "n_evals": 0}
+
+    def timed(evaluate):
+        def run(model):
+            cpu = time.process_time()
+            try:
+                return evaluate(model)
+            finally:
+                evals["eval_cpu_s"] += time.process_time() - cpu
+                evals["n_evals"] += 1
+        return run
+
     with tempfile.TemporaryDirectory() as tmp:
         if job == "sft":
             from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
-            tracker = RelianceTracker(tok, TrackerConfig(every=5, batch_size=2, dtype="float32"),
+            tracker = RelianceTracker(tok, TrackerConfig(every=TRACK_EVERY, batch_size=2,
+                                                         dtype="float32"),
                                       tmp, items={"scale": items[:2]})
+            tracker.evaluator = timed(tracker.evaluator)
             train_model(model, tok, data, cfg, Path(tmp), [tracker])
-            return
+            return evals
         from peft import LoraConfig, get_peft_model
         from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
@@ -212,12 +249,19 @@ def run_sft(job: str, model, tok, items, context: int, n: int) -> None:
                                  learning_rate=cfg.lr, lr_scheduler_type="constant",
                                  save_strategy="no", report_to=[], use_cpu=True,
                                  logging_strategy="no", disable_tqdm=True)
-        Trainer(model=lora, args=args, train_dataset=list(data),
+        callbacks = []
+        if job == "trainer-sft-lmeval":
+            from knowflow.train.callback import EvalCallback
+
+            score = timed(lambda m: run_lmeval(m, tok, items[:2], batch_size=2) or {})
+            callbacks.append(EvalCallback(score, TRACK_EVERY))
+        Trainer(model=lora, args=args, train_dataset=list(data), callbacks=callbacks,
                 data_collator=DataCollatorForSeq2Seq(tok, padding=True,
                                                      label_pad_token_id=-100)).train()
+    return evals
 
 
-def run_lmeval(model, tok, items) -> None:
+def run_lmeval(model, tok, items, batch_size: int = 4) -> None:
     """lm-eval's HF wrapper scoring knowflow's two continuations after knowflow's chat prompt
     (`knowflow export lm-eval`'s documents), batch 4 as knowflow's side."""
     from lm_eval.api.instance import Instance
@@ -225,7 +269,7 @@ def run_lmeval(model, tok, items) -> None:
 
     from knowflow.evaluation.lm_eval_task import task_docs
 
-    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=4)
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size)
     requests = [Instance(request_type="loglikelihood", doc=doc, arguments=(doc["prompt"], c),
                          idx=k) for doc in task_docs(items, tok, "chat")
                 for k, c in enumerate(doc["choices"])]
@@ -267,9 +311,9 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
         # it has none (a second copy would count in peak memory): its n steps amortize step 1
         run_job(job, model, tok, long_items(tok, 2, 0), context, 1)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    run_job(job, model, tok, items, context, n)
+    extra = run_job(job, model, tok, items, context, n)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return dict(model=name, job=job, context=context, params=params, n=n,
+    return dict(**extra, model=name, job=job, context=context, params=params, n=n,
                 context_tokens=prompt_tokens, cpu_s=cpu / n, wall_s=wall / n,
                 peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 built_mib=built_mib, weights_mib=params * 4 / 2**20, threads=threads)
@@ -318,8 +362,9 @@ def medians(rows: list[dict]) -> list[dict]:
     out = []
     for runs in cells.values():
         row = dict(runs[0])
-        for key in ("cpu_s", "wall_s", "peak_mib", "built_mib"):
-            row[key] = statistics.median(r[key] for r in runs)
+        for key in ("cpu_s", "wall_s", "peak_mib", "built_mib", "eval_cpu_s"):
+            if key in row:
+                row[key] = statistics.median(r[key] for r in runs)
         cpus = [r["cpu_s"] for r in runs]
         row.update(rounds=len(runs), cpu_lo=min(cpus), cpu_hi=max(cpus))
         row.pop("round", None)
@@ -328,16 +373,17 @@ def medians(rows: list[dict]) -> list[dict]:
 
 
 def round_ratios(rows: list[dict]) -> dict[tuple, list[float]]:
-    """Per cell with a peer: knowflow / peer CPU seconds in each round both ran."""
+    """Per cell and peer: knowflow / peer CPU seconds in each round both ran."""
     out: dict[tuple, list[float]] = {}
     for r in rows:
-        peer_job = PEERS.get(r["job"])
-        peer = next((p for p in rows if p["job"] == peer_job and p["model"] == r["model"]
-                     and p["context"] == r["context"] and p["n"] == r["n"]
-                     and p.get("round", 0) == r.get("round", 0)), None)
-        if peer is not None:
-            key = (r["model"], r["job"], r["context"], r["n"])
-            out.setdefault(key, []).append(r["cpu_s"] / peer["cpu_s"])
+        for job, peer_job in PAIRS:
+            peer = next((p for p in rows if r["job"] == job and p["job"] == peer_job
+                         and p["model"] == r["model"] and p["context"] == r["context"]
+                         and p["n"] == r["n"] and p.get("round", 0) == r.get("round", 0)),
+                        None)
+            if peer is not None:
+                key = (r["model"], job, peer_job, r["context"], r["n"])
+                out.setdefault(key, []).append(r["cpu_s"] / peer["cpu_s"])
     return out
 
 
@@ -400,8 +446,7 @@ def ratios(rows: list[dict], by_round: dict[tuple, list[float]] | None = None) -
     item count: the medians over rounds), and where both ran in several rounds, the median
     of the per-round CPU ratios with their range; under 1: knowflow is faster."""
     lines = []
-    for r in rows:
-        peer_job = PEERS.get(r["job"])
+    for r, peer_job in [(r, peer) for r in rows for job, peer in PAIRS if r["job"] == job]:
         peer = next((p for p in rows if p["job"] == peer_job and p["model"] == r["model"]
                      and p["context"] == r["context"] and p["n"] == r["n"]), None)
         if peer is not None:
@@ -409,7 +454,8 @@ def ratios(rows: list[dict], by_round: dict[tuple, list[float]] | None = None) -
                          f"cpu {r['cpu_s'] / peer['cpu_s']:.2f}, wall "
                          f"{r['wall_s'] / peer['wall_s']:.2f}, peak RSS "
                          f"{r['peak_mib'] / peer['peak_mib']:.2f}")
-            paired = (by_round or {}).get((r["model"], r["job"], r["context"], r["n"]), [])
+            paired = (by_round or {}).get((r["model"], r["job"], peer_job, r["context"],
+                                           r["n"]), [])
             if len(paired) > 1:
                 lines[-1] += (f"; per round (alternating) cpu median "
                               f"{statistics.median(paired):.2f} over {len(paired)} rounds "
@@ -440,6 +486,15 @@ def report(rows: list[dict]) -> None:
     print("\n== knowflow / peer")
     for line in ratios(rows, by_round):
         print("  " + line)
+    timed = [r for r in rows if r.get("n_evals")]
+    if timed:
+        print("\n== evaluations inside the sft cells (medians over rounds)")
+    for r in timed:
+        total = r["cpu_s"] * r["n"]
+        print(f"  {r['job']}: {r['model']} @{r['context']} n={r['n']}: {r['n_evals']} "
+              f"evaluations, {r['eval_cpu_s'] / r['n_evals']:.2f} CPU s each, "
+              f"{r['eval_cpu_s']:.1f} of {total:.1f} CPU s ({r['eval_cpu_s'] / total:.0%}); "
+              f"the steps alone {(total - r['eval_cpu_s']) / r['n']:.2f} CPU s per step")
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -452,7 +507,7 @@ def plot(rows: list[dict], path: Path) -> None:
     jobs = list(dict.fromkeys(r["job"] for r in rows))
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     for job in jobs:
-        style = "s--" if job in PEERS.values() else "o-"
+        style = "s--" if job in dict(PAIRS).values() or job.startswith("trainer") else "o-"
         for ctx in sorted({r["context"] for r in rows}):
             at = sorted((r for r in rows if r["job"] == job and r["context"] == ctx),
                         key=lambda r: r["params"])

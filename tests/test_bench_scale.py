@@ -20,9 +20,23 @@ def test_medians_and_round_paired_ratios():
     assert (explain["cpu_s"], explain["rounds"], explain["cpu_lo"], explain["cpu_hi"]) == \
         (13.0, 3, 12.0, 30.0)
     assert explain["wall_s"] == 26.0 and "round" not in explain and cite["cpu_s"] == 15.0
-    paired = bench.round_ratios(rows)[("m", "explain", 256, 1)]
+    paired = bench.round_ratios(rows)[("m", "explain", "contextcite", 256, 1)]
     assert paired == pytest.approx([12 / 15, 30 / 31, 13 / 14])     # round with round
     line = bench.ratios(bench.medians(rows), bench.round_ratios(rows))[0]
     assert "cpu 0.87" in line and f"median {13 / 14:.2f} over 3 rounds" in line
     # a row of an older run (no round) is its cell's one round
     assert bench.medians([_row("explain", 5.0, None)])[0]["rounds"] == 1
+
+
+def test_sft_against_both_plain_trainers():
+    """sft is compared with the plain Trainer and with the Trainer that evaluates the same
+    items through lm-eval, each round with its own round."""
+    bench = load_benchmark("bench_scale")
+    rows = [_row("sft", 11.0, 0), _row("trainer-sft", 10.0, 0),
+            _row("trainer-sft-lmeval", 12.0, 0)]
+    pairs = bench.round_ratios(rows)
+    assert pairs[("m", "sft", "trainer-sft", 256, 1)] == pytest.approx([1.1])
+    assert pairs[("m", "sft", "trainer-sft-lmeval", 256, 1)] == pytest.approx([11 / 12])
+    lines = bench.ratios(bench.medians(rows), pairs)
+    assert [line.split(":")[0] for line in lines] == ["sft / trainer-sft",
+                                                       "sft / trainer-sft-lmeval"]
