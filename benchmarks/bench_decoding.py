@@ -65,6 +65,7 @@ def phrasing_split(phrasing: str, split: str, limit: int, seed: int) -> list:
 
 
 HELD_OUT_MAX = 64  # a built-in suite's held-out items: the first --limit (at most this many)
+DEV_MAX = 32  # its dev items: the next --limit (at most this many); the rest are fresh
 
 
 def _builtin_order(name: str, seed: int) -> list:
@@ -78,23 +79,27 @@ def _builtin_order(name: str, seed: int) -> list:
     return items
 
 
-def suite_items(name: str, limit: int, seed: int, out: Path, dev: bool = False) -> list:
-    """The held-out items of one suite of SUITES, or with `dev` its dev items: cf-phrasing's
-    dev countries, and for a built-in suite the items after the first HELD_OUT_MAX of its
-    seeded order, which no held-out run scores (the late file has no dev items)."""
+def suite_items(name: str, limit: int, seed: int, out: Path, dev: bool = False,
+                fresh: bool = False) -> list:
+    """The held-out items of one suite of SUITES; with `dev` its dev items: cf-phrasing's
+    dev countries, and for a built-in suite the DEV_MAX items after the first HELD_OUT_MAX
+    of its seeded order, which no held-out run scores (the late file has no dev items); with
+    `fresh` (built-in suites only) the items after those, which neither scores: a held-out
+    slice for checking rules that were designed while the held-out items were looked at."""
+    if (dev or fresh) and name == LATE or fresh and name.startswith("cf-phrasing:"):
+        raise SystemExit(f"{name} has no {'dev' if dev else 'fresh'} items")
     if name.startswith("cf-phrasing:"):
         return phrasing_split(name.split(":", 1)[1], "dev" if dev else "test", limit, seed)
     if name == LATE:
-        if dev:
-            raise SystemExit(f"{LATE} has no dev items")
         path = write_late(out / f"{LATE}.jsonl", limit, seed, "test")
         return [i for v in load_data([path]).values() for i in v]
     order = _builtin_order(name, seed)
-    if not dev:
+    if not (dev or fresh):
         return order[:min(limit, HELD_OUT_MAX)]
-    picked = order[HELD_OUT_MAX:HELD_OUT_MAX + limit]
-    held = {i.id for i in order[:HELD_OUT_MAX]}
-    assert not held & {i.id for i in picked}, "dev items must not be held-out items"
+    start = HELD_OUT_MAX + (DEV_MAX if fresh else 0)
+    picked = order[start:start + (limit if fresh else min(limit, DEV_MAX))]
+    before = {i.id for i in order[:start]}
+    assert not before & {i.id for i in picked}, "dev and fresh items are no earlier slice's"
     return picked
 
 
@@ -189,6 +194,9 @@ def main() -> None:
     ap.add_argument("--dev", action="store_true",
                     help="score dev items instead (cf-phrasing's dev countries; a built-in "
                          f"suite's items after its first {HELD_OUT_MAX}), for choosing settings")
+    ap.add_argument("--fresh", action="store_true",
+                    help=f"score a built-in suite's fresh items instead (after its first "
+                         f"{HELD_OUT_MAX} held-out and {DEV_MAX} dev items)")
     ap.add_argument("--unguarded", action="store_true", help="add plain CAD (guard=False)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=24,
@@ -214,6 +222,8 @@ def main() -> None:
     if unknown := set(names) - set(SUITES):
         ap.error(f"unknown suite(s) {', '.join(sorted(unknown))}; give some of "
                  f"{', '.join(SUITES)}")
+    if args.dev and args.fresh:
+        ap.error("--dev and --fresh are different items; give one")
     if args.limit > HELD_OUT_MAX:
         ap.error(f"--limit {args.limit}: at most {HELD_OUT_MAX}, the built-in suites' items "
                  "after that are their dev items")
@@ -232,7 +242,7 @@ def main() -> None:
     rows, records = [], []
     for name in names:
         t0 = time.time()
-        items = suite_items(name, args.limit, args.seed, out, args.dev)
+        items = suite_items(name, args.limit, args.seed, out, args.dev, args.fresh)
         res = knowflow.evaluate(MODEL, items, method=methods, scoring="both",
                                 **{**RUN, "seed": args.seed, "batch_size": args.batch_size})
         new = rows_of(res.conditions)

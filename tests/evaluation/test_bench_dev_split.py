@@ -1,4 +1,5 @@
-"""bench_decoding's dev items never overlap the held-out items it reports (issue 42)."""
+"""bench_decoding's dev and fresh items never overlap the held-out items it reports, nor
+each other (issue 42)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,16 @@ def test_dev_items_are_not_held_out_items(suite, tmp_path: Path):
     # the held-out items at any --limit are the first of the same order
     assert [i.id for i in bench.suite_items(suite, 24, 0, tmp_path)] == \
         [i.id for i in held[:24]]
+
+
+@pytest.mark.parametrize("suite", ["cf-bio", "cf-capitals"])
+def test_fresh_items_are_neither_held_out_nor_dev_items(suite, tmp_path: Path):
+    bench = load_benchmark("bench_decoding")
+    held = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path)}
+    dev = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path, dev=True)}
+    fresh = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path,
+                                             fresh=True)}
+    assert len(dev) == bench.DEV_MAX and fresh  # dev stops at DEV_MAX; fresh is the rest
+    assert not fresh & held and not fresh & dev and not dev & held
+    with pytest.raises(SystemExit):
+        bench.suite_items("cf-phrasing:name", 8, 0, tmp_path, fresh=True)

@@ -56,7 +56,8 @@ def test_beta_one_is_greedy_with_context(setup, base):
 
 def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
     """One prompt, full forward passes, the eligible set by hand: p >= beta * max p; with
-    `guard`, the guard's rule (guard.py) applied to each token's text by hand."""
+    `guard`, the guard's rules (guard.py) applied to each token's text by hand, the passage
+    words' first tokens found by encoding each word with and without a leading space."""
     table = stop_table(tok, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
     n_vocab = model.get_output_embeddings().weight.shape[0]
     text = [tok.decode([i]) if i < len(tok) else "" for i in range(n_vocab)]
@@ -82,11 +83,26 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
               > held.count((w, True)) + held.count((w, False))
               and any(held[j][1] for j in (k - 1, k + 1) if 0 <= j < len(held))}
 
-    def ends(i):  # end of sequence, a newline, punctuation only, a closed-class word, or a
-        t = text[i]  # word of the no-context prompt
-        return i in special or "\n" in t or (t.strip() != "" and
-                                               not any(c.isalnum() for c in t)) \
+    def ends(i):  # end of sequence, a newline, blank, punctuation only, a closed-class word,
+        t = text[i]  # or a word of the no-context prompt
+        return i in special or "\n" in t or not any(c.isalnum() for c in t) \
             or t.strip().lower() in CLOSED_CLASS or t.strip().lower() in asked
+
+    def passage_words(ids):  # whitespace chunks, edges trimmed to letters/digits, and parts
+        found = []
+        for chunk in tok.decode(ids).split():
+            while chunk and not chunk[0].isalnum():
+                chunk = chunk[1:]
+            while chunk and not chunk[-1].isalnum():
+                chunk = chunk[:-1]
+            found += [w for w in {chunk, *chunk.replace("\u2013", "-").split("-")}
+                      if w[:1].isalpha()]
+        return found
+
+    shown_words, held_words = passage_words(seq), passage_words(base)
+    starts = {tok.encode(sp + w[0].swapcase() * sw + w[sw:], add_special_tokens=False)[0]
+              for w in set(shown_words) if shown_words.count(w) > held_words.count(w)
+              for sp in ("", " ") for sw in (0, 1)}
 
     out: list[int] = []
     has_text = False
@@ -106,8 +122,9 @@ def _naive(model, tok, seq, base, alpha, beta, adaptive, guard=False):
             if ends(top) or (mid and text[top][:1].isalpha()) or supported:
                 t = top
             else:
-                for i in range(n_vocab):
-                    if ends(i) or (mid and text[i][:1].isalpha()):
+                for i in range(n_vocab):  # the contrast's own word starts a passage word
+                    if ends(i) or (mid and text[i][:1].isalpha()) or (
+                            i != top and any(c.isalpha() for c in text[i]) and i not in starts):
                         scores[i] = -np.inf
                 t = int(scores.argmax())
         if table.eos[t]:

@@ -27,11 +27,12 @@ garbled names like "Benggazi"). beta 0 is off (plain CAD), beta 1 leaves only th
 model's top token (greedy). Teacher-forced scoring ignores beta: the candidate's tokens are
 given, and masking them would give -inf scores rather than a ranking.
 
-In generation every contrastive method runs under the guard (`guard.py`): ending and
-punctuation, the rest of a word once begun, closed-class words, tokens the context supports,
-the question's own lower-case words and the names it shares with the context are the
-with-context model's choice, so the contrast picks content (which name) but never ends an
-answer early, splices a name or swerves off the question's wording (`guard=False`, label
+In generation every contrastive method runs under the guard (`guard.py`): ending,
+punctuation and bare spaces, the rest of a word once begun, closed-class words, tokens the
+context supports, the question's own lower-case words and the names it shares with the
+context are the with-context model's choice, and a word the contrast picks must start as a
+passage word does, so the contrast picks content (which name) but never ends an answer
+early, splices a name or swerves off the question's wording (`guard=False`, label
 `[unguarded]`, is the plain method).
 """
 
@@ -56,7 +57,7 @@ from knowflow.evaluation.generate import (
     prompt_words,
     stop_table,
 )
-from knowflow.evaluation.guard import guarded_argmax
+from knowflow.evaluation.guard import guarded_argmax, passage_starts
 from knowflow.evaluation.steer_heads import NAME as HEADS
 from knowflow.evaluation.steer_heads import HeadSteering, parse_spec, steered
 from knowflow.lens.batching import pad_id, right_pad
@@ -143,7 +144,8 @@ class Method:
         return plausible(z_ctx, self.logits(z_ctx, z_base), self.beta)
 
     def pick(self, z_ctx: torch.Tensor, z_base: torch.Tensor, last: torch.Tensor,
-             table: StopTable, copies: torch.Tensor | None = None) -> torch.Tensor:
+             table: StopTable, copies: torch.Tensor | None = None,
+             starts: torch.Tensor | None = None) -> torch.Tensor:
         """One generation step: each live row's token, (live,), from the with-context and
         no-context logits (live, vocab), each row's previous token `last` (live,) and the
         tokens that repeat its no-context prompt's words, `copies` (live, vocab): the
@@ -151,7 +153,7 @@ class Method:
         scores = self.next_logits(z_ctx, z_base)                        # (live, vocab)
         if not self.guard:
             return scores.argmax(-1)
-        return guarded_argmax(z_ctx, z_base, scores, last, table, copies)
+        return guarded_argmax(z_ctx, z_base, scores, last, table, copies, starts)
 
 
 def plausible(z_ctx: torch.Tensor, scores: torch.Tensor, beta: float) -> torch.Tensor:
@@ -274,15 +276,17 @@ def single_method(method: str, alpha=1.0, beta=0.0, guard: bool = True) -> Metho
     return methods[0]
 
 
-def _decode_batch(model, seqs, base_seqs, prefixes, pad_id, max_new_tokens, table,
+def _decode_batch(model, tokenizer, seqs, base_seqs, prefixes, max_new_tokens, table,
                   method: Method) -> list[list[int]]:
     """`generate`'s loop and stopping rules (`generate.decode`) on the method's combined
     logits of the with-context and no-context streams."""
-    streams = (Stream(model, seqs, prefixes[0], pad_id), Stream(model, base_seqs, prefixes[1],
-                                                                 pad_id))
+    streams = (Stream(model, seqs, prefixes[0], pad_id(tokenizer)),
+               Stream(model, base_seqs, prefixes[1], pad_id(tokenizer)))
     copies = prompt_words(table, base_seqs, seqs)                      # (batch, vocab)
+    starts = passage_starts(tokenizer, seqs, base_seqs, len(table.word))  # (batch, vocab)
     return decode(streams, lambda z_ctx, z_base, last, rows: method.pick(
-        z_ctx, z_base, last, table, copies[rows.cpu()]), max_new_tokens, table)
+        z_ctx, z_base, last, table, copies[rows.cpu()], starts[rows.cpu()]), max_new_tokens,
+        table)
 
 
 def _batches(model, seqs, base_seqs, batch_size: int, share_prefix: bool):
@@ -302,9 +306,9 @@ def generate_contrastive(model, tokenizer, seqs: Sequence[list[int]],
     table = stop_table(tokenizer, model.get_output_embeddings().weight.shape[0], _eos_ids(model))
     texts = [""] * len(seqs)
     for n, batch in enumerate(batches):
-        outs = _decode_batch(model, [list(seqs[i]) for i in batch],
-                             [list(base_seqs[i]) for i in batch], prefixes, pad_id(tokenizer),
-                             max_new_tokens, table, method)
+        outs = _decode_batch(model, tokenizer, [list(seqs[i]) for i in batch],
+                             [list(base_seqs[i]) for i in batch], prefixes, max_new_tokens,
+                             table, method)
         for i, toks in zip(batch, outs, strict=True):
             texts[i] = clean_output(tokenizer.decode(toks, skip_special_tokens=True))
         if progress is not None:

@@ -10,11 +10,13 @@ model has no idea how the context's city is spelt, so the contrast favours stray
 
 The guard leaves each generation step to the with-context model (its top token is emitted)
 in six cases, and otherwise lets the method's own scores choose, within its plausibility
-constraint, among the tokens none of the rules reserves:
+constraint, among the tokens none of the rules reserves and that start a passage word (the
+last rule below):
 
-- **ending and punctuation**: its top token ends the answer (end of sequence, a newline) or
-  is punctuation; such tokens are never the contrast's to pick, so a contrast can never end,
-  or punctuate, an answer the model would have continued;
+- **ending, punctuation and bare spaces**: its top token ends the answer (end of sequence, a
+  newline), is punctuation or is whitespace only; such tokens are never the contrast's to
+  pick, so a contrast can never end, or punctuate, an answer the model would have continued,
+  nor split the next word with a bare space (" " then "1": "The 1980s." for a singer);
 - **the rest of a begun word**: after a token that ends in a letter, its top token continues
   the word; otherwise no word piece is eligible, so the contrast never splices a piece onto a
   finished word;
@@ -49,6 +51,19 @@ constraint, among the tokens none of the rules reserves:
   Archimedes." into "The Chinese-German philosopher and mathematician.". The memorized
   answer is not such a word: a question does not hold its own answer.
 
+**Only a passage word's first piece is the contrast's.** Where the contrast does decide, a
+token with a letter is eligible only if it starts a word of the passage as the tokenizer
+starts it (with or without a leading space, the first letter in either case; the passage is
+what the with-context prompt holds more often than the no-context one), or is the model's
+top token. The contrast's evidence is the passage: between two words neither of which it
+holds, the contrast's preference says only which one the no-context model expects more
+(asked who sang "Happy Birthday, Mr. President", the model's 'The song ... was sung by Anne
+Frank.' became 'The answer is: "John F. Kennedy"' because the no-context model is surer of
+" song" than of " answer"). And a shorter piece than the tokenizer's ("F" where it starts
+"Francistown" with "Franc") begins the context's name at a split the model has not seen, so
+the model, which spells the rest, has no name to continue ("Fantekwel is the capital of
+Botswana.").
+
 So the contrast acts only where the with-context model's choice is one the context argues
 against: at the memorized name (" Kathmandu" is likelier without the passage) it still picks
 the context's name (" Pok"), but it never decides whether an answer goes on, its form words,
@@ -58,21 +73,68 @@ affected.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Sequence
+
 import torch
 
 from knowflow.evaluation.generate import StopTable
 
 
+def passage_starts(tokenizer, prompts: Sequence[Sequence[int]],
+                   base_prompts: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
+    """(rows, vocab) bool: the tokens that start a word of each row's passage the way the
+    tokenizer starts it, with or without a leading space and with its first letter in either
+    case. A passage word is a word the with-context prompt holds more often than the
+    no-context one (whitespace-separated, edge punctuation stripped; hyphenated parts count
+    as words too), so the instruction's example and the chat template are not passage words."""
+    out = torch.zeros(len(prompts), vocab_size, dtype=torch.bool)
+    first: dict[str, int | None] = {}
+
+    def start(form: str) -> int | None:
+        if form not in first:
+            ids = tokenizer.encode(form, add_special_tokens=False)
+            first[form] = ids[0] if ids and ids[0] < vocab_size else None
+        return first[form]
+
+    for row, (ctx, base) in enumerate(zip(prompts, base_prompts, strict=True)):
+        held = Counter(_words(tokenizer.decode(list(base))))
+        for word, n in Counter(_words(tokenizer.decode(list(ctx)))).items():
+            if n <= held[word]:
+                continue
+            for w in {word, word[0].upper() + word[1:], word[0].lower() + word[1:]}:
+                for form in (w, " " + w):
+                    if (t := start(form)) is not None:
+                        out[row, t] = True
+    return out
+
+
+def _words(text: str) -> list[str]:
+    """The words of a text: whitespace-separated chunks without their edge punctuation, and
+    the parts of a hyphenated one; each starts with a letter."""
+    out = []
+    for chunk in text.split():
+        word = _EDGES.sub("", chunk)
+        out += [w for w in {word, *_HYPHENS.split(word)} if w[:1].isalpha()]
+    return out
+
+
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
+_HYPHENS = re.compile(r"[-\u2010-\u2014]")
+
+
 def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tensor,
-                   last: torch.Tensor, table: StopTable,
-                   copies: torch.Tensor | None = None) -> torch.Tensor:
+                   last: torch.Tensor, table: StopTable, copies: torch.Tensor | None = None,
+                   starts: torch.Tensor | None = None) -> torch.Tensor:
     """Each live row's token, (live,), from the with-context and no-context logits `z_ctx`,
     `z_base`, the method's `scores` (all (live, vocab)), each row's previous token `last`
-    (live,; -1: none) and `copies` (live, vocab), the tokens that repeat a lower-case word of
+    (live,; -1: none), `copies` (live, vocab), the tokens that repeat a lower-case word of
     each row's no-context prompt or a capitalised one its context repeats
-    (`generate.prompt_words`; None: no prompt known)."""
+    (`generate.prompt_words`; None: no prompt known), and `starts` (live, vocab), the tokens
+    that start a word of each row's passage (`passage_starts`; None: no passage known)."""
     device = scores.device
-    form = (table.stops | table.closed).to(device)                  # (vocab,)
+    form = (table.stops | table.blank | table.closed).to(device)    # (vocab,)
     piece, end = table.word_piece.to(device), table.word_end.to(device)
     top = z_ctx.argmax(-1)                                          # (live,)
     mid_word = (last >= 0) & end[last.clamp(min=0)]                 # (live,)
@@ -84,5 +146,9 @@ def guarded_argmax(z_ctx: torch.Tensor, z_base: torch.Tensor, scores: torch.Tens
         copies = copies.to(device)                                  # (live, vocab)
         own = own | copies.gather(-1, top[:, None])[:, 0]
         blocked = blocked | copies
+    if starts is not None:  # a token with a letter must start a passage word, or be the top
+        foreign = (table.word >= 0).to(device)[None, :] & ~starts.to(device)  # (live, vocab)
+        foreign = foreign.scatter(-1, top[:, None], False)
+        blocked = blocked | foreign
     chosen = scores.masked_fill(blocked, float("-inf")).argmax(-1)  # (live,)
     return torch.where(own, top, chosen)
