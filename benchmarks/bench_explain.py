@@ -131,6 +131,7 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         corrected_scores,
         learned_scores,
         sentence_features,
+        top_leave_one_out,
     )
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import fit_surrogate
@@ -145,10 +146,13 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks, _ = ablation_masks(len(case.sents), cfg, it.id + it.context)
         targets = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead)
         return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
-    if method == "learned":
+    if method in ("learned", "learned-loo"):
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
         scores = learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
                                                   est.features), est.tensor())
+        if method == "learned-loo":      # the full log-prob is scored too: counted here
+            return top_leave_one_out(model, tok, it, case.sents, scores, count, case.cont,
+                                     ExplainConfig(prompt_format="chat"), case.lead)
         if not count:
             return scores
         cfg = ExplainConfig(n_ablations=max(count, 8), n_holdout=0, prompt_format="chat")
@@ -206,6 +210,7 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est, at2=
     order = methods if index % 2 == 0 else methods[::-1]       # sides take turns first
     for method in order:
         for count in (args.learned_counts if method == "learned" else
+                      args.loo_counts if method == "learned-loo" else
                       [0] if method == "at2" else counts):
             clock, cpu = time.perf_counter(), time.process_time()
             w = run_method(method, count, model, tok, case, est, args.cc_batch, at2)
@@ -338,17 +343,27 @@ def fit_both(args) -> None:
 
     out = args.fit_estimators
     out.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.fit_seeds.split(",")]
+    shared = shared_with_evaluation(seeds, args)
+    if shared:
+        sys.exit(f"bench_explain: training contexts share {len(shared)} sentences or questions "
+                 f"with the evaluation items, e.g. {sorted(shared)[0]!r}")
     model, tok = load_model(args.model, device="cpu", dtype="float32")
     examples, cost = [], 0.0
-    for seed in (int(s) for s in args.fit_seeds.split(",")):
+    for seed in seeds:
         cfg = FitConfig(n_contexts=args.contexts, n_ablations=32, seed=seed,
                         prompt_format="chat", features=args.features, world=args.world)
         path = out / f"examples-seed{seed}.pt"
+        recipe = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "features"}
         if not path.exists():
             cpu = time.process_time()
             got = fit_examples(model, tok, cfg)
-            torch.save({"examples": got, "cpu": time.process_time() - cpu}, path)
+            torch.save({"examples": got, "cpu": time.process_time() - cpu, "recipe": recipe},
+                       path)
         saved = torch.load(path, weights_only=False)
+        if saved.get("recipe", recipe) != recipe:     # a cache of other contexts: refuse
+            sys.exit(f"bench_explain: {path} holds contexts of {saved['recipe']}, not "
+                     f"{recipe}; remove it or give another DIR")
         examples += saved["examples"]
         cost += saved["cpu"]
     clock = time.process_time()        # saved examples may hold other kinds: recompute
@@ -360,7 +375,12 @@ def fit_both(args) -> None:
     est = fit_estimator(model, tok, args.model, cfg, examples=examples)
     ridge_cpu = time.process_time() - clock
     est.provenance.update({"training_seeds": args.fit_seeds, "contexts_per_seed": args.contexts,
-                           "examples_cpu_seconds": cost, "features_cpu_seconds": feature_cpu})
+                           "examples_cpu_seconds": cost, "features_cpu_seconds": feature_cpu,
+                           "command": "python benchmarks/bench_explain.py " +
+                           " ".join(sys.argv[1:]),
+                           "disjoint_from": f"needle-cf, needle-agree (seed {args.seed}) and "
+                                            f"long_items(24, {args.long_sentences}): no "
+                                            "sentence or question shared"})
     save_estimator(est, args.model, out / "knowflow.json")
     clock = time.process_time()
     feats = [at2_features(model, ex.prompt_ids, ex.answer_ids, ex.spans) for ex in examples]
@@ -381,6 +401,24 @@ def fit_both(args) -> None:
           f"{out / 'knowflow.json'}")
     print(f"AT2: held-out LDS {mean_lds(held, weights):.3f}; its features "
           f"{at2_cpu:.1f} CPU s, training {train_cpu:.1f} CPU s -> {out / 'at2.pt'}")
+
+
+def shared_with_evaluation(seeds, args) -> set[str]:
+    """The sentences and questions the training contexts of `seeds` share with every item
+    the benchmark evaluates (both needle suites whole, 24 long items): must be empty."""
+    from knowflow.data.suites import get_suite
+    from knowflow.explanation.contexts import long_items, training_items
+    from knowflow.explanation.splitter import split_sentences
+
+    def texts(items) -> set[str]:
+        return {s.text for it in items for s in split_sentences(it.context)} | \
+            {it.question for it in items}
+
+    train = [it for seed in seeds for it in training_items(args.contexts, seed, 0.5,
+                                                             args.world)]
+    evaluation = get_suite("needle-cf", args.seed) + get_suite("needle-agree", args.seed) + \
+        long_items(24, args.long_sentences, args.seed)
+    return texts(train) & texts(evaluation)
 
 
 def main() -> int:
@@ -408,6 +446,8 @@ def main() -> int:
                                       "contextcite-batched, contextcite)")
     ap.add_argument("--learned-ablations", default="0",
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
+    ap.add_argument("--learned-loo", default="2",
+                    help="learned-loo: leave-one-out of learned's top K sentences, e.g. 1,2")
     ap.add_argument("--at2", type=Path, help="AT2 estimator file (from --fit-estimators)")
     ap.add_argument("--fit-estimators", type=Path, metavar="DIR",
                     help="fit knowflow's learned estimator and train AT2's on the same "
@@ -433,6 +473,7 @@ def main() -> int:
         return 0
     torch.set_num_threads(args.threads)
     args.learned_counts = [int(n) for n in args.learned_ablations.split(",")]
+    args.loo_counts = [int(n) for n in args.learned_loo.split(",")]
     if args.fit_estimators:
         fit_both(args)
         return 0
@@ -459,10 +500,10 @@ def main() -> int:
         from at2_peer import load_at2
 
         at2 = load_at2(args.at2)
-    if est is None and "learned" in methods:
+    if est is None and {"learned", "learned-loo"} & set(methods):
         print("no learned estimator: `knowflow explain fit` first; learned skipped",
               file=sys.stderr)
-        methods.remove("learned")
+        methods = [m for m in methods if m not in ("learned", "learned-loo")]
     rows = []
     for i, case in enumerate(cases):
         if i < args.first or (args.last is not None and i >= args.last):

@@ -4,7 +4,9 @@ hand computation from the model's own attention, the estimator's file and proven
 import pytest
 import torch
 
+from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
+from knowflow.evaluation.loglik import score_naive
 from knowflow.explanation.estimator import Estimator, load_estimator, save_estimator
 from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
@@ -14,7 +16,11 @@ from knowflow.explanation.learned import (
     learned_scores,
     prior_weights,
     sentence_features,
+    top_leave_one_out,
 )
+from knowflow.explanation.options import ExplainConfig
+from knowflow.explanation.prompts import ablated_prompts
+from knowflow.explanation.splitter import split_sentences
 
 
 def _synthetic(theta, n_contexts, gen, noise=0.0):
@@ -218,3 +224,23 @@ def test_total_effects_equal_finite_differences_of_taking_attention_off_a_senten
     for want, got in checked:
         assert abs(want - got) < 1e-3 + 1e-2 * abs(want)
     assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero
+
+
+def test_top_leave_one_out_scores_the_top_sentences_alone_and_zeroes_the_rest(lm):
+    item = ConflictItem(id="loo", suite="s", context="Oslo is in Norway. Grass is green. Rome "
+                        "is in Italy. Dogs bark at night.", question="Where is Rome?",
+                        counterfactual_answer="Italy", parametric_answer="Italy")
+    model, tok = lm
+    sents = split_sentences(item.context)
+    cfg = ExplainConfig(prompt_format="chat")
+    prior = torch.tensor([0.1, -0.5, 0.9, 0.3], dtype=torch.float64)   # top 2: sentences 2, 3
+    got = top_leave_one_out(model, tok, item, sents, prior, 2, " Italy", cfg)
+    masks = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 1], [1, 1, 1, 0]])
+    full, *alone = [score_naive(model, tok, s, " Italy")[0]
+                    for s in ablated_prompts(item, sents, masks, tok, "chat")]
+    assert got[[0, 1]].tolist() == [0.0, 0.0]
+    assert got[[2, 3]].tolist() == pytest.approx([full - a for a in alone], abs=1e-4)
+    assert got[2] != 0 and got[3] != 0
+    # a given full log-probability is used as it is (one ablation fewer)
+    given = top_leave_one_out(model, tok, item, sents, prior, 1, " Italy", cfg, "", full + 1)
+    assert float(given[2]) == pytest.approx(full + 1 - alone[0], abs=1e-4)

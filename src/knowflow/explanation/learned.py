@@ -89,6 +89,27 @@ def corrected_scores(scores: torch.Tensor, masks: torch.Tensor, targets: torch.T
     return beta[1] * s + beta[2:]
 
 
+def top_leave_one_out(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+                      scores: torch.Tensor, k: int, continuation: str, cfg: ExplainConfig,
+                      lead: str = "", logprob_full: float | None = None) -> torch.Tensor:
+    """(sentences,) the learned scores' top `k` sentences scored exactly, the rest 0: each
+    top sentence's weight is the fall of the span's log-probability when it alone is removed
+    (leave-one-out), from k scored ablations (k + 1 without `logprob_full`). They share one
+    KV cache up to the first removed sentence (`score_masks` runs the rows' common prefix
+    once), so each costs the tokens after that point only."""
+    n = len(sentences)
+    top = sorted(range(n), key=lambda j: -float(scores[j]))[:k]
+    masks = torch.ones(len(top) + (logprob_full is None), n, dtype=torch.int64)  # (rows, n)
+    for r, j in enumerate(top):
+        masks[r, j] = 0
+    got = score_masks(model, tokenizer, item, sentences, masks, continuation, cfg, lead)
+    full = float(got[-1]) if logprob_full is None else logprob_full
+    out = torch.zeros(n, dtype=torch.float64)
+    for r, j in enumerate(top):
+        out[j] = full - float(got[r])
+    return out
+
+
 @dataclass(frozen=True)
 class FitExample:
     """One training context: its features and the answer's log-probability under ablations."""
