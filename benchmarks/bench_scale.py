@@ -102,6 +102,12 @@ def build_model(name: str):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
                                              attn_implementation="sdpa")
+    # Qwen's and Llama's vocabularies are larger than SmolLM2's tokenizer: zero the (tied)
+    # embedding rows past it, so that their logits are 0 and greedy decoding (explain's and
+    # ContextCite's answers) never picks a token the tokenizer cannot decode; shapes, and so
+    # cost and memory, are unchanged
+    with torch.no_grad():
+        model.get_input_embeddings().weight[len(tok):] = 0
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.eval(), tok
