@@ -1,8 +1,9 @@
-"""lens.allocator: under a memory budget glibc's malloc keeps one arena for every thread; other
-C libraries are left alone."""
+"""lens.allocator: under a memory budget glibc's malloc keeps one arena for every thread and maps
+large blocks alone (so freeing them returns the memory); other C libraries are left alone."""
 
 from __future__ import annotations
 
+import ctypes
 import platform
 import subprocess
 import sys
@@ -32,6 +33,27 @@ for t in threads:
 libc.malloc_stats()
 """
 
+# After a 4 MiB block is freed, glibc by default serves blocks of that size from its heap
+# (where freed memory stays with the process); under a budget each is a mapping of its own.
+# mallinfo2's hblks counts the mappings.
+MAPPED = """
+import ctypes, sys
+from knowflow.lens import memory
+if sys.argv[1] == "budget":
+    memory.check_max_memory(2.0)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = Info
+libc.free(libc.malloc(4 * 2 ** 20))
+before = libc.mallinfo2().hblks
+kept = [libc.malloc(4 * 2 ** 20) for _ in range(4)]
+print(libc.mallinfo2().hblks - before)
+"""
+
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 
 
@@ -45,6 +67,15 @@ def _arenas(mode: str) -> int:
 def test_a_budget_keeps_one_arena_for_all_threads():
     assert _arenas("none") > 1        # the default: the threads got arenas of their own
     assert _arenas("budget") == 1
+
+
+@glibc
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc 2.33 or later")
+def test_a_budget_maps_large_blocks_alone():
+    def mapped(mode: str) -> int:
+        return int(subprocess.run([sys.executable, "-c", MAPPED, mode], capture_output=True,
+                                  text=True, check=True, timeout=120).stdout)
+    assert (mapped("none"), mapped("budget")) == (0, 4)
 
 
 @glibc

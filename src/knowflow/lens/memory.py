@@ -31,8 +31,8 @@ are counted at the weights' dtype (float32 on a CPU, bf16 on a GPU). A job whose
 exceeds the budget is refused before anything is written, with the numbers and the largest
 batch that fits (`check_budget`); where the batch is an internal detail that does not change
 results (the probes' variant rows) it is sized down instead (`fit_rows`). A budget also
-limits glibc's malloc to one arena (`lens.allocator`), without which the resident peak of the
-same job was bimodal, up to 1.44x the estimate.
+sets glibc's malloc to return freed large blocks to the system (`lens.allocator`), without
+which the resident peak of the same job was bimodal, up to 1.44x the estimate.
 """
 
 from __future__ import annotations
