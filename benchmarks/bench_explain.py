@@ -23,7 +23,10 @@ per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-b
 seconds to each method's. knowflow's ablation is the flat surrogate up to `hierarchy_above`
 sentences and hierarchical past it, as `knowflow explain` runs it; `learned` needs an
 estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
-`--learned-ablations 0,8` also runs it corrected by 8 scored ablations. AT2 (`pip install -e
+`--learned-ablations 0,8` also runs it corrected by 8 scored ablations, and method
+`learned-loo` (`--learned-loo 2`) scores learned's top 2 sentences by leave-one-out
+(`learned.top_leave_one_out`; its cost counts the one pass, the full log-probability and the
+2 ablations). AT2 (`pip install -e
 '.[at2]'`) ships no estimator for SmolLM2: `--fit-estimators DIR` trains one with AT2's own
 classes on the same generated contexts and ablations as knowflow's (`at2_peer.py`), and
 `--at2 DIR/at2.pt` runs it.
@@ -443,7 +446,7 @@ def main() -> int:
     ap.add_argument("--summarize", type=Path, nargs="+",
                     help="print the table of --json files (rows of one item merged by id)")
     ap.add_argument("--methods", help="run only these (comma-separated: knowflow, learned, "
-                                      "contextcite-batched, contextcite)")
+                                      "learned-loo, at2, contextcite-batched, contextcite)")
     ap.add_argument("--learned-ablations", default="0",
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
     ap.add_argument("--learned-loo", default="2",
