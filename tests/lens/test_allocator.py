@@ -79,8 +79,7 @@ def test_a_budget_maps_large_blocks_alone():
 
 
 @glibc
-def test_glibc_calls_report_success():
-    assert allocator.trim() in (True, False)   # returns whether memory went back; no error
+def test_glibc_is_found():
     assert allocator._glibc() is not None
 
 
@@ -88,6 +87,6 @@ def test_other_c_libraries_are_untouched(monkeypatch):
     monkeypatch.setattr(platform, "libc_ver", lambda: ("", ""))
     allocator._glibc.cache_clear()
     try:
-        assert allocator.cap_arenas(1) is False and allocator.trim() is False
+        assert allocator.cap_arenas(1) is False and allocator.map_large() is False
     finally:
         allocator._glibc.cache_clear()

@@ -99,8 +99,8 @@ def passage_starts(tokenizer, prompts: Sequence[Sequence[int]],
         return first[form]
 
     for row, (ctx, base) in enumerate(zip(prompts, base_prompts, strict=True)):
-        held = Counter(_words(tokenizer.decode(list(base))))
-        for word, n in Counter(_words(tokenizer.decode(list(ctx)))).items():
+        held = Counter(_text_words(tokenizer.decode(list(base))))
+        for word, n in Counter(_text_words(tokenizer.decode(list(ctx)))).items():
             if n <= held[word]:
                 continue
             for w in {word, word[0].upper() + word[1:], word[0].lower() + word[1:]}:
@@ -110,7 +110,7 @@ def passage_starts(tokenizer, prompts: Sequence[Sequence[int]],
     return out
 
 
-def _words(text: str) -> list[str]:
+def _text_words(text: str) -> list[str]:
     """The words of a text: whitespace-separated chunks without their edge punctuation, and
     the parts of a hyphenated one; each starts with a letter."""
     out = []

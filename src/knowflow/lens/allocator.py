@@ -43,7 +43,7 @@ def _glibc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return None
-    if not all(hasattr(libc, name) for name in ("mallopt", "malloc_trim")):
+    if not hasattr(libc, "mallopt"):
         return None
     return libc
 
@@ -61,13 +61,6 @@ def map_large(size: int = MMAP_FROM) -> bool:
     raising that threshold to the largest block freed so far); True when set."""
     libc = _glibc()
     return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, size) == 1)
-
-
-def trim() -> bool:
-    """Return the allocator's free memory to the system (glibc's `malloc_trim(0)`); True
-    when some was returned."""
-    libc = _glibc()
-    return bool(libc is not None and libc.malloc_trim(0) == 1)
 
 
 def hold_to_budget() -> None:
