@@ -24,6 +24,8 @@ attributes documents first), explain-flat (the same with one flat ablation stage
 length), knockout (attention knockout sweep, per prompt: the context then a well-known-fact
 prompt), heads (probe heads, zero ablation, per item), sft (LoRA, steps of batch 1 at the
 context length, with the reliance tracker; trainer-sft: a plain Trainer without it).
+JOB+capped (e.g. `eval-loglik+capped`) runs JOB with glibc's malloc held as `--max-memory`
+holds it and nothing else changed; its ratio to JOB is that setting's cost.
 
     .venv/bin/python benchmarks/bench_scale.py --models smollm2-135m,smollm2-360m \\
         --jobs eval-loglik,knockout,sft --contexts 256,1024 --threads 2 --plot /tmp/scale.png
@@ -80,6 +82,11 @@ PAIRS = (("eval-loglik", "lmeval-loglik"), ("explain", "contextcite"), ("sft", "
          ("sft", "trainer-sft-lmeval"))
 PEERS = dict(PAIRS[:3])
 ALL_JOBS = JOBS + tuple(dict.fromkeys(peer for _, peer in PAIRS))
+# JOB+capped: the job with glibc's malloc held as `--max-memory` holds it (one arena, blocks
+# from 1 MiB mapped alone: `lens.allocator.hold_to_budget`, set before the model is built),
+# with nothing else changed, so that its ratio to JOB is what that setting costs
+CAPPED = "+capped"
+PAIRS += tuple((job + CAPPED, job) for job in JOBS if job != "forward")
 ITEMS = {"forward": 3, "eval-loglik": 4, "eval-generate": 2, "explain": 1, "explain-flat": 1,
          "knockout": 1, "heads": 1, "sft": 10, "lmeval-loglik": 4, "contextcite": 1,
          "trainer-sft": 10, "trainer-sft-lmeval": 10}
@@ -307,17 +314,22 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
     import torch
 
     torch.set_num_threads(threads)
+    base = job.removesuffix(CAPPED)
+    if base != job:
+        from knowflow.lens.allocator import hold_to_budget
+
+        hold_to_budget()
     model, tok = build_model(name)
     built_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     params = sum(p.numel() for p in model.parameters())
-    n = items or ITEMS[job]
+    n = items or ITEMS[base]
     items = long_items(tok, max(n, 2), context)
     prompt_tokens = len(tok(items[0].context)["input_ids"])
-    if "sft" not in job:  # warm-up on an unpadded item; sft wraps its model in LoRA, so
+    if "sft" not in base:  # warm-up on an unpadded item; sft wraps its model in LoRA, so
         # it has none (a second copy would count in peak memory): its n steps amortize step 1
-        run_job(job, model, tok, long_items(tok, 2, 0), context, 1)
+        run_job(base, model, tok, long_items(tok, 2, 0), context, 1)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    extra = run_job(job, model, tok, items, context, n)
+    extra = run_job(base, model, tok, items, context, n)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return dict(**extra, model=name, job=job, context=context, params=params, n=n,
                 context_tokens=prompt_tokens, cpu_s=cpu / n, wall_s=wall / n,
@@ -660,11 +672,12 @@ def main() -> None:
             args.contexts = "256,1024,2048"
         models = [m.strip() for m in args.models.split(",")]
         jobs = [j.strip() for j in args.jobs.split(",")]
-        for bad in [m for m in models if m not in CONFIGS] + [j for j in jobs
-                                                              if j not in ALL_JOBS]:
+        for bad in [m for m in models if m not in CONFIGS] + [
+                j for j in jobs if j.removesuffix(CAPPED) not in ALL_JOBS]:
             raise SystemExit(f"unknown model or job {bad!r}")
         # a job and its peer side by side, so that rounds alternate them
-        cells = [(name, job, int(ctx), args.items or ITEMS[job]) for name in models
+        cells = [(name, job, int(ctx), args.items or ITEMS[job.removesuffix(CAPPED)])
+                 for name in models
                  for ctx in args.contexts.split(",") for job in jobs]
     # round r runs every cell; odd rounds in reverse order, so a job and its peer alternate
     # which goes first (ABBA) and a drift of the machine's load falls on both

@@ -40,3 +40,36 @@ def test_sft_against_both_plain_trainers():
     lines = bench.ratios(bench.medians(rows), pairs)
     assert [line.split(":")[0] for line in lines] == ["sft / trainer-sft",
                                                        "sft / trainer-sft-lmeval"]
+
+
+def test_a_capped_cell_holds_malloc_before_building_and_runs_the_plain_job(monkeypatch):
+    """JOB+capped: glibc's malloc is held as --max-memory holds it before the model is built,
+    the job run is JOB's own, and the pair's ratio is reported against JOB."""
+    import knowflow.lens.allocator as allocator
+
+    bench = load_benchmark("bench_scale")
+    calls = []
+    monkeypatch.setattr(allocator, "hold_to_budget", lambda: calls.append("hold"))
+
+    class Tiny:
+        def parameters(self):
+            return []
+
+    class Item:
+        context = "a b c"
+
+    def tok(text):
+        return {"input_ids": text.split()}
+
+    monkeypatch.setattr(bench, "build_model", lambda name: calls.append("build") or (Tiny(), tok))
+    monkeypatch.setattr(bench, "long_items", lambda tok, n, ctx: [Item()] * n)
+    monkeypatch.setattr(bench, "run_job", lambda job, *a: calls.append(job) or {})
+    row = bench.cell("m", "eval-loglik+capped", 0, 1)
+    assert calls[:2] == ["hold", "build"] and calls[2:] == ["eval-loglik", "eval-loglik"]
+    assert row["job"] == "eval-loglik+capped" and row["n"] == bench.ITEMS["eval-loglik"]
+    calls.clear()
+    bench.cell("m", "eval-loglik", 0, 1)
+    assert "hold" not in calls
+    rows = [_row("eval-loglik+capped", 11.5, 0), _row("eval-loglik", 10.0, 0)]
+    assert bench.round_ratios(rows)[("m", "eval-loglik+capped", "eval-loglik", 256, 1)] == \
+        pytest.approx([1.15])
