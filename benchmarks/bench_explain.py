@@ -20,9 +20,10 @@ the method's scores summed over kept sentences and the span's actual log-probabi
 `--holdout` held-out ablations, the same masks for all, scored once and not timed), the top-1
 and top-3 drops (the fall of the log-probability when the top sentences are removed), seconds
 per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
-seconds to each method's. knowflow's ablation is the flat surrogate up to `hierarchy_above`
-sentences and hierarchical past it, as `knowflow explain` runs it (`knowflow-flat`: the flat
-surrogate at any length, to weigh the hierarchy); `learned` needs an
+seconds to each method's. knowflow's ablation runs as `knowflow explain` runs it (the flat
+surrogate at every length by default; `knowflow-flat` forces it); `knowflow-hier` attributes
+hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
+`explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an
 estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
 `--learned-ablations 0,8` also runs it corrected by 8 scored ablations, and method
 `learned-loo` (`--learned-loo 2`) scores learned's top 2 sentences by leave-one-out
@@ -52,6 +53,7 @@ from pathlib import Path
 import torch
 
 TOP = (1, 3)
+HIER_ABOVE = 24      # knowflow-hier: sentences past which it attributes documents first
 
 
 def _contextcite():
@@ -141,9 +143,11 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
     from knowflow.explanation.surrogate import fit_surrogate
 
     it = case.item
-    if method in ("knowflow", "knowflow-flat"):    # flat: the surrogate at any length
-        cfg = ExplainConfig(n_ablations=count, n_holdout=0, top_k=(), prompt_format="chat")
-        if method == "knowflow" and hierarchical(cfg, len(case.sents)):
+    if method in ("knowflow", "knowflow-flat", "knowflow-hier"):
+        cfg = ExplainConfig(n_ablations=count, n_holdout=0, top_k=(), prompt_format="chat",
+                            **({"hierarchy_above": HIER_ABOVE} if method == "knowflow-hier"
+                               else {}))
+        if method != "knowflow-flat" and hierarchical(cfg, len(case.sents)):
             attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
                                              case.lead)
             return torch.tensor(attr.weights, dtype=torch.float64)
@@ -447,8 +451,8 @@ def main() -> int:
     ap.add_argument("--summarize", type=Path, nargs="+",
                     help="print the table of --json files (rows of one item merged by id)")
     ap.add_argument("--methods", help="run only these (comma-separated: knowflow, learned, "
-                                      "knowflow-flat, learned-loo, at2, contextcite-batched, "
-                                      "contextcite)")
+                                      "knowflow-flat, knowflow-hier, learned-loo, at2, "
+                                      "contextcite-batched, contextcite)")
     ap.add_argument("--learned-ablations", default="0",
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
     ap.add_argument("--learned-loo", default="2",

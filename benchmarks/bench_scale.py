@@ -19,11 +19,13 @@ With no flags (as `make bench` runs it): SmolLM2-135M's shape, eval-loglik and e
 256 and 1k; `--full`: the whole grid.
 
 Jobs: eval-loglik (items), eval-generate (items, greedy, 8 new tokens), explain (ablation
-attribution, 8 subsets + 4 held out, per item; past 24 sentences, about 350 tokens here, it
-attributes documents first), explain-flat (the same with one flat ablation stage at any
-length), knockout (attention knockout sweep, per prompt: the context then a well-known-fact
-prompt), heads (probe heads, zero ablation, per item), sft (LoRA, steps of batch 1 at the
-context length, with the reliance tracker; trainer-sft: a plain Trainer without it).
+attribution, 8 subsets + 4 held out, per item, one flat ablation stage at any length as
+`explain` runs by default; explain-flat forces it), explain-hier (the same, attributing
+documents first past 24 sentences, about 350 tokens here, as explain did by default until
+2026-12-06: `--set hierarchy_above=24`), knockout (attention knockout sweep, per prompt: the
+context then a well-known-fact prompt), heads (probe heads, zero ablation, per item), sft
+(LoRA, steps of batch 1 at the context length, with the reliance tracker; trainer-sft: a
+plain Trainer without it).
 JOB+capped (e.g. `eval-loglik+capped`) runs JOB with glibc's malloc held as `--max-memory`
 holds it and nothing else changed; its ratio to JOB is that setting's cost.
 
@@ -70,8 +72,8 @@ CONFIGS: dict[str, dict] = {
                                        "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                        "original_max_position_embeddings": 8192}),
 }
-JOBS = ("forward", "eval-loglik", "eval-generate", "explain", "explain-flat", "knockout", "heads",
-        "sft")
+JOBS = ("forward", "eval-loglik", "eval-generate", "explain", "explain-flat", "explain-hier",
+        "knockout", "heads", "sft")
 # The peer each job is timed against, where one exists (same model object, same items):
 # lm-eval's HFLM.loglikelihood on knowflow's exported prompts and continuations; ContextCite
 # (12 ablations, batch 4, its own greedy 8-token answer) for explain's 8 + 4 held-out subsets;
@@ -88,6 +90,7 @@ ALL_JOBS = JOBS + tuple(dict.fromkeys(peer for _, peer in PAIRS))
 CAPPED = "+capped"
 PAIRS += tuple((job + CAPPED, job) for job in JOBS if job != "forward")
 ITEMS = {"forward": 3, "eval-loglik": 4, "eval-generate": 2, "explain": 1, "explain-flat": 1,
+         "explain-hier": 1,
          "knockout": 1, "heads": 1, "sft": 10, "lmeval-loglik": 4, "contextcite": 1,
          "trainer-sft": 10, "trainer-sft-lmeval": 10}
 UNIT = {"sft": "step", "trainer-sft": "step", "trainer-sft-lmeval": "step", "forward": "pass"}
@@ -150,12 +153,14 @@ def run_job(job: str, model, tok, items, context: int, n: int) -> dict:
         scoring = job.split("-")[1]
         evaluate(model, items[:n], tokenizer=tok, scoring=scoring, known_filter=False,
                  batch_size=4, max_new_tokens=8)
-    elif job in ("explain", "explain-flat"):
+    elif job in ("explain", "explain-flat", "explain-hier"):
         from knowflow.explanation.run import explain
 
-        # explain-flat: one flat ablation stage at every length (past 24 sentences explain
-        # otherwise attributes documents first: 32 more ablations, hierarchy.py)
-        flat = {"hierarchy_above": 10**6} if job == "explain-flat" else {}
+        # explain is flat at every length (the default since the hierarchy became opt-in);
+        # explain-flat forces it, explain-hier attributes documents first past 24 sentences
+        # (32 more ablations: hierarchy.py), as explain did before
+        flat = {"explain-flat": {"hierarchy_above": None},
+                "explain-hier": {"hierarchy_above": 24}}.get(job, {})
         explain(model, items[:n], tokenizer=tok, levels=("source", "sentences"),
                 attribution="ablation", n_ablations=8, n_holdout=4, max_new_tokens=8, **flat)
     elif job == "knockout":

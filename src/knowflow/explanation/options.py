@@ -54,8 +54,10 @@ class ExplainConfig:
     score_chunk: int = 64                # ablated prompts scored per trie pass, at most ...
     score_tokens: int = 32768            # ... and at most this many prompt tokens (memory)
     max_memory: float | None = None      # GiB for weights + one pass (lens.memory): refused
-    # long contexts: documents first, then the sentences of the top documents
-    hierarchy_above: int = 24            # more sentences than this: hierarchical
+    # long contexts: documents first, then the sentences of the top documents (opt-in: on
+    # long items the flat surrogate ranked sentences better at 40 and 80 sentences, at about
+    # twice the CPU; docs/commands/explain.md, "Long contexts")
+    hierarchy_above: int | None = None   # more sentences than this: hierarchical (None: never)
     document_ablations: int = 32         # masks over documents (stage 1)
     top_documents: int = 2               # documents whose sentences are attributed
     block_sentences: int = 8             # one-paragraph contexts: sentences per unit
@@ -86,7 +88,7 @@ class ExplainConfig:
         for name in ("max_new_tokens", "n_ablations", "window", "batch_size",
                      "score_chunk", "score_tokens", "hierarchy_above", "top_documents",
                      "block_sentences"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
         check_max_memory(self.max_memory)
         for name in ("n_ablations", "document_ablations"):
