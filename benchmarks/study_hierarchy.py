@@ -69,7 +69,7 @@ def study(case, index: int, documents: int) -> dict:
     weights.update({"zeros": (zeros, hier_cpu), "share": (shared, hier_cpu),
                     "one-scale": (one_scale(unit, unit_w, kept, w2), hier_cpu),
                     "documents": (share, doc_cpu)})
-    return {"id": it.id, "sentences": n, "documents": u,
+    return {"id": it.id, "sentences": n, "units": u,
             **{k: {"lds": spearman(held.double() @ w, actual), "cpu": c}
                for k, (w, c) in weights.items()}}
 
