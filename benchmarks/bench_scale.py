@@ -492,7 +492,7 @@ def report(rows: list[dict]) -> None:
     rows = medians(rows)
     for job in dict.fromkeys(r["job"] for r in rows):
         sub = [r for r in rows if r["job"] == job]
-        unit = UNIT.get(job, "item")
+        unit = UNIT.get(job.removesuffix(CAPPED), "item")
         print(f"\n== {job} (per {unit})")
         print(f"{'model':14s} {'params':>7s} {'context':>8s} {'tokens':>7s} {'n':>3s} "
               f"{'rounds':>6s} {'cpu s':>8s} {'cpu range':>13s} {'wall s':>8s} "
@@ -714,7 +714,8 @@ def main() -> None:
                     fh.write(json.dumps(row) + "\n")
             print(f"{name} {job} @{ctx} n={n} round {r}: {row['cpu_s']:.2f} cpu s, "
                   f"{row['wall_s']:.2f} "
-                  f"wall s per {UNIT.get(job, 'item')}, peak {row['peak_mib']:.0f} MiB "
+                  f"wall s per {UNIT.get(job.removesuffix(CAPPED), 'item')}, "
+                  f"peak {row['peak_mib']:.0f} MiB "
                   f"({time.strftime('%H:%M:%S', time.gmtime())})", flush=True)
     report(rows)
     if args.plot and rows:
