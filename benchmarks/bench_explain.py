@@ -144,10 +144,11 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
 
     it = case.item
     if method in ("knowflow", "knowflow-flat", "knowflow-hier"):
+        threshold = {"knowflow-flat": {"hierarchy_above": None},
+                     "knowflow-hier": {"hierarchy_above": HIER_ABOVE}}.get(method, {})
         cfg = ExplainConfig(n_ablations=count, n_holdout=0, top_k=(), prompt_format="chat",
-                            **({"hierarchy_above": HIER_ABOVE} if method == "knowflow-hier"
-                               else {}))
-        if method != "knowflow-flat" and hierarchical(cfg, len(case.sents)):
+                            **threshold)
+        if hierarchical(cfg, len(case.sents)):
             attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
                                              case.lead)
             return torch.tensor(attr.weights, dtype=torch.float64)

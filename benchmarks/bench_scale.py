@@ -97,6 +97,11 @@ UNIT = {"sft": "step", "trainer-sft": "step", "trainer-sft-lmeval": "step", "for
 TRACK_EVERY = 5  # the tracker's evaluations in an sft cell: at step 0, every 5 and the last
 
 
+def base_job(job: str) -> str:
+    """The job a cell runs: JOB for JOB+capped."""
+    return job.removesuffix(CAPPED)
+
+
 def build_model(name: str):
     """A random-weight model of `name`'s shape (float32, eval mode) and SmolLM2's tokenizer."""
     import torch
@@ -319,7 +324,7 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
     import torch
 
     torch.set_num_threads(threads)
-    base = job.removesuffix(CAPPED)
+    base = base_job(job)
     if base != job:
         from knowflow.lens.allocator import hold_to_budget
 
@@ -492,7 +497,7 @@ def report(rows: list[dict]) -> None:
     rows = medians(rows)
     for job in dict.fromkeys(r["job"] for r in rows):
         sub = [r for r in rows if r["job"] == job]
-        unit = UNIT.get(job.removesuffix(CAPPED), "item")
+        unit = UNIT.get(base_job(job), "item")
         print(f"\n== {job} (per {unit})")
         print(f"{'model':14s} {'params':>7s} {'context':>8s} {'tokens':>7s} {'n':>3s} "
               f"{'rounds':>6s} {'cpu s':>8s} {'cpu range':>13s} {'wall s':>8s} "
@@ -678,10 +683,10 @@ def main() -> None:
         models = [m.strip() for m in args.models.split(",")]
         jobs = [j.strip() for j in args.jobs.split(",")]
         for bad in [m for m in models if m not in CONFIGS] + [
-                j for j in jobs if j.removesuffix(CAPPED) not in ALL_JOBS]:
+                j for j in jobs if base_job(j) not in ALL_JOBS]:
             raise SystemExit(f"unknown model or job {bad!r}")
         # a job and its peer side by side, so that rounds alternate them
-        cells = [(name, job, int(ctx), args.items or ITEMS[job.removesuffix(CAPPED)])
+        cells = [(name, job, int(ctx), args.items or ITEMS[base_job(job)])
                  for name in models
                  for ctx in args.contexts.split(",") for job in jobs]
     # round r runs every cell; odd rounds in reverse order, so a job and its peer alternate
@@ -714,7 +719,7 @@ def main() -> None:
                     fh.write(json.dumps(row) + "\n")
             print(f"{name} {job} @{ctx} n={n} round {r}: {row['cpu_s']:.2f} cpu s, "
                   f"{row['wall_s']:.2f} "
-                  f"wall s per {UNIT.get(job.removesuffix(CAPPED), 'item')}, "
+                  f"wall s per {UNIT.get(base_job(job), 'item')}, "
                   f"peak {row['peak_mib']:.0f} MiB "
                   f"({time.strftime('%H:%M:%S', time.gmtime())})", flush=True)
     report(rows)
