@@ -467,7 +467,7 @@ def main() -> int:
     ap.add_argument("--fit-seeds", default="0,1", help="fit: training_items seeds")
     ap.add_argument("--world", type=float, default=0.5,
                     help="fit: share of real-fact training contexts (contexts.py)")
-    ap.add_argument("--features", default="direct",
+    ap.add_argument("--features", default="soft",
                     help="fit: knowflow's feature kinds (explanation/features.py), '+'-joined")
     ap.add_argument("--curve", help="sentence counts of the cost curve, e.g. 10,40,100,200")
     ap.add_argument("--curve-point", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)

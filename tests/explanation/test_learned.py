@@ -8,6 +8,7 @@ from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.loglik import score_naive
 from knowflow.explanation.estimator import Estimator, load_estimator, save_estimator
+from knowflow.explanation.features import soft_effects
 from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
     FitExample,
@@ -145,7 +146,7 @@ def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
                               est.features)
     assert load_estimator(model, "tiny", tmp_path / "none.json") is None
     bad = tmp_path / "bad.json"
-    bad.write_text(path.read_text().replace('"direct"', '"gradient"'))
+    bad.write_text(path.read_text().replace('"soft"', '"gradient"'))
     with pytest.raises(DataError, match="field 'features'.*gradient"):
         load_estimator(model, "tiny", bad)
     with pytest.raises(ConfigError, match="other weights"):
@@ -171,6 +172,15 @@ def test_corrected_scores_keep_an_exact_prior_and_approach_the_surrogate_with_ma
 def _logp_with_scaled_keys(model, ids, n_answer, layer, head, keys, eps):
     """log p(answer) when head (layer, head) takes the share eps of its attention off `keys`
     and renormalises the rest (every query row), by a test-local eager attention."""
+    scale = torch.ones(model.config.num_attention_heads, len(ids), dtype=torch.float64)
+    scale[head, keys] = 1 - eps
+    return _logp_with_key_scales(model, ids, n_answer, {layer: scale})
+
+
+def _logp_with_key_scales(model, ids, n_answer, scales):
+    """log p(answer) when, in each layer of `scales`, every query's attention to key k in
+    head h is multiplied by scales[layer][h, k] and renormalised, by a test-local eager
+    attention."""
     import transformers.models.llama.modeling_llama as llama
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -182,10 +192,8 @@ def _logp_with_scaled_keys(model, ids, n_answer, layer, head, keys, eps):
         if attention_mask is not None:
             scores = scores + attention_mask[..., : key.shape[-2]]
         probs = torch.softmax(scores.double(), -1)                        # (1, heads, q, k)
-        if module.layer_idx == layer:
-            scale = torch.ones_like(probs)
-            scale[:, head, :, keys] = 1 - eps
-            probs = probs * scale
+        if module.layer_idx in scales:
+            probs = probs * scales[module.layer_idx][None, :, None, : probs.shape[-1]]
             probs = probs / probs.sum(-1, keepdim=True)
         out = probs.to(query.dtype) @ value
         return out.transpose(1, 2).contiguous(), probs
@@ -224,6 +232,38 @@ def test_total_effects_equal_finite_differences_of_taking_attention_off_a_senten
     for want, got in checked:
         assert abs(want - got) < 1e-3 + 1e-2 * abs(want)
     assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero
+
+
+def test_soft_effects_equal_finite_differences_at_half_kept_sentences(lm):
+    """The `soft` feature of (layer, head, sentence) is the derivative of the span's
+    log-probability in that head's keep weight of the sentence, with every sentence's keep
+    weight at 1/2 in every head: checked by central differences through a separately written
+    eager attention; at keep weight 1 it is the `total` feature."""
+    model, _ = lm
+    prompt, answer = list(range(40, 70)), [80, 81, 82]
+    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
+    feats = sentence_features(model, prompt, answer, spans, ("soft",))     # (3, L * H)
+    heads, layers = model.config.num_attention_heads, model.config.num_hidden_layers
+    ids = prompt + answer
+    half = torch.ones(heads, len(ids), dtype=torch.float64)
+    half[:, [t for span in spans for t in span]] = 0.5
+
+    def logp(layer, head, j, eps):
+        scales = {lay: half.clone() for lay in range(layers)}
+        scales[layer][head, spans[j]] += eps
+        return _logp_with_key_scales(model, ids, len(answer), scales)
+
+    eps, checked = 1e-3, []
+    for layer, head, j in ((0, 0, 0), (0, 1, 2), (1, 0, 1), (1, heads - 1, 2)):
+        slope = (logp(layer, head, j, eps) - logp(layer, head, j, -eps)) / (2 * eps)
+        checked.append((slope, float(feats[j, layer * heads + head])))
+    for want, got in checked:
+        assert abs(want - got) < 1e-3 + 1e-2 * abs(want)
+    assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero
+    at_one = soft_effects(model, prompt, answer, spans, keep=1.0)
+    total = sentence_features(model, prompt, answer, spans, ("total",))
+    assert torch.allclose(at_one, total, atol=1e-5)
+    assert not torch.allclose(feats, total, atol=1e-3)               # 1/2 is not 1
 
 
 def test_top_leave_one_out_scores_the_top_sentences_alone_and_zeroes_the_rest(lm):

@@ -42,6 +42,30 @@ def test_plan_without_blocks_gives_exactly_the_unmodified_logits(setup):
     assert model.config._attn_implementation == "sdpa"  # restored
 
 
+@torch.no_grad()
+def test_key_bias_zero_changes_nothing_and_a_huge_one_blocks_the_keys(setup):
+    """A per-key bias of 0 gives the unmodified model; a bias of -1e4 on some keys in one
+    layer and head gives that head's knockout of those keys (blocked for every query)."""
+    model, _, loc = setup
+    ids = torch.tensor([loc.input_ids])
+    seq, heads = ids.shape[1], model.config.num_attention_heads
+    plain = model(ids).logits
+    keys = torch.tensor([2, 3, 5])
+    bias = torch.zeros(1, heads, seq)
+    bias[0, 1, keys] = -1e4
+    block = torch.zeros(1, heads, seq, seq, dtype=torch.bool)
+    block[0, 1, :, keys] = True                      # every query; key 0 stays for row 0
+    with intercepted(model) as layer_of:
+        zero = model(ids, knowflow_plan=AttentionPlan(
+            key_bias={2: torch.zeros(1, 1, seq)}, layer_of=layer_of)).logits
+        biased = model(ids, knowflow_plan=AttentionPlan(key_bias={2: bias},
+                                                        layer_of=layer_of)).logits
+        cut = model(ids, knowflow_plan=AttentionPlan(block={2: block}, layer_of=layer_of)).logits
+    assert torch.allclose(zero, plain, atol=1e-5)
+    assert torch.allclose(biased, cut, atol=1e-5)
+    assert (biased - plain).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("shared_prefix", [True, False])
 @torch.no_grad()
 def test_empty_edge_set_matches_the_unmodified_model(setup, shared_prefix):

@@ -1,5 +1,6 @@
 """Per-head features of each context sentence for the learned attribution (`learned.py`), all
-from one forward pass over the prompt and the explained span (no backward pass).
+from one forward pass over the prompt and the explained span (`total` and `soft` add one
+backward pass).
 
 For layer l, head h, a position t that predicts a span token y_t (the prompt's last token and
 the span's tokens but the last) and a source token s, the head moves a[t, s] v_s into t's
@@ -27,6 +28,21 @@ tokens, three features per head:
   counts every path after the head (MLPs and later heads included) and needs one backward
   pass through the eager attention, whose probabilities (layers x heads x seq^2) it keeps.
 
+* `soft`: the gradient of the span's log-probability with respect to each sentence's keep
+  weight k_S in head (l, h), at k = 1/2 for every sentence and head. A keep weight scales the
+  attention every query gives the sentence's keys (the bias log k_S is added to their
+  scores before the softmax, in every layer: `probes.intercept`'s key bias); k_S = 1 is the
+  full context, k_S = 0 takes the sentence out of every head's view (its position stays).
+  Why 1/2: the ablation surrogate that explain fits, linear in the kept sentences over masks
+  that keep each sentence with probability 1/2, recovers each sentence's average marginal
+  effect over those masks (its Banzhaf value), which is the derivative of the masks'
+  expected log-probability (the multilinear extension) with respect to that sentence's keep
+  probability, anywhere, and in particular at 1/2. Scaling every sentence's attention by 1/2
+  is the one-pass stand-in for that half-kept context; at k = 1 the gradient is the `total`
+  feature (first order at the full context), where sentences that repeat each other hide
+  each other's effect. One forward and one backward pass through the eager attention, which
+  keeps the attention probabilities (layers x heads x seq^2) for the backward pass.
+
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
 
@@ -42,7 +58,8 @@ from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import captured
 from knowflow.probes.intercept import AttentionPlan, intercepted
 
-KINDS = ("attention", "value", "direct", "total")
+KINDS = ("attention", "value", "direct", "total", "soft")
+SOFT_KEEP = 0.5      # the keep weight at which `soft` differentiates (see above)
 
 
 def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
@@ -96,15 +113,45 @@ def total_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
     return torch.cat(per, 1).double()
 
 
+def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                 spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP) -> torch.Tensor:
+    """(sentences, layers * heads): the `soft` feature (see the module docstring), the
+    gradient at keep weight `keep`. A token in two sentences' spans counts for the last."""
+    arch = arch_of(model)
+    n_layers, heads, n = arch.n_layers, arch.n_heads, len(spans)
+    device = model_device(model)
+    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]], device=device)  # (1, seq)
+    n_t = len(answer_ids)
+    owner = torch.full((ids.shape[1],), n, dtype=torch.long)   # (seq,) sentence, n for none
+    for j, span in enumerate(spans):
+        owner[torch.tensor(list(span), dtype=torch.long)] = j
+    with torch.enable_grad():
+        weight = torch.full((n_layers, heads, n), float(keep), device=device,
+                            requires_grad=True)                    # (layers, heads, n)
+        bias = torch.cat([weight.log(), torch.zeros(n_layers, heads, 1, device=device)],
+                         -1)[:, :, owner.to(device)]               # (layers, heads, seq)
+        with intercepted(model) as layer_of:
+            plan = AttentionPlan(key_bias={layer: bias[layer][None]
+                                           for layer in range(n_layers)}, layer_of=layer_of)
+            out = model(input_ids=ids, knowflow_plan=plan, logits_to_keep=n_t)
+        logp = torch.log_softmax(out.logits[0].float(), -1)                  # (T, vocab)
+        total = logp[torch.arange(n_t), torch.tensor(list(answer_ids), device=device)].sum()
+        grad, = torch.autograd.grad(total, weight)                 # (layers, heads, n)
+    # (layers, heads, n) -> (n, layers * heads), layer-major
+    return grad.permute(2, 0, 1).reshape(n, n_layers * heads).double().cpu()
+
+
 @torch.no_grad()
 def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                     spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS
                     ) -> dict[str, torch.Tensor]:
     """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring)."""
-    if "total" in kinds:
-        rest = [k for k in kinds if k != "total"]
+    backward = {"total": total_effects, "soft": soft_effects}   # kinds with a backward pass
+    if any(k in backward for k in kinds):
+        rest = [k for k in kinds if k not in backward]
         got = source_features(model, prompt_ids, answer_ids, spans, rest) if rest else {}
-        return {**got, "total": total_effects(model, prompt_ids, answer_ids, spans)}
+        return {**got, **{k: backward[k](model, prompt_ids, answer_ids, spans)
+                          for k in kinds if k in backward}}
     arch = arch_of(model)
     n_layers, heads = arch.n_layers, arch.n_heads
     ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],

@@ -5,7 +5,8 @@ generated training contexts (`contexts.py`) and save it beside the model's cache
 Per training context: the model's greedy answer, its span (`target.explained_span`, as
 explain weighs it), the span's log-probability under `n_ablations` random ablations (scored
 over the token trie, as explain's ablation attribution) and the per-head features of the
-full context (`features`: one forward pass; `total` adds one backward pass). The last
+full context (`features`: one forward pass; `soft`, the default, and `total` add one
+backward pass). The last
 `heldout` share of the contexts chooses the ridge penalty and gives the fit quality (their
 mean LDS). The cost is that of explaining each
 training context by ablation once: about `n_contexts` x the ablation time of one item.
@@ -56,7 +57,7 @@ class FitConfig:
     max_new_tokens: int = 12             # the answers explained
     prompt_format: PromptFormat = "auto"
     seed: int = 0
-    features: str = "direct"             # feature kinds (features.py), joined by "+"
+    features: str = "soft"               # feature kinds (features.py), joined by "+"
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self.features.split("+"))
@@ -138,7 +139,7 @@ def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = Non
         "fit_seconds": time.perf_counter() - clock, "fit_cpu_seconds": time.process_time() - cpu,
         "method": "ridge regression of ablated log-probabilities on masks x per-head "
                   f"sentence features ({cfg.features}; explanation/features.py), shrunk "
-                  "towards 1 per head's direct effect, 0 otherwise (explanation/learned.py)"}
+                  "towards 1 per head's signed effect, 0 otherwise (explanation/learned.py)"}
     weights = tuple(float(w) for w in fit.weights)
     if not all(torch.isfinite(fit.weights)):
         raise ConfigError("the fit gave non-finite weights", "n_contexts",

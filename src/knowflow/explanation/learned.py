@@ -1,16 +1,20 @@
-"""One-pass learned attribution (`--attribution learned`): attention features weighted by
-head weights fitted once per model on ablation effects (AT2's idea, Cohen-Wang et al. 2025).
+"""One-pass learned attribution (`--attribution learned`): per-head features of each sentence
+weighted by head weights fitted once per model on ablation effects (AT2's idea, Cohen-Wang
+et al. 2025, with other features).
 
-Features. One forward pass over the prompt and the explained span captures, in every layer
-and head, the attention from each position that predicts a span token (the prompt's last
-token and the span's tokens but the last) to every key; a sentence's feature for head (l, h)
-is that attention summed over the sentence's tokens and averaged over those positions.
-A context of n sentences gives A, (n, layers * heads).
+Features (`features.py`). The default kind, `soft`, is the gradient of the explained span's
+log-probability with respect to each sentence's keep weight in each head, at a keep weight
+of 1/2 for every sentence: one forward and one backward pass over the prompt and the span.
+Summed over heads it already estimates each sentence's average effect over random half
+ablations, which is what the ablation surrogate estimates; the fit reweighs heads. The
+other kinds (AT2's attention, the direct effect, the first-order total effect at the full
+context) are one forward pass or one backward pass too. A context of n sentences gives A,
+(n, kinds * layers * heads).
 
-Scores. Sentence j's attribution is A[j] . theta, one weight per head; theta is fitted once
-per model (`fit_head_weights`, `knowflow explain fit`) and saved with its provenance
-(`estimator.py`). Applying it costs that one forward pass (the eager attention of the
-captured layers) and a matrix-vector product.
+Scores. Sentence j's attribution is A[j] . theta, one weight per head and kind; theta is
+fitted once per model (`fit_head_weights`, `knowflow explain fit`) and saved with its
+provenance (`estimator.py`). Applying it costs the features' pass and a matrix-vector
+product.
 
 Fit. A surrogate that is linear in the kept sentences predicts the answer's log-probability
 under an ablation mask x (sentences,) as b + x . (A theta) = b + (x A) . theta: linear in
@@ -40,8 +44,8 @@ from knowflow.explanation.surrogate import spearman
 
 CORRECTION_STRENGTH = 1.0
 RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
-DEFAULT_KINDS = ("direct",)
-SIGNED = ("direct", "total")
+DEFAULT_KINDS = ("soft",)
+SIGNED = ("direct", "total", "soft")
 
 
 def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
@@ -55,8 +59,8 @@ def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int
 
 def prior_weights(kinds: Sequence[str], n_heads: int) -> torch.Tensor:
     """(len(kinds) * n_heads,) the weights a fit shrinks towards: 1 for every head's signed
-    effect, direct or total (their sum is the span's first-order log-probability change
-    through those paths), 0 for the unsigned kinds."""
+    effect, direct, total or soft (their sum is the span's first-order log-probability
+    change through those paths), 0 for the unsigned kinds."""
     return torch.cat([torch.full((n_heads,), 1.0 if k in SIGNED else 0.0,
                                  dtype=torch.float64) for k in kinds])
 

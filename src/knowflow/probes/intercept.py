@@ -9,7 +9,11 @@ arguments down to the attention function) can then
   the (row, head, query, key) edges to cut; they get the mask's "never attend" value before
   the softmax, so each batch row can block different edges in different layers;
 * capture attention probabilities for one query row per batch row, through the model's own
-  eager attention (SDPA does not return probabilities).
+  eager attention (SDPA does not return probabilities);
+* add a per-key bias to the attention scores: per layer, a float tensor (batch|1, heads|1,
+  key) added before the softmax for every query, through the eager attention so that
+  gradients reach it (a bias of log(k) scales the attention each key gets by k and
+  renormalises; `explanation.features.soft_effects` differentiates it).
 
 Layers with nothing to block or capture call the wrapped implementation with the unchanged
 mask, so a plan that blocks nothing gives exactly the unmodified model.
@@ -42,6 +46,7 @@ class AttentionPlan:
     capture: frozenset[int] = frozenset()
     capture_rows: torch.Tensor | None = None  # (batch,) query index to keep in each row
     captured: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch, heads, k)
+    key_bias: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch|1, heads|1, k)
     layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
 
 
@@ -84,17 +89,23 @@ def _probe_attention(base: str):
             return wrapped(module, query, key, value, attention_mask, *args, **kwargs)
         layer = plan.layer_of.get(id(module), getattr(module, "layer_idx", None))
         block = plan.block.get(layer)
+        bias = plan.key_bias.get(layer)
         capture = layer in plan.capture
         mask = attention_mask
-        if block is not None or capture:
+        if block is not None or capture or bias is not None:
             keep = _keep_mask(attention_mask, query, key)  # (batch|1, 1|heads, q, k)
             if block is not None:
                 keep = keep & ~block.to(keep.device)
-            if capture or base == "eager" or (mask is not None and mask.dtype != torch.bool):
+            eager = capture or bias is not None
+            if eager or base == "eager" or (mask is not None and mask.dtype != torch.bool):
                 mask = _additive(keep, query.dtype)
             else:
                 mask = keep
+            if bias is not None:      # (batch|1, heads|1, k) -> (batch|1, heads|1, 1, k)
+                mask = mask + bias[..., None, : key.shape[-2]].to(mask.device, mask.dtype)
         if not capture:
+            if bias is not None:
+                return _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
             return wrapped(module, query, key, value, mask, *args, **kwargs)
         out, weights = _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
         rows = plan.capture_rows.to(weights.device)
