@@ -37,3 +37,15 @@ def test_each_training_context_names_its_queried_sentence_and_answer():
 def test_the_same_seed_gives_the_same_contexts():
     assert training_items(30, seed=5, world=0.5) == training_items(30, seed=5, world=0.5)
     assert training_items(30, seed=5, world=0.5) != training_items(30, seed=6, world=0.5)
+
+
+def test_a_long_item_is_the_same_whichever_count_is_asked():
+    """An id names one context: the first 3 of 7 long items are the 3 long items."""
+    few, many = long_items(3, 40), long_items(7, 40)
+    assert [(it.id, it.context, it.meta) for it in few] == \
+        [(it.id, it.context, it.meta) for it in many[:3]]
+    assert len({it.id for it in many}) == 7
+    for it in many:
+        assert len(split_sentences(it.context)) == 40
+        needle = split_sentences(it.context)[it.meta["needle"]].text
+        assert it.counterfactual_answer.lower() in needle.lower()

@@ -173,13 +173,17 @@ def long_items(n: int, n_sentences: int, seed: int = 0, per_document: tuple[int,
     sentence (for benchmarks and the cost curve, never for fitting): each is a `needle-cf`
     item whose needle statement is moved into documents of `per_document` statements drawn
     from other needle items' contexts (true statements of other subjects, none naming the
-    item's subject or answers); `meta["needle"]` is its sentence index."""
+    item's subject or answers); `meta["needle"]` is its sentence index. Each item's draws are
+    seeded by its own id, so `long_items(k, S)` is the first k of `long_items(n, S)` for any
+    n >= k: an id names one context."""
     base = get_suite("needle-cf", seed, None)
     pool = sorted({s.text for it in base for j, s in enumerate(split_sentences(it.context))
                    if j != it.meta["needle"]})
-    rng = random.Random(f"explain-long:{seed}:{n_sentences}")
+    order = list(base)
+    random.Random(f"explain-long:{seed}").shuffle(order)
     items = []
-    for it in rng.sample(base, n):
+    for it in order[:n]:
+        rng = random.Random(f"explain-long:{seed}:{n_sentences}:{it.id}")
         banned = [w.lower() for w in (it.subject, it.counterfactual_answer,
                                       it.parametric_answer) if w]
         fillers = [s for s in pool if not any(b in s.lower() for b in banned)]
