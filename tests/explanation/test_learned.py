@@ -266,6 +266,26 @@ def test_soft_effects_equal_finite_differences_at_half_kept_sentences(lm):
     assert not torch.allclose(feats, total, atol=1e-3)               # 1/2 is not 1
 
 
+def test_soft_effects_recomputing_each_layers_attention_give_the_same_gradients(lm,
+                                                                              monkeypatch):
+    """Past `RECOMPUTE_ABOVE` bytes of scores the backward pass recomputes each layer's
+    attention (checkpointing) instead of keeping it: the same features."""
+    import knowflow.probes.intercept as intercept
+
+    model, _ = lm
+    prompt, answer = list(range(40, 70)), [80, 81, 82]
+    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
+    kept = soft_effects(model, prompt, answer, spans)
+    calls = []
+    monkeypatch.setattr(intercept, "RECOMPUTE_ABOVE", 0)
+    monkeypatch.setattr(intercept, "checkpoint",
+                        lambda *a, **k: calls.append(1) or intercept.torch.utils.checkpoint
+                        .checkpoint(*a, **k))
+    again = soft_effects(model, prompt, answer, spans)
+    assert len(calls) == model.config.num_hidden_layers
+    assert torch.allclose(again, kept, atol=1e-6) and kept.abs().max() > 1e-3
+
+
 def test_top_leave_one_out_scores_the_top_sentences_alone_and_zeroes_the_rest(lm):
     item = ConflictItem(id="loo", suite="s", context="Oslo is in Norway. Grass is green. Rome "
                         "is in Italy. Dogs bark at night.", question="Where is Rome?",

@@ -13,7 +13,9 @@ arguments down to the attention function) can then
 * add a per-key bias to the attention scores: per layer, a float tensor (batch|1, heads|1,
   key) added before the softmax for every query, through the eager attention so that
   gradients reach it (a bias of log(k) scales the attention each key gets by k and
-  renormalises; `explanation.features.soft_effects` differentiates it).
+  renormalises; `explanation.features.soft_effects` differentiates it). When the scores that
+  a backward pass would keep pass `RECOMPUTE_ABOVE`, each layer's biased attention is
+  recomputed in the backward pass instead (activation checkpointing of the attention alone).
 
 Layers with nothing to block or capture call the wrapped implementation with the unchanged
 mask, so a plan that blocks nothing gives exactly the unmodified model.
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -35,6 +38,8 @@ from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
 
 _PREFIX = "knowflow_"
+RECOMPUTE_ABOVE = 1 << 30   # bytes of attention scores over all layers past which a key-bias
+#                            backward pass recomputes each layer's attention (one at a time)
 _BASES = ("sdpa", "eager")
 
 
@@ -79,6 +84,20 @@ def _eager_for(module: torch.nn.Module):
     return fn
 
 
+def _scores_bytes(query: torch.Tensor, key: torch.Tensor, layers: int) -> int:
+    """The attention scores that `layers` such layers keep for a backward pass, in bytes."""
+    batch, heads, q = query.shape[:3]
+    return layers * batch * heads * q * key.shape[-2] * query.element_size()
+
+
+def _biased_eager(module, query, key, value, mask, bias, *args, **kwargs):
+    """The model's eager attention with the additive `mask` (batch|1, heads|1, q, k) plus a
+    per-key `bias` (batch|1, heads|1, k) or None."""
+    if bias is not None:
+        mask = mask + bias[..., None, : key.shape[-2]].to(mask.device, mask.dtype)
+    return _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
+
+
 def _probe_attention(base: str):
     """The registered attention function wrapping implementation `base`."""
     def attention(module, query, key, value, attention_mask, *args, **kwargs):
@@ -101,13 +120,17 @@ def _probe_attention(base: str):
                 mask = _additive(keep, query.dtype)
             else:
                 mask = keep
-            if bias is not None:      # (batch|1, heads|1, k) -> (batch|1, heads|1, 1, k)
-                mask = mask + bias[..., None, : key.shape[-2]].to(mask.device, mask.dtype)
         if not capture:
+            if bias is not None and torch.is_grad_enabled() and _scores_bytes(
+                    query, key, len(plan.layer_of) or 1) > RECOMPUTE_ABOVE:
+                # recomputed in the backward pass: the layer keeps q, k, v, the mask and the
+                # bias, not its (heads, q, k) scores, so memory holds one layer's attention
+                return checkpoint(_biased_eager, module, query, key, value, mask, bias, *args,
+                                  use_reentrant=False, **kwargs)
             if bias is not None:
-                return _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
+                return _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
             return wrapped(module, query, key, value, mask, *args, **kwargs)
-        out, weights = _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
+        out, weights = _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
         rows = plan.capture_rows.to(weights.device)
         batch = torch.arange(weights.shape[0], device=weights.device)
         plan.captured[layer] = weights[batch, :, rows, :].float()  # (batch, heads, k)
