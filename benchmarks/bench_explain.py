@@ -25,6 +25,7 @@ surrogate at every length by default; `knowflow-flat` forces it); `knowflow-hier
 hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
 `explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an
 estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
+`gradient` is `explain --attribution gradient` (the `soft` feature summed over heads, no fit);
 `--learned-ablations 0,8` also runs it corrected by 8 scored ablations, and method
 `learned-loo` (`--learned-loo 2`) scores learned's top 2 sentences by leave-one-out
 (`learned.top_leave_one_out`; its cost counts the one pass, the full log-probability and the
@@ -168,6 +169,9 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
         return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
                                                            case.cont, cfg, case.lead))
+    if method == "gradient":            # explain --attribution gradient: no estimator
+        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
+        return sentence_features(model, case.led_ids, ids, case.spans, ("soft",)).sum(1)
     if method == "at2":
         from at2_peer import at2_features, at2_scores
 
@@ -220,7 +224,7 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est, at2=
     for method in order:
         for count in (args.learned_counts if method == "learned" else
                       args.loo_counts if method == "learned-loo" else
-                      [0] if method == "at2" else counts):
+                      [0] if method in ("at2", "gradient") else counts):
             clock, cpu = time.perf_counter(), time.process_time()
             w = run_method(method, count, model, tok, case, est, args.cc_batch, at2)
             secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
@@ -452,7 +456,8 @@ def main() -> int:
     ap.add_argument("--summarize", type=Path, nargs="+",
                     help="print the table of --json files (rows of one item merged by id)")
     ap.add_argument("--methods", help="run only these (comma-separated: knowflow, learned, "
-                                      "knowflow-flat, knowflow-hier, learned-loo, at2, "
+                                      "gradient, knowflow-flat, knowflow-hier, learned-loo, "
+                                      "at2, "
                                       "contextcite-batched, contextcite)")
     ap.add_argument("--learned-ablations", default="0",
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")

@@ -101,6 +101,37 @@ def test_an_answer_outside_the_models_vocabulary_is_refused(make_tiny_llama):
     _check_answer(model, tok, item, "Italy", 10)                 # bytes it can emit: fine
 
 
+def test_gradient_attribution_needs_no_fit_and_equals_a_unit_weight_estimator(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """`--attribution gradient` runs without an estimator (and says so); its weights are those
+    of `--attribution learned` with a `soft` estimator whose head weights are all 1."""
+    from knowflow.explanation.estimator import save_estimator, unit_estimator
+    from knowflow.lens.load import load_model
+
+    monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / "cache"))
+    args = ["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "Italy",
+            "--levels", "source,sentences"]
+    out = tmp_path / "gradient"
+    got = _run(tiny_model_dir, tmp_path, *args, "--attribution", "gradient", "--out", str(out))
+    assert got.exit_code == 0, got.output
+    assert "attribution: gradient (one pass" in got.output and "no fit" in got.output
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["attribution_method"] == "gradient" and rec["lds"] is not None
+    model, _ = load_model(str(tiny_model_dir))
+    unit = unit_estimator(model)
+    assert unit.features == ("soft",) and set(unit.weights) == {1.0}
+    path = save_estimator(unit, "unit", tmp_path / "unit.json")
+    out = tmp_path / "unit"
+    same = _run(tiny_model_dir, tmp_path, *args, "--attribution", "learned", "--set",
+                f"estimator={path}", "--out", str(out))
+    assert same.exit_code == 0, same.output
+    again = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert again["attribution_method"] == "learned"
+    weights = [s["attribution"] for s in rec["sentences"]]
+    assert weights == pytest.approx([s["attribution"] for s in again["sentences"]], abs=1e-9)
+    assert max(abs(w) for w in weights) > 0
+
+
 def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_model_dir,
                                                                        tmp_path, monkeypatch):
     """`explain fit` saves the estimator beside the model's cache entry with its provenance;

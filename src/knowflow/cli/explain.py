@@ -74,7 +74,8 @@ def explain_cmd(
     attribution: Annotated[str, Opt(help="Sentence attribution: ablation (the reference), "
                                          "learned (one pass; needs `explain fit`; below "
                                          "ablation's fidelity so far), auto (learned where "
-                                         "fitted).")] = "ablation",
+                                         "fitted), gradient (one pass, no fit: each "
+                                         "sentence's keep-weight gradient).")] = "ablation",
     ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
     contexts: Annotated[int, Opt(help="fit: generated training contexts.")] = 48,
     fit_ablations: Annotated[int, Opt(help="fit: ablations per training context.")] = 32,

@@ -111,11 +111,24 @@ def load_estimator(model, model_name: str, path: Path | None = None) -> Estimato
     return est
 
 
+def unit_estimator(model) -> Estimator:
+    """`--attribution gradient`: the `soft` feature with every head weight 1, no fit (each
+    sentence's keep-weight gradient at 1/2 summed over heads: explanation/features.py)."""
+    arch = arch_of(model)
+    return Estimator(tuple([1.0] * (arch.n_layers * arch.n_heads)), arch.n_layers,
+                     arch.n_heads, {"method": "soft keep-weight gradient at 1/2, summed over "
+                                              "heads (every head weight 1, no fit)"},
+                     ("soft",))
+
+
 def resolve_estimator(model, name: str, cfg: ExplainConfig) -> tuple[Estimator | None, str]:
     """(the learned estimator to apply or None, the attribution method used): `learned`
-    needs an estimator (one clear error without), `auto` uses one where it exists."""
+    needs an estimator (one clear error without), `auto` uses one where it exists,
+    `gradient` applies unit head weights (`unit_estimator`)."""
     if not cfg.sentences or cfg.attribution == "ablation":
         return None, "ablation" if cfg.sentences else "none"
+    if cfg.attribution == "gradient":
+        return unit_estimator(model), "gradient"
     path = Path(cfg.estimator) if cfg.estimator else None
     if path is not None and not path.is_file():
         raise ConfigError(f"{path} is not a file", "estimator",
@@ -142,6 +155,11 @@ def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> st
     """One line on the attribution used, for the CLI to print."""
     if not cfg.sentences:
         return "attribution: none (--levels source)"
+    if est is not None and cfg.attribution == "gradient":
+        passes = "one pass" if not cfg.learned_ablations else \
+            f"one pass + {cfg.learned_ablations} ablations"
+        return (f"attribution: gradient ({passes}: each sentence's keep-weight gradient at "
+                "1/2, summed over heads; no fit)")
     if est is not None:
         prov = est.provenance
         lds = prov.get("heldout_lds")

@@ -186,11 +186,13 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
                       prompt_ids: Sequence[int], continuation: str, logprob_full: float,
                       spans: Sequence[Sequence[int]], weights: torch.Tensor,
                       cfg: ExplainConfig, lead: str = "",
-                      kinds: Sequence[str] = DEFAULT_KINDS) -> Attribution:
+                      kinds: Sequence[str] = DEFAULT_KINDS, label: str = "learned"
+                      ) -> Attribution:
     """The learned attribution of one answer (one forward pass; with
     `cfg.learned_ablations`, that many scored ablations correct it), with the same checks as
     the ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
-    attribution holds out) and the top-k drops. `prompt_ids` end with `lead`."""
+    attribution holds out) and the top-k drops. `prompt_ids` end with `lead`; `label` names
+    the method in the record (learned, or gradient for unit weights)."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     feats = sentence_features(model, prompt_ids, answer_ids, spans, kinds)  # (sentences, F)
     scores = learned_scores(feats, weights)                             # (sentences,)
@@ -207,4 +209,4 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
                               logprob_full, cfg, lead)
     return Attribution([float(w) for w in scores], None, None, order[0], lds, drops,
                        len(few) + len(held) + len(drops),
-                       f"learned+{len(few)}" if len(few) else "learned")
+                       f"{label}+{len(few)}" if len(few) else label)

@@ -14,8 +14,8 @@ TARGETS = ("generated", "counterfactual", "parametric")
 LEVELS = ("source", "sentences", "mechanism", "tokens", "one_pass")
 DEFAULT_LEVELS = ("source", "sentences", "mechanism")
 Design = Literal["random", "balanced"]
-Method = Literal["auto", "ablation", "learned"]
-METHODS = ("auto", "ablation", "learned")
+Method = Literal["auto", "ablation", "learned", "gradient"]
+METHODS = ("auto", "ablation", "learned", "gradient")
 DESIGNS = ("random", "balanced")
 
 
@@ -32,7 +32,8 @@ class ExplainConfig:
     #                                      odds (against all others, or the rival) this much
     # sentence attribution: ablation (the reference and the default: learned's LDS is still
     # below it, docs/commands/explain.md), learned (one pass, with a fitted estimator:
-    # `knowflow explain fit`), auto (learned where the model has one)
+    # `knowflow explain fit`), auto (learned where the model has one), gradient (one pass,
+    # no fit: the `soft` feature summed over heads, every head weight 1)
     attribution: Method = "ablation"
     estimator: str | None = None         # the estimator file (default: beside the model's
     #                                      cache entry, estimator.estimator_path)

@@ -389,7 +389,8 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
     if estimator is not None:
         attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
                                  lp_ctx, spans, estimator.tensor(), cfg, lead,
-                                 estimator.features)
+                                 estimator.features,
+                                 "gradient" if cfg.attribution == "gradient" else "learned")
         seconds["learned"] = time.perf_counter() - clock
     elif hierarchical(cfg, len(sentences)):
         attr, documents = hierarchical_attribute(model, tokenizer, item, sentences,
