@@ -105,12 +105,12 @@ def test_explain_attributes_a_context_past_the_threshold_hierarchically(lm):
 def test_long_items_hold_one_answer_sentence_among_documents():
     from knowflow.explanation.contexts import long_items
 
-    for it in long_items(3, 40):
+    for it in long_items(24, 40):      # a sentence may start with the subject's "the"
         sents = split_sentences(it.context)
         assert len(sents) == 40 and it.meta["documents"] >= 3
         naming = [j for j, s in enumerate(sents) if it.counterfactual_answer in s.text]
         assert naming == [it.meta["needle"]]
-        assert sum(it.subject in s.text for s in sents) == 1
+        assert sum(it.subject.lower() in s.text.lower() for s in sents) == 1
 
 
 def test_the_hierarchy_is_opt_in():
