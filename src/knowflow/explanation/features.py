@@ -25,8 +25,10 @@ tokens, three features per head:
   where g = d log p / d a is the gradient with respect to the head's attention
   probabilities and G[t] = sum_s a[t, s] g[t, s]; the feature is minus that change, summed
   over every query row t (the question's and the span's tokens read the sentence too). It
-  counts every path after the head (MLPs and later heads included) and needs one backward
-  pass through the eager attention, whose probabilities (layers x heads x seq^2) it keeps.
+  counts every path after the head (MLPs and later heads included). It is the derivative
+  of log p in the sentence's keep weight at k = 1 (below), and is computed as that:
+  `soft_effects(..., keep=1)` (tested against central differences of a separately written
+  attention that scales one head's attention to a sentence down).
 
 * `soft`: the gradient of the span's log-probability with respect to each sentence's keep
   weight k_S in head (l, h), at k = 1/2 for every sentence and head. A keep weight scales the
@@ -86,33 +88,6 @@ def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
     return w / r - (w * x).sum(-1, keepdim=True) * x / (d * r ** 3)
 
 
-def total_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
-                  spans: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(sentences, layers * heads): the `total` feature (see the module docstring)."""
-    ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]],
-                       device=model_device(model))                             # (1, seq)
-    n_t = len(answer_ids)
-    targets = torch.tensor(list(answer_ids), device=ids.device)
-    original = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.enable_grad():
-            out = model(input_ids=ids, output_attentions=True, logits_to_keep=n_t)
-            logp = torch.log_softmax(out.logits[0].float(), -1)               # (T, vocab)
-            total = logp[torch.arange(n_t), targets].sum()
-            grads = torch.autograd.grad(total, out.attentions)
-    finally:
-        model.set_attn_implementation(original)
-    groups = [torch.tensor(list(s), dtype=torch.long) for s in spans]
-    per = []
-    for att, grad in zip(out.attentions, grads, strict=True):
-        a, g = att[0].detach().float(), grad[0].float()                   # (heads, seq, seq)
-        ag = a * g
-        keys = (ag - a * ag.sum(-1, keepdim=True)).sum(1).cpu()           # (heads, seq)
-        per.append(torch.stack([keys[:, gr].sum(-1) for gr in groups]))   # (n, heads)
-    return torch.cat(per, 1).double()
-
-
 def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                  spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP) -> torch.Tensor:
     """(sentences, layers * heads): the `soft` feature (see the module docstring), the
@@ -146,11 +121,11 @@ def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                     spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS
                     ) -> dict[str, torch.Tensor]:
     """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring)."""
-    backward = {"total": total_effects, "soft": soft_effects}   # kinds with a backward pass
+    backward = {"total": 1.0, "soft": SOFT_KEEP}     # kinds with a backward pass: their keep
     if any(k in backward for k in kinds):
         rest = [k for k in kinds if k not in backward]
         got = source_features(model, prompt_ids, answer_ids, spans, rest) if rest else {}
-        return {**got, **{k: backward[k](model, prompt_ids, answer_ids, spans)
+        return {**got, **{k: soft_effects(model, prompt_ids, answer_ids, spans, backward[k])
                           for k in kinds if k in backward}}
     arch = arch_of(model)
     n_layers, heads = arch.n_layers, arch.n_heads
