@@ -169,9 +169,10 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
         return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
                                                            case.cont, cfg, case.lead))
-    if method == "gradient":            # explain --attribution gradient: no estimator
-        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
-        return sentence_features(model, case.led_ids, ids, case.spans, ("soft",)).sum(1)
+    if method == "gradient":            # explain --attribution gradient: unit head weights
+        from knowflow.explanation.estimator import unit_estimator
+
+        return run_method("learned", 0, model, tok, case, unit_estimator(model), cc_batch)
     if method == "at2":
         from at2_peer import at2_features, at2_scores
 

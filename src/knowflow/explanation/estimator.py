@@ -155,16 +155,14 @@ def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> st
     """One line on the attribution used, for the CLI to print."""
     if not cfg.sentences:
         return "attribution: none (--levels source)"
+    passes = "one pass" if not cfg.learned_ablations else \
+        f"one pass + {cfg.learned_ablations} ablations"
     if est is not None and cfg.attribution == "gradient":
-        passes = "one pass" if not cfg.learned_ablations else \
-            f"one pass + {cfg.learned_ablations} ablations"
         return (f"attribution: gradient ({passes}: each sentence's keep-weight gradient at "
                 "1/2, summed over heads; no fit)")
     if est is not None:
         prov = est.provenance
         lds = prov.get("heldout_lds")
-        passes = "one pass" if not cfg.learned_ablations else \
-            f"one pass + {cfg.learned_ablations} ablations"
         return (f"attribution: learned ({passes}; estimator fitted {prov.get('fitted', '?')} "
                 f"on {prov.get('n_contexts', '?')} generated contexts, held-out LDS "
                 f"{'-' if lds is None else f'{lds:.2f}'})")

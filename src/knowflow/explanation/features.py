@@ -43,7 +43,8 @@ tokens, three features per head:
   is the one-pass stand-in for that half-kept context; at k = 1 the gradient is the `total`
   feature (first order at the full context), where sentences that repeat each other hide
   each other's effect. One forward and one backward pass through the eager attention, which
-  keeps the attention probabilities (layers x heads x seq^2) for the backward pass.
+  keeps the attention probabilities (layers x heads x seq^2) for the backward pass, or past
+  `probes.intercept.RECOMPUTE_ABOVE` bytes of them recomputes each layer's in turn.
 
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
