@@ -8,7 +8,7 @@ from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.loglik import score_naive
 from knowflow.explanation.estimator import Estimator, load_estimator, save_estimator
-from knowflow.explanation.features import soft_effects
+from knowflow.explanation.features import reader_start, soft_effects
 from knowflow.explanation.fit import FitConfig, fit_estimator
 from knowflow.explanation.learned import (
     FitExample,
@@ -149,6 +149,10 @@ def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
     bad.write_text(path.read_text().replace('"soft"', '"gradient"'))
     with pytest.raises(DataError, match="field 'features'.*gradient"):
         load_estimator(model, "tiny", bad)
+    old = tmp_path / "old.json"        # format 1: soft weighed every row, refit
+    old.write_text(path.read_text().replace('"format": 2', '"format": 1'))
+    with pytest.raises(DataError, match="field 'format'.*rows after the context"):
+        load_estimator(model, "tiny", old)
     with pytest.raises(ConfigError, match="other weights"):
         load_estimator(make_tiny_llama(tok, seed=1), "tiny", path)
 
@@ -169,18 +173,19 @@ def test_corrected_scores_keep_an_exact_prior_and_approach_the_surrogate_with_ma
     assert (moved - w).norm() < (prior - w).norm()
 
 
-def _logp_with_scaled_keys(model, ids, n_answer, layer, head, keys, eps):
+def _logp_with_scaled_keys(model, ids, n_answer, layer, head, keys, eps, readers):
     """log p(answer) when head (layer, head) takes the share eps of its attention off `keys`
-    and renormalises the rest (every query row), by a test-local eager attention."""
+    and renormalises the rest (query rows from `readers` on), by a test-local eager
+    attention."""
     scale = torch.ones(model.config.num_attention_heads, len(ids), dtype=torch.float64)
     scale[head, keys] = 1 - eps
-    return _logp_with_key_scales(model, ids, n_answer, {layer: scale})
+    return _logp_with_key_scales(model, ids, n_answer, {layer: scale}, readers)
 
 
-def _logp_with_key_scales(model, ids, n_answer, scales):
-    """log p(answer) when, in each layer of `scales`, every query's attention to key k in
-    head h is multiplied by scales[layer][h, k] and renormalised, by a test-local eager
-    attention."""
+def _logp_with_key_scales(model, ids, n_answer, scales, readers):
+    """log p(answer) when, in each layer of `scales`, the attention of every query row from
+    `readers` on to key k in head h is multiplied by scales[layer][h, k] and renormalised (the
+    rows before are left as they are), by a test-local eager attention."""
     import transformers.models.llama.modeling_llama as llama
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -193,8 +198,10 @@ def _logp_with_key_scales(model, ids, n_answer, scales):
             scores = scores + attention_mask[..., : key.shape[-2]]
         probs = torch.softmax(scores.double(), -1)                        # (1, heads, q, k)
         if module.layer_idx in scales:
-            probs = probs * scales[module.layer_idx][None, :, None, : probs.shape[-1]]
-            probs = probs / probs.sum(-1, keepdim=True)
+            scaled = probs * scales[module.layer_idx][None, :, None, : probs.shape[-1]]
+            scaled = scaled / scaled.sum(-1, keepdim=True)
+            rows = torch.arange(probs.shape[-2])[None, None, :, None] >= readers
+            probs = torch.where(rows, scaled, probs)
         out = probs.to(query.dtype) @ value
         return out.transpose(1, 2).contiguous(), probs
 
@@ -224,9 +231,12 @@ def test_total_effects_equal_finite_differences_of_taking_attention_off_a_senten
     ids = prompt + answer
     eps = 1e-3
     checked = []
+    readers = reader_start(prompt, spans)                  # 28: the rows after the context
     for layer, head, j in ((0, 0, 0), (0, 1, 2), (1, 0, 1), (1, heads - 1, 2)):
-        up = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], eps)
-        down = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], -eps)
+        up = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], eps,
+                                    readers)
+        down = _logp_with_scaled_keys(model, ids, len(answer), layer, head, spans[j], -eps,
+                                      readers)
         slope = (up - down) / (2 * eps)
         checked.append((-slope, float(feats[j, layer * heads + head])))
     for want, got in checked:
@@ -251,7 +261,8 @@ def test_soft_effects_equal_finite_differences_at_half_kept_sentences(lm):
     def logp(layer, head, j, eps):
         scales = {lay: half.clone() for lay in range(layers)}
         scales[layer][head, spans[j]] += eps
-        return _logp_with_key_scales(model, ids, len(answer), scales)
+        return _logp_with_key_scales(model, ids, len(answer), scales,
+                                     reader_start(prompt, spans))
 
     eps, checked = 1e-3, []
     for layer, head, j in ((0, 0, 0), (0, 1, 2), (1, 0, 1), (1, heads - 1, 2)):
@@ -302,3 +313,9 @@ def test_top_leave_one_out_scores_the_top_sentences_alone_and_zeroes_the_rest(lm
     # a given full log-probability is used as it is (one ablation fewer)
     given = top_leave_one_out(model, tok, item, sents, prior, 1, " Italy", cfg, "", full + 1)
     assert float(given[2]) == pytest.approx(full + 1 - alone[0], abs=1e-4)
+
+
+def test_reader_start_is_the_row_after_the_context_and_never_past_the_prompts_last():
+    assert reader_start(list(range(30)), [[2, 3], [4, 5, 6], []]) == 7
+    assert reader_start(list(range(30)), [[20, 29]]) == 29       # the context ends the prompt
+    assert reader_start(list(range(30)), [[], []]) == 1

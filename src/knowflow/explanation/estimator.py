@@ -26,7 +26,8 @@ from knowflow.lens.arch import arch_of
 from knowflow.lens.load import cache_dir
 
 SUFFIX = ".explain-learned.json"
-FORMAT = 1
+FORMAT = 2          # 2: `soft` and `total` weigh the readers' attention only (features.py)
+READERS_SINCE = 2   # estimators of these kinds fitted before this format are refused
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ def load_estimator(model, model_name: str, path: Path | None = None) -> Estimato
     if unknown or not est.features:
         raise DataError(str(source), f"{unknown or 'empty'} (known: {', '.join(KINDS)})",
                         field="features", hint="fit it again: knowflow explain fit --model M")
+    if int(raw.get("format", 1)) < READERS_SINCE and {"soft", "total"} & set(est.features):
+        raise DataError(str(source), f"format {raw.get('format', 1)}: its soft/total "
+                        "features weighed every row's attention, they now weigh the rows "
+                        "after the context only", field="format",
+                        hint="fit it again: knowflow explain fit --model M")
     arch = arch_of(model)
     if (est.n_layers, est.n_heads) != (arch.n_layers, arch.n_heads) or \
             len(est.weights) != len(est.features) * arch.n_layers * arch.n_heads:

@@ -24,27 +24,33 @@ tokens, three features per head:
   rest, which changes log p by sum_t sum_{s in S} a[t, s] (G[t] - g[t, s]) to first order,
   where g = d log p / d a is the gradient with respect to the head's attention
   probabilities and G[t] = sum_s a[t, s] g[t, s]; the feature is minus that change, summed
-  over every query row t (the question's and the span's tokens read the sentence too). It
-  counts every path after the head (MLPs and later heads included). It is the derivative
-  of log p in the sentence's keep weight at k = 1 (below), and is computed as that:
-  `soft_effects(..., keep=1)` (tested against central differences of a separately written
-  attention that scales one head's attention to a sentence down).
+  over the reader rows t (below). It counts every path after the head (MLPs and later
+  heads included). It is the derivative of log p in the sentence's keep weight at k = 1
+  (below), and is computed as that: `soft_effects(..., keep=1)` (tested against central
+  differences of a separately written attention that scales one head's attention to a
+  sentence down).
 
 * `soft`: the gradient of the span's log-probability with respect to each sentence's keep
   weight k_S in head (l, h), at k = 1/2 for every sentence and head. A keep weight scales the
-  attention every query gives the sentence's keys (the bias log k_S is added to their
-  scores before the softmax, in every layer: `probes.intercept`'s key bias); k_S = 1 is the
-  full context, k_S = 0 takes the sentence out of every head's view (its position stays).
-  Why 1/2: the ablation surrogate that explain fits, linear in the kept sentences over masks
-  that keep each sentence with probability 1/2, recovers each sentence's average marginal
-  effect over those masks (its Banzhaf value), which is the derivative of the masks'
-  expected log-probability (the multilinear extension) with respect to that sentence's keep
-  probability, anywhere, and in particular at 1/2. Scaling every sentence's attention by 1/2
-  is the one-pass stand-in for that half-kept context; at k = 1 the gradient is the `total`
-  feature (first order at the full context), where sentences that repeat each other hide
-  each other's effect. One forward and one backward pass through the eager attention, which
-  keeps the attention probabilities (layers x heads x seq^2) for the backward pass, or past
-  `probes.intercept.RECOMPUTE_ABOVE` bytes of them recomputes each layer's in turn.
+  attention that each reader row gives the sentence's keys (the bias log k_S is added to
+  their scores before the softmax, in every layer: `probes.intercept`'s key bias); k_S = 1
+  is the full context, k_S = 0 takes the sentence out of the readers' view (its position
+  stays). The readers are the rows after the context's last sentence (`reader_start`: the
+  question, the answer's lead-in, the span): the context's own tokens read each other
+  unweighted, so they run once without gradients as a KV cache and the backward pass covers
+  the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x the
+  CPU time on 40-sentence contexts: docs/explain.md). Why 1/2: the ablation surrogate that
+  explain fits, linear in the kept sentences over masks that keep each sentence with
+  probability 1/2, recovers each sentence's average marginal effect over those masks (its
+  Banzhaf value), which is the derivative of the masks' expected log-probability (the
+  multilinear extension) with respect to that sentence's keep probability, anywhere, and
+  in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass stand-in
+  for that half-kept context; at k = 1 the gradient is the `total` feature (first order at
+  the full context), where sentences that repeat each other hide each other's effect. One
+  forward pass over the context, one forward and one backward pass over the readers through
+  the eager attention, which keeps the readers' attention probabilities (layers x heads x
+  readers x seq) for the backward pass, or past `probes.intercept.RECOMPUTE_ABOVE` bytes of
+  them recomputes each layer's in turn.
 
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
@@ -59,6 +65,7 @@ from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of, out_weight
 from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import captured
+from knowflow.lens.prefix import Prefix, forward
 from knowflow.probes.intercept import AttentionPlan, intercepted
 
 KINDS = ("attention", "value", "direct", "total", "soft")
@@ -89,18 +96,27 @@ def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
     return w / r - (w * x).sum(-1, keepdim=True) * x / (d * r ** 3)
 
 
+def reader_start(prompt_ids: Sequence[int], spans: Sequence[Sequence[int]]) -> int:
+    """The first reader row of `soft`: the position after the context's last sentence token,
+    at most the prompt's last position (it predicts the span's first token)."""
+    end = max((max(s) + 1 for s in spans if len(s)), default=0)
+    return max(1, min(end, len(prompt_ids) - 1))
+
+
 def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                  spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP) -> torch.Tensor:
     """(sentences, layers * heads): the `soft` feature (see the module docstring), the
-    gradient at keep weight `keep`. A token in two sentences' spans counts for the last."""
+    gradient at keep weight `keep`. A token in two sentences' spans counts for the last.
+    The rows before the readers (`reader_start`) run once without gradients, as a KV cache."""
     arch = arch_of(model)
     n_layers, heads, n = arch.n_layers, arch.n_heads, len(spans)
     device = model_device(model)
     ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]], device=device)  # (1, seq)
-    n_t = len(answer_ids)
+    n_t, cut = len(answer_ids), reader_start(prompt_ids, spans)
     owner = torch.full((ids.shape[1],), n, dtype=torch.long)   # (seq,) sentence, n for none
     for j, span in enumerate(spans):
         owner[torch.tensor(list(span), dtype=torch.long)] = j
+    before = Prefix.run(model, ids[:, :cut])                   # the context, no gradients
     with torch.enable_grad():
         weight = torch.full((n_layers, heads, n), float(keep), device=device,
                             requires_grad=True)                    # (layers, heads, n)
@@ -109,8 +125,9 @@ def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
         with intercepted(model) as layer_of:
             plan = AttentionPlan(key_bias={layer: bias[layer][None]
                                            for layer in range(n_layers)}, layer_of=layer_of)
-            out = model(input_ids=ids, knowflow_plan=plan, logits_to_keep=n_t)
-        logp = torch.log_softmax(out.logits[0].float(), -1)                  # (T, vocab)
+            logits, _ = forward(model, past=before.expand(1), keep=n_t,
+                                input_ids=ids[:, cut:], knowflow_plan=plan)
+        logp = torch.log_softmax(logits[0].float(), -1)                      # (T, vocab)
         total = logp[torch.arange(n_t), torch.tensor(list(answer_ids), device=device)].sum()
         grad, = torch.autograd.grad(total, weight)                 # (layers, heads, n)
     # (layers, heads, n) -> (n, layers * heads), layer-major
