@@ -109,6 +109,22 @@ def test_family_explain(family_dir, tmp_path):
     assert len(rec["mechanism"]["layers"]) == 2
 
 
+
+def test_family_explain_gradient(family_dir, tmp_path):
+    """The one-pass `--attribution gradient` (the keep-weight gradient through each family's
+    own eager attention, the context as a KV cache): finite, not all zero, recorded as such."""
+    family, model, chat = family_dir
+    out = tmp_path / "explain"
+    result = _run(["explain", "--model", str(model), "--context", CONTEXT, "--question",
+                   "Where is Rome?", "--attribution", "gradient", "--holdout", "4",
+                   "--answer", "Italy", "--out", str(out)])
+    assert "attribution: gradient" in result.output
+    (rec,) = read_jsonl(out / "records.jsonl")
+    assert rec["attribution_method"] == "gradient"
+    scores = [s["attribution"] for s in rec["sentences"]]
+    assert len(scores) == 3 and all(math.isfinite(x) for x in scores)
+    assert max(abs(x) for x in scores) > 0
+
 def test_family_probe_knockout(family_dir, tmp_path):
     family, model, _ = family_dir
     out = tmp_path / "knockout"
