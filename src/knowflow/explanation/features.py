@@ -38,10 +38,10 @@ tokens, three features per head:
   stays). The readers are the rows after the context's last sentence (`reader_start`: the
   question, the answer's lead-in, the span): the context's own tokens read each other
   unweighted, so they run once without gradients as a KV cache and the backward pass covers
-  the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x the
-  CPU time on 40-sentence contexts: docs/explain.md). Why 1/2: the ablation surrogate that
-  explain fits, linear in the kept sentences over masks that keep each sentence with
-  probability 1/2, recovers each sentence's average marginal effect over those masks (its
+  the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x
+  the CPU time on 40-sentence contexts: docs/commands/explain.md). Why 1/2: the ablation
+  surrogate that explain fits, linear in the kept sentences over masks that keep each
+  sentence with probability 1/2, recovers each sentence's average marginal effect over those masks (its
   Banzhaf value), which is the derivative of the masks' expected log-probability (the
   multilinear extension) with respect to that sentence's keep probability, anywhere, and
   in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass stand-in
