@@ -41,10 +41,10 @@ tokens, three features per head:
   the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x
   the CPU time on 40-sentence contexts: docs/commands/explain.md). Why 1/2: the ablation
   surrogate that explain fits, linear in the kept sentences over masks that keep each
-  sentence with probability 1/2, recovers each sentence's average marginal effect over those masks (its
-  Banzhaf value), which is the derivative of the masks' expected log-probability (the
-  multilinear extension) with respect to that sentence's keep probability, anywhere, and
-  in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass stand-in
+  sentence with probability 1/2, recovers each sentence's average marginal effect over
+  those masks (its Banzhaf value), which is the derivative of the masks' expected
+  log-probability (the multilinear extension) with respect to that sentence's keep
+  probability, anywhere, and in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass stand-in
   for that half-kept context; at k = 1 the gradient is the `total` feature (first order at
   the full context), where sentences that repeat each other hide each other's effect. One
   forward pass over the context, one forward and one backward pass over the readers through
