@@ -31,26 +31,26 @@ tokens, three features per head:
   sentence down).
 
 * `soft`: the gradient of the span's log-probability with respect to each sentence's keep
-  weight k_S in head (l, h), at k = 1/2 for every sentence and head. A keep weight scales the
-  attention that each reader row gives the sentence's keys (the bias log k_S is added to
+  weight k_S in head (l, h), at k = 1/2 for every sentence and head. A keep weight scales
+  the attention that each reader row gives the sentence's keys (the bias log k_S is added to
   their scores before the softmax, in every layer: `probes.intercept`'s key bias); k_S = 1
   is the full context, k_S = 0 takes the sentence out of the readers' view (its position
   stays). The readers are the rows after the context's last sentence (`reader_start`: the
   question, the answer's lead-in, the span): the context's own tokens read each other
   unweighted, so they run once without gradients as a KV cache and the backward pass covers
-  the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x
-  the CPU time on 40-sentence contexts: docs/commands/explain.md). Why 1/2: the ablation
+  the readers only (on SmolLM2-135M it gave the same LDS as weighting every row, at 0.6x the
+  CPU time on 40-sentence contexts: docs/commands/explain.md). Why 1/2: the ablation
   surrogate that explain fits, linear in the kept sentences over masks that keep each
-  sentence with probability 1/2, recovers each sentence's average marginal effect over
-  those masks (its Banzhaf value), which is the derivative of the masks' expected
-  log-probability (the multilinear extension) with respect to that sentence's keep
-  probability, anywhere, and in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass stand-in
-  for that half-kept context; at k = 1 the gradient is the `total` feature (first order at
-  the full context), where sentences that repeat each other hide each other's effect. One
-  forward pass over the context, one forward and one backward pass over the readers through
-  the eager attention, which keeps the readers' attention probabilities (layers x heads x
-  readers x seq) for the backward pass, or past `probes.intercept.RECOMPUTE_ABOVE` bytes of
-  them recomputes each layer's in turn.
+  sentence with probability 1/2, recovers each sentence's average marginal effect over those
+  masks (its Banzhaf value), which is the derivative of the masks' expected log-probability
+  (the multilinear extension) with respect to that sentence's keep probability, anywhere,
+  and in particular at 1/2. Scaling every sentence's attention by 1/2 is the one-pass
+  stand-in for that half-kept context; at k = 1 the gradient is the `total` feature (first
+  order at the full context), where sentences that repeat each other hide each other's
+  effect. One forward pass over the context, one forward and one backward pass over the
+  readers through the eager attention, which keeps the readers' attention probabilities
+  (layers x heads x readers x seq) for the backward pass, or past
+  `probes.intercept.RECOMPUTE_ABOVE` bytes of them recomputes each layer's in turn.
 
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
