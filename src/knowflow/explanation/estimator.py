@@ -98,8 +98,9 @@ def load_estimator(model, model_name: str, path: Path | None = None) -> Estimato
     if unknown or not est.features:
         raise DataError(str(source), f"{unknown or 'empty'} (known: {', '.join(KINDS)})",
                         field="features", hint="fit it again: knowflow explain fit --model M")
-    if int(raw.get("format", 1)) < READERS_SINCE and {"soft", "total"} & set(est.features):
-        raise DataError(str(source), f"format {raw.get('format', 1)}: its soft/total "
+    fmt = int(raw.get("format", 1))
+    if fmt < READERS_SINCE and {"soft", "total"} & set(est.features):
+        raise DataError(str(source), f"format {fmt}: its soft/total "
                         "features weighed every row's attention, they now weigh the rows "
                         "after the context only", field="format",
                         hint="fit it again: knowflow explain fit --model M")

@@ -125,7 +125,7 @@ def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
         with intercepted(model) as layer_of:
             plan = AttentionPlan(key_bias={layer: bias[layer][None]
                                            for layer in range(n_layers)}, layer_of=layer_of)
-            logits, _ = forward(model, past=before.expand(1), keep=n_t,
+            logits, _ = forward(model, past=before.cache, keep=n_t,   # used once: no copy
                                 input_ids=ids[:, cut:], knowflow_plan=plan)
         logp = torch.log_softmax(logits[0].float(), -1)                      # (T, vocab)
         total = logp[torch.arange(n_t), torch.tensor(list(answer_ids), device=device)].sum()
