@@ -20,8 +20,10 @@ the method's scores summed over kept sentences and the span's actual log-probabi
 `--holdout` held-out ablations, the same masks for all, scored once and not timed), the top-1
 and top-3 drops (the fall of the log-probability when the top sentences are removed), seconds
 per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
-seconds to each method's. knowflow's ablation runs as `knowflow explain` runs it (the flat
-surrogate at every length by default; `knowflow-flat` forces it); `knowflow-hier` attributes
+seconds to each method's (the mean; then its spread: the median over items and over rounds
+of 8 consecutive items, with the rounds' range). knowflow's ablation runs as `knowflow
+explain` runs it (the flat surrogate at every length by default; `knowflow-flat` forces it);
+`knowflow-hier` attributes
 hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
 `explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an
 estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
@@ -46,6 +48,7 @@ import argparse
 import dataclasses
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -54,6 +57,7 @@ from pathlib import Path
 import torch
 
 TOP = (1, 3)
+ROUND = 8            # items per round of the CPU ratio's spread (`rounds`)
 HIER_ABOVE = 24      # knowflow-hier: sentences past which it attributes documents first
 
 
@@ -297,6 +301,40 @@ def report(rows: list[dict]) -> None:
                   f"{_mean([g['seconds'] for g in got]):>9.2f}{ratio:>10.1f}x")
         print("CPU ratio: ContextCite-batched's CPU seconds at the same ablation count (the "
               "learned row: at the largest count) over the method's")
+        rounds(part, keys, base)
+
+
+def ratio_spread(part: list[dict], ref: str, key: str) -> tuple[float, list[float]]:
+    """(the median over items, the ratio of each round): ContextCite-batched's (`ref`) CPU
+    seconds over the method's (`key`), per item (the sides alternate going first item by
+    item) and per round of `ROUND` consecutive items (the ratio of their summed seconds)."""
+    pairs = [(r[ref]["cpu"], r[key]["cpu"]) for r in part if ref in r and key in r]
+    per_item = [a / b for a, b in pairs if b > 0]
+    per_round = [sum(a for a, _ in chunk) / max(sum(b for _, b in chunk), 1e-12)
+                 for chunk in (pairs[i:i + ROUND] for i in range(0, len(pairs), ROUND))]
+    return (statistics.median(per_item) if per_item else float("nan")), per_round
+
+
+def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
+    """Prints the CPU ratio's spread (`ratio_spread`), so a noisy stretch of a shared machine
+    shows as a spread rather than hiding in the mean."""
+    if not base:
+        return
+    print(f"\nCPU ratio's spread: median over items, and over rounds of {ROUND} items "
+          "(median, min-max)")
+    for key in keys:
+        if key.startswith("contextcite-batched_"):
+            continue
+        count = key.rsplit("_", 1)[1]
+        ref = f"contextcite-batched_{count}" if f"contextcite-batched_{count}" in keys \
+            else base[-1]
+        item, per_round = ratio_spread(part, ref, key)
+        if not per_round:
+            continue
+        label = key.replace("_0", " (1 pass)").replace("_", " @")
+        print(f"{label:<28} items {item:>7.1f}x   {len(per_round)} rounds "
+              f"{statistics.median(per_round):>7.1f}x ({min(per_round):.1f}-"
+              f"{max(per_round):.1f}x)")
 
 
 def curve_point(args) -> None:
