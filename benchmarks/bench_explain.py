@@ -175,8 +175,15 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
                                                            case.cont, cfg, case.lead))
     if method == "gradient":            # explain --attribution gradient: unit head weights
         from knowflow.explanation.estimator import unit_estimator
+        from knowflow.explanation.learned import gradient_masks
 
-        return run_method("learned", 0, model, tok, case, unit_estimator(model), cc_batch)
+        if not count:                   # (count: mask points, `--set gradient_masks`)
+            return run_method("learned", 0, model, tok, case, unit_estimator(model), cc_batch)
+        points = gradient_masks(len(case.sents), ExplainConfig(gradient_masks=count),
+                                it.id + it.context)
+        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
+        return sentence_features(model, case.led_ids, ids, case.spans, ("soft",),
+                                 points).sum(1)
     if method == "at2":
         from at2_peer import at2_features, at2_scores
 
@@ -229,7 +236,8 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est, at2=
     for method in order:
         for count in (args.learned_counts if method == "learned" else
                       args.loo_counts if method == "learned-loo" else
-                      [0] if method in ("at2", "gradient") else counts):
+                      args.mask_counts if method == "gradient" else
+                      [0] if method == "at2" else counts):
             clock, cpu = time.perf_counter(), time.process_time()
             w = run_method(method, count, model, tok, case, est, args.cc_batch, at2)
             secs, cpu = time.perf_counter() - clock, time.process_time() - cpu
@@ -285,9 +293,7 @@ def report(rows: list[dict]) -> None:
               f"{'CPU s':>9}{'wall s':>9}{'CPU ratio':>11}")
         for key in keys:
             got = [r[key] for r in part if key in r]
-            count = key.rsplit("_", 1)[1]
-            ref = f"contextcite-batched_{count}" if f"contextcite-batched_{count}" in keys \
-                else (base[-1] if base else None)
+            ref = _reference(key, base)
             cpu = _mean([g["cpu"] for g in got])
             ratio = _mean([r[ref]["cpu"] for r in part if ref in r]) / cpu if ref else \
                 float("nan")
@@ -300,8 +306,21 @@ def report(rows: list[dict]) -> None:
                   f"{_mean([g['drop']['3'] for g in got]):>8.2f}{cpu:>9.2f}"
                   f"{_mean([g['seconds'] for g in got]):>9.2f}{ratio:>10.1f}x")
         print("CPU ratio: ContextCite-batched's CPU seconds at the same ablation count (the "
-              "learned row: at the largest count) over the method's")
+              "one-pass methods: at the largest count) over the method's")
         rounds(part, keys, base)
+
+
+def _reference(key: str, base: list[str]) -> str | None:
+    """The ContextCite-batched row a method's CPU ratio is taken against: the same ablation
+    count for the ablation methods, the largest count for the others (one pass, or a
+    count of something else: learned's correcting ablations, gradient's mask points)."""
+    if not base:
+        return None
+    method, count = key.rsplit("_", 1)
+    same = f"contextcite-batched_{count}"
+    if method.startswith(("knowflow", "contextcite")) and same in base:
+        return same
+    return max(base, key=lambda k: int(k.rsplit("_", 1)[1]))
 
 
 def ratio_spread(part: list[dict], ref: str, key: str) -> tuple[float, list[float]]:
@@ -325,9 +344,7 @@ def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
     for key in keys:
         if key.startswith("contextcite-batched_"):
             continue
-        count = key.rsplit("_", 1)[1]
-        ref = f"contextcite-batched_{count}" if f"contextcite-batched_{count}" in keys \
-            else base[-1]
+        ref = _reference(key, base)
         item, per_round = ratio_spread(part, ref, key)
         if not per_round:
             continue
@@ -500,6 +517,8 @@ def main() -> int:
                                       "contextcite-batched, contextcite)")
     ap.add_argument("--learned-ablations", default="0",
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
+    ap.add_argument("--gradient-masks", default="0",
+                    help="gradient: mask points averaged (comma-separated; 0: one pass)")
     ap.add_argument("--learned-loo", default="2",
                     help="learned-loo: leave-one-out of learned's top K sentences, e.g. 1,2")
     ap.add_argument("--at2", type=Path, help="AT2 estimator file (from --fit-estimators)")
@@ -528,6 +547,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     args.learned_counts = [int(n) for n in args.learned_ablations.split(",")]
     args.loo_counts = [int(n) for n in args.learned_loo.split(",")]
+    args.mask_counts = [int(n) for n in args.gradient_masks.split(",")]
     if args.fit_estimators:
         fit_both(args)
         return 0

@@ -132,6 +132,32 @@ def test_gradient_attribution_needs_no_fit_and_equals_a_unit_weight_estimator(
     assert max(abs(w) for w in weights) > 0
 
 
+def test_gradient_at_masks_is_recorded_as_such_and_odd_mask_counts_are_refused(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """`--set gradient_masks=4` averages the gradient over 4 antithetic mask points: the
+    record says `gradient@4`, the line says so, the scores differ from the one point and
+    repeat exactly; an odd count is refused (exit 2, the field named, nothing written)."""
+    monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / "cache"))
+    args = ["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "Italy",
+            "--levels", "source,sentences", "--attribution", "gradient"]
+    recs = {}
+    for name, extra in (("one", []), ("four", ["--set", "gradient_masks=4"]),
+                        ("again", ["--set", "gradient_masks=4"])):
+        got = _run(tiny_model_dir, tmp_path, *args, *extra, "--out", str(tmp_path / name))
+        assert got.exit_code == 0, got.output
+        recs[name] = json.loads((tmp_path / name / "records.jsonl").read_text().split("\n")[0])
+        if extra:
+            assert "averaged over 4 masks" in got.output
+    assert recs["four"]["attribution_method"] == "gradient@4"
+    weights = {k: [s["attribution"] for s in r["sentences"]] for k, r in recs.items()}
+    assert weights["four"] == weights["again"]
+    assert weights["four"] != pytest.approx(weights["one"], abs=1e-6)
+    odd = _run(tiny_model_dir, tmp_path, *args, "--set", "gradient_masks=3", "--out",
+               str(tmp_path / "odd"))
+    assert odd.exit_code == 2 and "gradient_masks" in odd.output
+    assert not (tmp_path / "odd").exists()
+
+
 def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_model_dir,
                                                                        tmp_path, monkeypatch):
     """`explain fit` saves the estimator beside the model's cache entry with its provenance;

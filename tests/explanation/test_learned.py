@@ -275,6 +275,57 @@ def test_soft_effects_equal_finite_differences_at_half_kept_sentences(lm):
     assert not torch.allclose(feats, total, atol=1e-3)               # 1/2 is not 1
 
 
+def test_soft_effects_at_masks_average_finite_differences_at_each_mask_point(lm,
+                                                                          monkeypatch):
+    """With masks, `soft` is the mean over the mask points (kept sentences at keep weight 1,
+    dropped ones at MASK_FLOOR) of the derivative of the span's log-probability in the head's
+    keep weight: central differences through the test-local attention at each point. The
+    points' batching does not change it."""
+    import knowflow.explanation.features as features
+
+    model, _ = lm
+    prompt, answer = list(range(40, 70)), [80, 81, 82]
+    spans = [list(range(2, 9)), list(range(9, 20)), list(range(20, 28))]
+    masks = torch.tensor([[1, 0, 1], [0, 1, 0], [0, 0, 1], [1, 1, 0]])
+    feats = soft_effects(model, prompt, answer, spans, masks=masks)            # (3, L * H)
+    heads, layers = model.config.num_attention_heads, model.config.num_hidden_layers
+    ids = prompt + answer
+
+    def logp(mask, layer, head, j, eps):
+        point = torch.ones(heads, len(ids), dtype=torch.float64)
+        for k, span in enumerate(spans):
+            point[:, span] = 1.0 if mask[k] else features.MASK_FLOOR
+        scales = {lay: point.clone() for lay in range(layers)}
+        scales[layer][head, spans[j]] += eps
+        return _logp_with_key_scales(model, ids, len(answer), scales,
+                                     reader_start(prompt, spans))
+
+    eps, checked = 1e-4, []
+    for layer, head, j in ((0, 0, 0), (1, heads - 1, 2)):
+        slopes = [(logp(m, layer, head, j, eps) - logp(m, layer, head, j, -eps)) / (2 * eps)
+                  for m in masks.tolist()]
+        checked.append((sum(slopes) / len(slopes), float(feats[j, layer * heads + head])))
+    for want, got in checked:
+        assert abs(want - got) < 1e-3 + 1e-2 * abs(want)
+    assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero
+    half = soft_effects(model, prompt, answer, spans)
+    assert not torch.allclose(feats, half, atol=1e-3)                # the masks matter
+    monkeypatch.setattr(features, "MASK_BATCH", 1)                   # one point a pass
+    assert torch.allclose(soft_effects(model, prompt, answer, spans, masks=masks), feats,
+                          atol=1e-6)
+
+
+def test_antithetic_masks_drop_every_sentence_in_half_of_them():
+    from knowflow.explanation.features import antithetic_masks
+
+    masks = antithetic_masks(6, 11, torch.Generator().manual_seed(3))
+    assert masks.shape == (6, 11) and set(masks.unique().tolist()) <= {0, 1}
+    assert (masks.sum(0) == 3).all()                       # each pair drops it once
+    assert torch.equal(masks[:3], 1 - masks[3:])
+    again = antithetic_masks(6, 11, torch.Generator().manual_seed(3))
+    assert torch.equal(masks, again)
+
+
 def test_soft_effects_recomputing_each_layers_attention_give_the_same_gradients(lm,
                                                                               monkeypatch):
     """Past `RECOMPUTE_ABOVE` bytes of scores the backward pass recomputes each layer's

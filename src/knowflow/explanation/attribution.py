@@ -97,12 +97,17 @@ def prompt_chunks(lengths: Sequence[int], rows: int, tokens: int) -> list[range]
     return out
 
 
+def item_generator(cfg: ExplainConfig, key: str) -> torch.Generator:
+    """A generator seeded by the config's seed and `key` (an item's id and context)."""
+    seed = int(hashlib.sha256(f"{cfg.seed}:{key}".encode()).hexdigest()[:15], 16)
+    return torch.Generator().manual_seed(seed)
+
+
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,
                                                                            torch.Tensor]:
     """(fit masks (n_ablations, sentences), held-out masks (n_holdout, sentences)), drawn from
     a generator seeded by the config's seed and the item's key."""
-    seed = int(hashlib.sha256(f"{cfg.seed}:{key}".encode()).hexdigest()[:15], 16)
-    gen = torch.Generator().manual_seed(seed)
+    gen = item_generator(cfg, key)
     if cfg.design == "balanced":
         fit = balanced_masks(cfg.n_ablations, n_sentences, cfg.keep_prob, gen)
         return fit, random_masks(cfg.n_holdout, n_sentences, cfg.keep_prob, gen)

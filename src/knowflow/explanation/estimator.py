@@ -162,11 +162,13 @@ def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> st
     """One line on the attribution used, for the CLI to print."""
     if not cfg.sentences:
         return "attribution: none (--levels source)"
-    passes = "one pass" if not cfg.learned_ablations else \
-        f"one pass + {cfg.learned_ablations} ablations"
+    passes = "one pass" if not cfg.gradient_masks else \
+        f"one context pass, {cfg.gradient_masks} mask points"
+    passes += f" + {cfg.learned_ablations} ablations" if cfg.learned_ablations else ""
+    at = "at 1/2" if not cfg.gradient_masks else f"averaged over {cfg.gradient_masks} masks"
     if est is not None and cfg.attribution == "gradient":
-        return (f"attribution: gradient ({passes}: each sentence's keep-weight gradient at "
-                "1/2, summed over heads; no fit)")
+        return (f"attribution: gradient ({passes}: each sentence's keep-weight gradient {at}, "
+                "summed over heads; no fit)")
     if est is not None:
         prov = est.provenance
         lds = prov.get("heldout_lds")

@@ -70,6 +70,8 @@ from knowflow.probes.intercept import AttentionPlan, intercepted
 
 KINDS = ("attention", "value", "direct", "total", "soft")
 SOFT_KEEP = 0.5      # the keep weight at which `soft` differentiates (see above)
+MASK_FLOOR = 0.2     # ... at sampled masks: a dropped sentence's keep weight (`soft_effects`)
+MASK_BATCH = 4       # mask points a backward pass holds (each repeats the context's cache)
 
 
 def _final_gradient(model, arch, resid: torch.Tensor, logits: torch.Tensor,
@@ -104,10 +106,14 @@ def reader_start(prompt_ids: Sequence[int], spans: Sequence[Sequence[int]]) -> i
 
 
 def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
-                 spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP) -> torch.Tensor:
+                 spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP,
+                 masks: torch.Tensor | None = None) -> torch.Tensor:
     """(sentences, layers * heads): the `soft` feature (see the module docstring), the
-    gradient at keep weight `keep`. A token in two sentences' spans counts for the last.
-    The rows before the readers (`reader_start`) run once without gradients, as a KV cache."""
+    gradient at keep weight `keep` for every sentence; with `masks` (k, sentences) {0, 1},
+    the mean of the gradients at k points instead, where a mask's kept sentences have keep
+    weight 1 and its dropped ones `MASK_FLOOR` (`mask_points`). A token in two sentences'
+    spans counts for the last. The rows before the readers (`reader_start`) run once without
+    gradients, as a KV cache that the k points continue from, `MASK_BATCH` at a time."""
     arch = arch_of(model)
     n_layers, heads, n = arch.n_layers, arch.n_heads, len(spans)
     device = model_device(model)
@@ -117,33 +123,57 @@ def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
     for j, span in enumerate(spans):
         owner[torch.tensor(list(span), dtype=torch.long)] = j
     before = Prefix.run(model, ids[:, :cut])                   # the context, no gradients
-    with torch.enable_grad():
-        weight = torch.full((n_layers, heads, n), float(keep), device=device,
-                            requires_grad=True)                    # (layers, heads, n)
-        bias = torch.cat([weight.log(), torch.zeros(n_layers, heads, 1, device=device)],
-                         -1)[:, :, owner.to(device)]               # (layers, heads, seq)
-        with intercepted(model) as layer_of:
-            plan = AttentionPlan(key_bias={layer: bias[layer][None]
-                                           for layer in range(n_layers)}, layer_of=layer_of)
-            logits, _ = forward(model, past=before.cache, keep=n_t,   # used once: no copy
-                                input_ids=ids[:, cut:], knowflow_plan=plan)
-        logp = torch.log_softmax(logits[0].float(), -1)                      # (T, vocab)
-        total = logp[torch.arange(n_t), torch.tensor(list(answer_ids), device=device)].sum()
-        grad, = torch.autograd.grad(total, weight)                 # (layers, heads, n)
+    points = torch.full((1, n), float(keep)) if masks is None else mask_points(masks)
+    target = torch.tensor(list(answer_ids), device=device)
+    grad = torch.zeros(n_layers, heads, n, dtype=torch.float64, device=device)
+    for batch in points.split(MASK_BATCH):                     # (b, n) keep weights
+        b = batch.shape[0]
+        past = before.cache if len(points) == 1 else before.expand(b)   # one use: no copy
+        with torch.enable_grad():
+            weight = batch.T[None, None].repeat(n_layers, heads, 1, 1).to(device)
+            weight.requires_grad_(True)                            # (layers, heads, n, b)
+            bias = torch.cat([weight.log(), torch.zeros(n_layers, heads, 1, b, device=device)],
+                             2)[:, :, owner.to(device)]            # (layers, heads, seq, b)
+            bias = bias.permute(0, 3, 1, 2)                        # (layers, b, heads, seq)
+            with intercepted(model) as layer_of:
+                plan = AttentionPlan(key_bias={layer: bias[layer] for layer in range(n_layers)},
+                                     layer_of=layer_of)
+                logits, _ = forward(model, past=past, keep=n_t,
+                                    input_ids=ids[:, cut:].expand(b, -1), knowflow_plan=plan)
+            logp = torch.log_softmax(logits.float(), -1)                     # (b, T, vocab)
+            total = logp[:, torch.arange(n_t), target].sum()       # the points' sum
+            got, = torch.autograd.grad(total, weight)              # (layers, heads, n, b)
+        grad += got.double().sum(-1)
+    grad /= len(points)
     # (layers, heads, n) -> (n, layers * heads), layer-major
-    return grad.permute(2, 0, 1).reshape(n, n_layers * heads).double().cpu()
+    return grad.permute(2, 0, 1).reshape(n, n_layers * heads).cpu()
+
+
+def mask_points(masks: torch.Tensor) -> torch.Tensor:
+    """(k, sentences) keep weights of `soft` at masks (k, sentences) {0, 1}: 1 where kept,
+    `MASK_FLOOR` where dropped."""
+    return MASK_FLOOR + (1.0 - MASK_FLOOR) * masks.float()
+
+
+def antithetic_masks(k: int, sentences: int, generator: torch.Generator) -> torch.Tensor:
+    """(k, sentences) {0, 1}, k even: k / 2 random half masks and their complements, so
+    every sentence is dropped in exactly half of them."""
+    half = (torch.rand(k // 2, sentences, generator=generator) < 0.5).to(torch.int64)
+    return torch.cat([half, 1 - half])
 
 
 @torch.no_grad()
 def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
-                    spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS
-                    ) -> dict[str, torch.Tensor]:
-    """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring)."""
+                    spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS,
+                    masks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring);
+    `masks` (k, sentences): `soft` is averaged over those mask points (`soft_effects`)."""
     backward = {"total": 1.0, "soft": SOFT_KEEP}     # kinds with a backward pass: their keep
     if any(k in backward for k in kinds):
         rest = [k for k in kinds if k not in backward]
         got = source_features(model, prompt_ids, answer_ids, spans, rest) if rest else {}
-        return {**got, **{k: soft_effects(model, prompt_ids, answer_ids, spans, backward[k])
+        return {**got, **{k: soft_effects(model, prompt_ids, answer_ids, spans, backward[k],
+                                          masks if k == "soft" else None)
                           for k in kinds if k in backward}}
     arch = arch_of(model)
     n_layers, heads = arch.n_layers, arch.n_heads

@@ -36,8 +36,14 @@ import numpy as np
 import torch
 
 from knowflow.data.facts import ConflictItem
-from knowflow.explanation.attribution import Attribution, ablation_masks, score_masks, topk_drops
-from knowflow.explanation.features import source_features
+from knowflow.explanation.attribution import (
+    Attribution,
+    ablation_masks,
+    item_generator,
+    score_masks,
+    topk_drops,
+)
+from knowflow.explanation.features import antithetic_masks, source_features
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import spearman
@@ -49,11 +55,11 @@ SIGNED = ("direct", "total", "soft")
 
 
 def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
-                      spans: Sequence[Sequence[int]], kinds: Sequence[str] = DEFAULT_KINDS
-                      ) -> torch.Tensor:
+                      spans: Sequence[Sequence[int]], kinds: Sequence[str] = DEFAULT_KINDS,
+                      masks: torch.Tensor | None = None) -> torch.Tensor:
     """(sentences, len(kinds) * layers * heads): the kinds' features (`features.py`) side by
-    side, from one forward pass."""
-    got = source_features(model, prompt_ids, answer_ids, spans, kinds)
+    side, from one forward pass (`soft` at `masks`' points, if given)."""
+    got = source_features(model, prompt_ids, answer_ids, spans, kinds, masks)
     return torch.cat([got[k] for k in kinds], 1)
 
 
@@ -194,7 +200,9 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
     attribution holds out) and the top-k drops. `prompt_ids` end with `lead`; `label` names
     the method in the record (learned, or gradient for unit weights)."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-    feats = sentence_features(model, prompt_ids, answer_ids, spans, kinds)  # (sentences, F)
+    points = gradient_masks(len(sentences), cfg, item.id + item.context)
+    feats = sentence_features(model, prompt_ids, answer_ids, spans, kinds,
+                              points)                                   # (sentences, F)
     scores = learned_scores(feats, weights)                             # (sentences,)
     fit, held = ablation_masks(len(sentences), cfg, item.id + item.context)
     few = fit[:cfg.learned_ablations]                        # (learned_ablations, sentences)
@@ -207,6 +215,18 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
         lds = spearman(held.double() @ scores, actual)
     order, drops = topk_drops(model, tokenizer, item, sentences, scores, continuation,
                               logprob_full, cfg, lead)
+    if points is not None:
+        label = f"{label}@{len(points)}"
     return Attribution([float(w) for w in scores], None, None, order[0], lds, drops,
                        len(few) + len(held) + len(drops),
                        f"{label}+{len(few)}" if len(few) else label)
+
+
+def gradient_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> torch.Tensor | None:
+    """(cfg.gradient_masks, sentences) antithetic half masks at which `soft` is averaged,
+    drawn from a generator seeded by the config's seed and the item's key (apart from the
+    ablation masks'); None for the one point at keep 1/2."""
+    if not cfg.gradient_masks:
+        return None
+    return antithetic_masks(cfg.gradient_masks, n_sentences,
+                            item_generator(cfg, f"gradient:{key}"))

@@ -39,6 +39,8 @@ class ExplainConfig:
     #                                      cache entry, estimator.estimator_path)
     learned_ablations: int = 0           # learned: scored ablations that correct its scores
     #                                      (learned.corrected_scores; 0: one pass only)
+    gradient_masks: int = 0              # learned, gradient: `soft` averaged over this many
+    #                                      antithetic half masks (even; 0: one point, keep 1/2)
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
@@ -98,6 +100,10 @@ class ExplainConfig:
         if not 0 <= self.learned_ablations <= self.n_ablations:
             raise ConfigError(f"must lie in [0, n_ablations = {self.n_ablations}]",
                               "learned_ablations")
+        if self.gradient_masks < 0 or self.gradient_masks % 2:
+            raise ConfigError(f"must be an even number (masks come in pairs), got "
+                              f"{self.gradient_masks}", "gradient_masks",
+                              "0 keeps the one pass at keep weight 1/2")
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
