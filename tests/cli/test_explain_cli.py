@@ -136,7 +136,8 @@ def test_gradient_at_masks_is_recorded_as_such_and_odd_mask_counts_are_refused(
         tiny_model_dir, tmp_path, monkeypatch):
     """`--set gradient_masks=4` averages the gradient over 4 antithetic mask points: the
     record says `gradient@4`, the line says so, the scores differ from the one point and
-    repeat exactly; an odd count is refused (exit 2, the field named, nothing written)."""
+    repeat exactly; an odd count, or masks with a learned estimator, is refused (exit 2, the
+    field named, nothing written)."""
     monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / "cache"))
     args = ["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "Italy",
             "--levels", "source,sentences", "--attribution", "gradient"]
@@ -156,6 +157,9 @@ def test_gradient_at_masks_is_recorded_as_such_and_odd_mask_counts_are_refused(
                str(tmp_path / "odd"))
     assert odd.exit_code == 2 and "gradient_masks" in odd.output
     assert not (tmp_path / "odd").exists()
+    learned = _run(tiny_model_dir, tmp_path, *args[:-2], "--attribution", "learned", "--set",
+                   "gradient_masks=2", "--out", str(tmp_path / "learned"))
+    assert learned.exit_code == 2 and "gradient only" in learned.output
 
 
 def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_model_dir,

@@ -39,7 +39,7 @@ class ExplainConfig:
     #                                      cache entry, estimator.estimator_path)
     learned_ablations: int = 0           # learned: scored ablations that correct its scores
     #                                      (learned.corrected_scores; 0: one pass only)
-    gradient_masks: int = 0              # learned, gradient: `soft` averaged over this many
+    gradient_masks: int = 0              # gradient: `soft` averaged over this many
     #                                      antithetic half masks (even; 0: one point, keep 1/2)
     n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
@@ -104,6 +104,9 @@ class ExplainConfig:
             raise ConfigError(f"must be an even number (masks come in pairs), got "
                               f"{self.gradient_masks}", "gradient_masks",
                               "0 keeps the one pass at keep weight 1/2")
+        if self.gradient_masks and self.attribution != "gradient":
+            raise ConfigError("applies to --attribution gradient only (an estimator is fitted "
+                              "on the one point's features)", "gradient_masks")
         for name in ("n_holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
