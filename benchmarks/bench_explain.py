@@ -179,7 +179,8 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
 
         if not count:                   # (count: mask points, `--set gradient_masks`)
             return run_method("learned", 0, model, tok, case, unit_estimator(model), cc_batch)
-        points = gradient_masks(len(case.sents), ExplainConfig(gradient_masks=count),
+        points = gradient_masks(len(case.sents),
+                                ExplainConfig(attribution="gradient", gradient_masks=count),
                                 it.id + it.context)
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
         return sentence_features(model, case.led_ids, ids, case.spans, ("soft",),
