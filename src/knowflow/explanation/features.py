@@ -51,6 +51,11 @@ tokens, three features per head:
   readers through the eager attention, which keeps the readers' attention probabilities
   (layers x heads x readers x seq) for the backward pass, or past
   `probes.intercept.RECOMPUTE_ABOVE` bytes of them recomputes each layer's in turn.
+  With masks (`--set gradient_masks=K`, `--attribution gradient` only), the gradient is
+  averaged over K points instead: K/2 random half masks and their complements, a kept
+  sentence at keep weight 1 and a dropped one at `MASK_FLOOR`; each is a local slope at a
+  half-ablated context like those the surrogate scores, where 1/2 everywhere stands in for
+  all of them uniformly. The context's pass is shared; the readers' passes are batched.
 
 A context of n sentences gives, per kind, (n, layers * heads), layer-major.
 """
