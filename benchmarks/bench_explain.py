@@ -39,7 +39,7 @@ classes on the same generated contexts and ablations as knowflow's (`at2_peer.py
 `--curve N,N,...` prints, per context of N sentences (one long item each), CPU seconds and
 peak resident memory of one explanation by knowflow ablation, knowflow learned and
 ContextCite-batched, each in a fresh process (peak memory is the process's high-water mark
-less its level after loading the model).
+less its level after loading the model); `gradient` runs at the last `--gradient-masks` count.
 """
 
 from __future__ import annotations
@@ -371,8 +371,11 @@ def curve_point(args) -> None:
 
         at2 = load_at2(args.at2)
     count = args.learned_counts[-1] if method == "learned" else \
+        args.mask_counts[-1] if method == "gradient" else \
         max(int(c) for c in args.ablations.split(","))
     run_method(method, count, model, tok, cases[0], est, args.cc_batch, at2)
+    if method == "gradient" and count:
+        method = f"gradient@{count}"
     print(json.dumps({"method": method, "sentences": args.curve_point[1],
                       "tokens": len(cases[0].led_ids), "cpu": time.process_time() - cpu,
                       "seconds": time.perf_counter() - clock,
@@ -390,13 +393,14 @@ def curve(args, methods) -> None:
                    "--cc-batch", str(args.cc_batch)]
             cmd += ["--estimator", str(args.estimator)] if args.estimator else []
             cmd += ["--at2", str(args.at2)] if args.at2 else []
-            cmd += ["--learned-ablations", args.learned_ablations]
+            cmd += ["--learned-ablations", args.learned_ablations,
+                    "--gradient-masks", args.gradient_masks]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{n:>10}  {method}: failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             p = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{n:>10}{p['tokens']:>8}  {method:<22}{p['cpu']:>9.2f}{p['seconds']:>9.2f}"
+            print(f"{n:>10}{p['tokens']:>8}  {p['method']:<22}{p['cpu']:>9.2f}{p['seconds']:>9.2f}"
                   f"{p['peak_mb']:>9.0f}", flush=True)
 
 
