@@ -310,9 +310,19 @@ def test_soft_effects_at_masks_average_finite_differences_at_each_mask_point(lm,
     assert max(abs(w) for w, _ in checked) > 1e-3                    # not all zero
     half = soft_effects(model, prompt, answer, spans)
     assert not torch.allclose(feats, half, atol=1e-3)                # the masks matter
-    monkeypatch.setattr(features, "MASK_BATCH", 1)                   # one point a pass
+    assert features.points_per_pass(len(prompt)) > 1                 # batched above ...
+    monkeypatch.setattr(features, "MASK_BATCH", 1)                   # ... one point a pass
     assert torch.allclose(soft_effects(model, prompt, answer, spans, masks=masks), feats,
                           atol=1e-6)
+
+
+def test_points_per_pass_shrink_with_the_context():
+    from knowflow.explanation.features import MASK_BATCH, MASK_BATCH_TOKENS, points_per_pass
+
+    assert points_per_pass(100) == MASK_BATCH == 4
+    assert points_per_pass(MASK_BATCH_TOKENS // 2) == 2
+    assert points_per_pass(MASK_BATCH_TOKENS) == points_per_pass(10 * MASK_BATCH_TOKENS) == 1
+    assert points_per_pass(0) == MASK_BATCH
 
 
 def test_antithetic_masks_drop_every_sentence_in_half_of_them():
