@@ -298,7 +298,7 @@ def report(rows: list[dict]) -> None:
             cpu = _mean([g["cpu"] for g in got])
             ratio = _mean([r[ref]["cpu"] for r in part if ref in r]) / cpu if ref else \
                 float("nan")
-            label = key.replace("_0", " (1 pass)").replace("_", " @")
+            label = _label(key)
             print(f"{label:<28}"
                   f"{_mean([float(r[key]['top'] == r['needle']) for r in part]):>7.3f}"
                   f"{_mean([float(r[key]['top'] == r['answer_sentence']) for r in named]):>8.3f}"
@@ -309,6 +309,12 @@ def report(rows: list[dict]) -> None:
         print("CPU ratio: ContextCite-batched's CPU seconds at the same ablation count (the "
               "one-pass methods: at the largest count) over the method's")
         rounds(part, keys, base)
+
+
+def _label(key: str) -> str:
+    """A row's method and count as the tables print it: `gradient @4`, `at2 (1 pass)`."""
+    method, count = key.rsplit("_", 1)
+    return f"{method} (1 pass)" if count == "0" else f"{method} @{count}"
 
 
 def _reference(key: str, base: list[str]) -> str | None:
@@ -349,7 +355,7 @@ def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
         item, per_round = ratio_spread(part, ref, key)
         if not per_round:
             continue
-        label = key.replace("_0", " (1 pass)").replace("_", " @")
+        label = _label(key)
         print(f"{label:<28} items {item:>7.1f}x   {len(per_round)} rounds "
               f"{statistics.median(per_round):>7.1f}x ({min(per_round):.1f}-"
               f"{max(per_round):.1f}x)")
