@@ -110,17 +110,19 @@ def test_family_explain(family_dir, tmp_path):
 
 
 
-def test_family_explain_gradient(family_dir, tmp_path):
+@pytest.mark.parametrize("masks", [0, 4])
+def test_family_explain_gradient(family_dir, tmp_path, masks):
     """The one-pass `--attribution gradient` (the keep-weight gradient through each family's
-    own eager attention, the context as a KV cache): finite, not all zero, recorded as such."""
+    own eager attention, the context as a KV cache), and at 4 mask points (each family's
+    cache repeated for a batch of readers): finite, not all zero, recorded as such."""
     family, model, chat = family_dir
     out = tmp_path / "explain"
     result = _run(["explain", "--model", str(model), "--context", CONTEXT, "--question",
                    "Where is Rome?", "--attribution", "gradient", "--holdout", "4",
-                   "--answer", "Italy", "--out", str(out)])
+                   "--answer", "Italy", "--set", f"gradient_masks={masks}", "--out", str(out)])
     assert "attribution: gradient" in result.output
     (rec,) = read_jsonl(out / "records.jsonl")
-    assert rec["attribution_method"] == "gradient"
+    assert rec["attribution_method"] == ("gradient@4" if masks else "gradient")
     scores = [s["attribution"] for s in rec["sentences"]]
     assert len(scores) == 3 and all(math.isfinite(x) for x in scores)
     assert max(abs(x) for x in scores) > 0
