@@ -173,18 +173,17 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
         return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
                                                            case.cont, cfg, case.lead))
-    if method == "gradient":            # explain --attribution gradient: unit head weights
-        from knowflow.explanation.estimator import unit_estimator
+    if method == "gradient":     # explain --attribution gradient: unit head weights, at
+        from knowflow.explanation.estimator import unit_estimator  # `count` mask points
         from knowflow.explanation.learned import gradient_masks
 
-        if not count:                   # (count: mask points, `--set gradient_masks`)
-            return run_method("learned", 0, model, tok, case, unit_estimator(model), cc_batch)
+        unit = unit_estimator(model)
         points = gradient_masks(len(case.sents),
                                 ExplainConfig(attribution="gradient", gradient_masks=count),
                                 it.id + it.context)
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
-        return sentence_features(model, case.led_ids, ids, case.spans, ("soft",),
-                                 points).sum(1)
+        return learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
+                                                unit.features, points), unit.tensor())
     if method == "at2":
         from at2_peer import at2_features, at2_scores
 
@@ -347,7 +346,7 @@ def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
     if not base:
         return
     print(f"\nCPU ratio's spread: median over items, and over rounds of {ROUND} items "
-          "(median, min-max)")
+          "(median, min-max): each round")
     for key in keys:
         if key.startswith("contextcite-batched_"):
             continue
@@ -358,7 +357,7 @@ def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
         label = _label(key)
         print(f"{label:<28} items {item:>7.1f}x   {len(per_round)} rounds "
               f"{statistics.median(per_round):>7.1f}x ({min(per_round):.1f}-"
-              f"{max(per_round):.1f}x)")
+              f"{max(per_round):.1f}x): " + " ".join(f"{r:.1f}x" for r in per_round))
 
 
 def curve_point(args) -> None:
