@@ -27,7 +27,9 @@ explain` runs it (the flat surrogate at every length by default; `knowflow-flat`
 hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
 `explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an
 estimator (`knowflow explain fit`; `--estimator` or the model's own) and is skipped without;
-`gradient` is `explain --attribution gradient` (the `soft` feature summed over heads, no fit);
+`gradient` is `explain --attribution gradient` (the `soft` feature summed over heads, no fit;
+`--gradient-masks 0,2` at 1 and 2 points, `--gradient-ablations 0,8` also corrected by 8
+scored ablations, rows `gradient+8`: `--set learned_ablations=8`);
 `--learned-ablations 0,8` also runs it corrected by 8 scored ablations, and method
 `learned-loo` (`--learned-loo 2`) scores learned's top 2 sentences by leave-one-out
 (`learned.top_leave_one_out`; its cost counts the one pass, the full log-probability and the
@@ -173,17 +175,19 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
         return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
                                                            case.cont, cfg, case.lead))
-    if method == "gradient":     # explain --attribution gradient: unit head weights, at
-        from knowflow.explanation.estimator import unit_estimator  # `count` mask points
-        from knowflow.explanation.learned import gradient_masks
+    if method.startswith("gradient"):   # explain --attribution gradient [--set
+        from knowflow.explanation.estimator import unit_estimator  # gradient_masks=count
+        from knowflow.explanation.learned import learned_attribute  # learned_ablations=K]
 
         unit = unit_estimator(model)
-        points = gradient_masks(len(case.sents),
-                                ExplainConfig(attribution="gradient", gradient_masks=count),
-                                it.id + it.context)
-        ids = tok(case.cont, add_special_tokens=False)["input_ids"]
-        return learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
-                                                unit.features, points), unit.tensor())
+        fixes = int(method.partition("+")[2] or 0)
+        cfg = ExplainConfig(attribution="gradient", gradient_masks=count,
+                            learned_ablations=fixes, n_holdout=0, top_k=(),
+                            prompt_format="chat")
+        attr = learned_attribute(model, tok, it, case.sents, case.led_ids, case.cont, 0.0,
+                                 case.spans, unit.tensor(), cfg, case.lead, unit.features,
+                                 "gradient")
+        return torch.tensor(attr.weights, dtype=torch.float64)
     if method == "at2":
         from at2_peer import at2_features, at2_scores
 
@@ -233,10 +237,12 @@ def measure(methods, counts, model, tok, case: Case, index: int, args, est, at2=
            "answer": case.answer, "span": case.span,
            "answer_sentence": answer_sentence(case.item.context, case.span)}
     order = methods if index % 2 == 0 else methods[::-1]       # sides take turns first
+    order = [f"{m}+{k}" if k else m for m in order              # gradient+K: corrected
+             for k in (args.fix_counts if m == "gradient" else [0])]  # by K ablations
     for method in order:
         for count in (args.learned_counts if method == "learned" else
                       args.loo_counts if method == "learned-loo" else
-                      args.mask_counts if method == "gradient" else
+                      args.mask_counts if method.startswith("gradient") else
                       [0] if method == "at2" else counts):
             clock, cpu = time.perf_counter(), time.process_time()
             w = run_method(method, count, model, tok, case, est, args.cc_batch, at2)
@@ -311,9 +317,12 @@ def report(rows: list[dict]) -> None:
 
 
 def _label(key: str) -> str:
-    """A row's method and count as the tables print it: `gradient @4`, `at2 (1 pass)`."""
+    """A row's method and count as the tables print it: `gradient @4`, `at2 (1 pass)`,
+    `gradient @2 +8 ablations`."""
     method, count = key.rsplit("_", 1)
-    return f"{method} (1 pass)" if count == "0" else f"{method} @{count}"
+    method, _, fixes = method.partition("+")         # gradient+K: K correcting ablations
+    fixes = f" +{fixes} ablations" if fixes else ""
+    return f"{method} (1 pass){fixes}" if count == "0" else f"{method} @{count}{fixes}"
 
 
 def _reference(key: str, base: list[str]) -> str | None:
@@ -376,11 +385,11 @@ def curve_point(args) -> None:
 
         at2 = load_at2(args.at2)
     count = args.learned_counts[-1] if method == "learned" else \
-        args.mask_counts[-1] if method == "gradient" else \
+        args.mask_counts[-1] if method.startswith("gradient") else \
         max(int(c) for c in args.ablations.split(","))
     run_method(method, count, model, tok, cases[0], est, args.cc_batch, at2)
-    if method == "gradient" and count:
-        method = f"gradient@{count}"
+    if method.startswith("gradient") and count:
+        method = method.replace("gradient", f"gradient@{count}")
     print(json.dumps({"method": method, "sentences": args.curve_point[1],
                       "tokens": len(cases[0].led_ids), "cpu": time.process_time() - cpu,
                       "seconds": time.perf_counter() - clock,
@@ -529,6 +538,9 @@ def main() -> int:
                     help="learned: ablations that correct its scores (0: one pass), e.g. 0,8")
     ap.add_argument("--gradient-masks", default="0",
                     help="gradient: mask points averaged (comma-separated; 0: one pass)")
+    ap.add_argument("--gradient-ablations", default="0",
+                    help="gradient: scored ablations that correct it (`--set "
+                         "learned_ablations`; comma-separated; rows `gradient+K`)")
     ap.add_argument("--learned-loo", default="2",
                     help="learned-loo: leave-one-out of learned's top K sentences, e.g. 1,2")
     ap.add_argument("--at2", type=Path, help="AT2 estimator file (from --fit-estimators)")
@@ -558,6 +570,7 @@ def main() -> int:
     args.learned_counts = [int(n) for n in args.learned_ablations.split(",")]
     args.loo_counts = [int(n) for n in args.learned_loo.split(",")]
     args.mask_counts = [int(n) for n in args.gradient_masks.split(",")]
+    args.fix_counts = [int(n) for n in args.gradient_ablations.split(",")]
     if args.fit_estimators:
         fit_both(args)
         return 0

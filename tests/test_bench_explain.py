@@ -22,3 +22,15 @@ def test_ratio_spread_per_item_and_per_round():
     # an item the method did not run on is left out of both
     assert bench.ratio_spread([{"id": "y", "contextcite-batched_64": {"cpu": 5.0}}],
                               "contextcite-batched_64", "gradient_0")[1] == []
+
+
+def test_labels_and_reference_rows_of_corrected_gradients():
+    bench = load_benchmark("bench_explain")
+    assert bench._label("gradient_0") == "gradient (1 pass)"
+    assert bench._label("gradient_2") == "gradient @2"
+    assert bench._label("gradient+8_2") == "gradient @2 +8 ablations"
+    assert bench._label("gradient+16_0") == "gradient (1 pass) +16 ablations"
+    base = ["contextcite-batched_32", "contextcite-batched_64"]
+    # a corrected gradient is a one-pass method: against the largest ContextCite count
+    assert bench._reference("gradient+8_2", base) == "contextcite-batched_64"
+    assert bench._reference("knowflow_32", base) == "contextcite-batched_32"
