@@ -143,7 +143,9 @@ def test_gradient_at_masks_is_recorded_as_such_and_odd_mask_counts_are_refused(
             "--levels", "source,sentences", "--attribution", "gradient"]
     recs = {}
     for name, extra in (("one", []), ("four", ["--set", "gradient_masks=4"]),
-                        ("again", ["--set", "gradient_masks=4"])):
+                        ("again", ["--set", "gradient_masks=4"]),
+                        ("fixed", ["--set", "gradient_masks=4", "--set",
+                                   "learned_ablations=4"])):
         got = _run(tiny_model_dir, tmp_path, *args, *extra, "--out", str(tmp_path / name))
         assert got.exit_code == 0, got.output
         recs[name] = json.loads((tmp_path / name / "records.jsonl").read_text().split("\n")[0])
@@ -153,6 +155,9 @@ def test_gradient_at_masks_is_recorded_as_such_and_odd_mask_counts_are_refused(
     weights = {k: [s["attribution"] for s in r["sentences"]] for k, r in recs.items()}
     assert weights["four"] == weights["again"]
     assert weights["four"] != pytest.approx(weights["one"], abs=1e-6)
+    # 4 scored ablations correct the masked gradient (the benchmark's gradient+K rows)
+    assert recs["fixed"]["attribution_method"] == "gradient@4+4"
+    assert weights["fixed"] != pytest.approx(weights["four"], abs=1e-6)
     odd = _run(tiny_model_dir, tmp_path, *args, "--set", "gradient_masks=3", "--out",
                str(tmp_path / "odd"))
     assert odd.exit_code == 2 and "gradient_masks" in odd.output
