@@ -295,7 +295,7 @@ def report(rows: list[dict]) -> None:
         named = [r for r in part if r.get("answer_sentence") is not None]
         print(f"answer-sentence hit: on the {len(named)} items whose span is named by exactly "
               "one sentence, the top sentence is that one")
-        print(f"{'method':<28}{'hit':>7}{'ans-hit':>8}{'LDS':>8}{'drop@1':>8}{'drop@3':>8}"
+        print(f"{'method':<32}{'hit':>7}{'ans-hit':>8}{'LDS':>8}{'drop@1':>8}{'drop@3':>8}"
               f"{'CPU s':>9}{'wall s':>9}{'CPU ratio':>11}")
         for key in keys:
             got = [r[key] for r in part if key in r]
@@ -304,7 +304,7 @@ def report(rows: list[dict]) -> None:
             ratio = _mean([r[ref]["cpu"] for r in part if ref in r]) / cpu if ref else \
                 float("nan")
             label = _label(key)
-            print(f"{label:<28}"
+            print(f"{label:<32}"
                   f"{_mean([float(r[key]['top'] == r['needle']) for r in part]):>7.3f}"
                   f"{_mean([float(r[key]['top'] == r['answer_sentence']) for r in named]):>8.3f}"
                   f"{_mean([g['lds'] for g in got]):>8.3f}"
@@ -364,7 +364,7 @@ def rounds(part: list[dict], keys: list[str], base: list[str]) -> None:
         if not per_round:
             continue
         label = _label(key)
-        print(f"{label:<28} items {item:>7.1f}x   {len(per_round)} rounds "
+        print(f"{label:<32} items {item:>7.1f}x   {len(per_round)} rounds "
               f"{statistics.median(per_round):>7.1f}x ({min(per_round):.1f}-"
               f"{max(per_round):.1f}x): " + " ".join(f"{r:.1f}x" for r in per_round))
 
