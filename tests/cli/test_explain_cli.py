@@ -2,6 +2,8 @@
 written."""
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,7 +73,6 @@ def test_the_api_saves_the_folder_the_command_writes(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--context", "", "--question", "Q?"], "context is empty"),
-    (["--context", "Only one sentence here.", "--question", "Q?"], "one sentence"),
     (["--context", CONTEXT, "--question", "Where is Rome?", "--answer", "  "],
      "answer to explain is empty"),
     (["--context", "A long one. " * 200, "--question", "Q?"], "longer than the model's window"),
@@ -210,3 +211,56 @@ def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_mode
     assert plain.exit_code == 0 and "attribution: ablation" in plain.output  # the default
     bad = runner.invoke(app, ["explain", "refit", "--model", str(tiny_model_dir)])
     assert bad.exit_code == 2 and "action" in bad.output
+
+
+LAYOUTS = Path(__file__).parent.parent / "data" / "layouts"
+
+
+@pytest.mark.parametrize("name", ["nq_swap.jsonl", "conflictqa.json", "memotrap.csv",
+                                  "clasheval.jsonl"])
+def test_explain_reads_each_published_layout(tiny_model_dir, tmp_path, name):
+    """`--data` in each published layout (the files of tests/data/layouts, recognised from
+    their columns): one record per item with the item's own context split into sentences,
+    each with a finite attribution, and the layout named in the run's config."""
+    out = tmp_path / "out"
+    got = _run(tiny_model_dir, tmp_path, "--data", str(LAYOUTS / name), "--limit", "2",
+               "--levels", "source,sentences", "--attribution", "gradient", "--out", str(out))
+    assert got.exit_code == 0, got.output
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 2
+    for rec in recs:             # a one-sentence passage (NQ-Swap's) is removed exactly
+        one = len(rec["sentences"]) == 1
+        assert rec["attribution_method"] == ("leave-one-out" if one else "gradient")
+        assert all(math.isfinite(s["attribution"]) for s in rec["sentences"])
+        assert rec["context"].startswith(rec["sentences"][0]["text"][:10])
+
+
+def test_a_one_sentence_context_is_attributed_by_its_removal(tiny_model_dir, tmp_path):
+    """One sentence: its weight is log p(span | context) - log p(span | context removed),
+    one scored prompt, no LDS; the same however the sentences would be attributed."""
+    from knowflow.data.facts import ConflictItem as Item
+    from knowflow.explanation.attribution import score_masks
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.splitter import split_sentences
+    from knowflow.lens.load import load_model
+
+    recs = {}
+    for method in ("ablation", "gradient"):
+        out = tmp_path / method
+        got = _run(tiny_model_dir, tmp_path, "--context", "Rome is in Italy.", "--question",
+                   "Where is Rome?", "--answer", "Italy", "--attribution", method,
+                   "--levels", "source,sentences,mechanism", "--out", str(out))
+        assert got.exit_code == 0, got.output
+        recs[method] = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    rec = recs["ablation"]
+    assert rec["attribution_method"] == "leave-one-out" and rec["lds"] is None
+    assert rec["n_ablated_prompts"] == 1 and rec["top_sentence"] == 0 and rec["mechanism"]
+    assert recs["gradient"]["sentences"] == rec["sentences"]
+    model, tok = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    item = Item(id="i", suite="explain", context="Rome is in Italy.",
+                question="Where is Rome?", counterfactual_answer="", parametric_answer="")
+    cfg = ExplainConfig(prompt_format=rec.get("prompt_format", "auto"))
+    sents = split_sentences(item.context)
+    both = score_masks(model, tok, item, sents, torch.tensor([[1], [0]]), "Italy", cfg)
+    assert rec["sentences"][0]["attribution"] == pytest.approx(float(both[0] - both[1]),
+                                                               abs=1e-4)

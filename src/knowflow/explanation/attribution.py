@@ -51,7 +51,7 @@ class Attribution:
     lds: float | None                # Spearman on held-out ablations (None: no holdout)
     topk_drop: dict[int, float]      # k -> log p(full) - log p(without the k top sentences)
     n_prompts: int                   # ablated prompts scored
-    method: str = "ablation"         # ablation | learned | hierarchical
+    method: str = "ablation"         # ablation | learned | hierarchical | leave-one-out
 
     def to_dict(self) -> dict:
         return {"attribution_method": self.method,
@@ -131,6 +131,20 @@ def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence
                               logprob_full, cfg, lead)
     return Attribution([float(w) for w in weights], surrogate.intercept, surrogate.alpha,
                        order[0], lds, drops, len(targets) + len(drops))
+
+
+def only_sentence(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
+                  continuation: str, logprob_full: float, cfg: ExplainConfig,
+                  lead: str = "") -> Attribution:
+    """The attribution of a one-sentence context (NQ-Swap's passages often are one): its
+    weight is the fall of the span's log-probability when it is removed, one scored prompt
+    and exact (a surrogate over one sentence has nothing else to fit, and no other subset to
+    hold out: no LDS, no top-k drop past the one)."""
+    removed = score_masks(model, tokenizer, item, sentences,
+                          torch.zeros(1, len(sentences), dtype=torch.int64), continuation, cfg,
+                          lead)
+    empty = float(removed[0])
+    return Attribution([logprob_full - empty], empty, None, 0, None, {}, 1, "leave-one-out")
 
 
 def topk_drops(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],

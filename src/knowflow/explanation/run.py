@@ -36,6 +36,7 @@ from knowflow.explanation.attribution import (
     attention_to_sentences,
     attribute,
     gradient_x_input,
+    only_sentence,
     prompt_chunks,
 )
 from knowflow.explanation.estimator import Estimator, attribution_note, resolve_estimator
@@ -185,16 +186,13 @@ def _where(item: ConflictItem) -> str:
 
 
 def check_item(item: ConflictItem, cfg: ExplainConfig) -> None:
-    """An item explain can work on (no model needed): a context, and where sentences are
-    attributed, at least two sentences; a counterfactual or parametric target it carries."""
+    """An item explain can work on (no model needed): a context (one sentence is enough: its
+    attribution is its removal, `attribution.only_sentence`); a counterfactual or parametric
+    target it carries."""
     where = _where(item)
     if not item.context.strip():
         raise DataError(where, "the context is empty; explain needs a context to attribute to",
                         hint="give a non-empty context")
-    if cfg.sentences and len(split_sentences(item.context)) < 2:
-        raise DataError(where, "the context has one sentence, so there is nothing to compare "
-                        "it with", hint="give a context of two or more sentences, or "
-                        "--levels source")
     if cfg.target != "generated":
         gold = item.counterfactual_answer if cfg.target == "counterfactual" else \
             item.parametric_answer
@@ -386,7 +384,10 @@ def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], cont
         raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
     clock = time.perf_counter()
     documents = None
-    if estimator is not None:
+    if len(sentences) == 1:            # nothing to weigh it against: removed, exactly
+        attr = only_sentence(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead)
+        seconds["ablation"] = time.perf_counter() - clock
+    elif estimator is not None:
         attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
                                  lp_ctx, spans, estimator.tensor(), cfg, lead,
                                  estimator.features,
