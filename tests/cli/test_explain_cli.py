@@ -252,6 +252,8 @@ def test_a_one_sentence_context_is_attributed_by_its_removal(tiny_model_dir, tmp
                    "--levels", "source,sentences,mechanism", "--out", str(out))
         assert got.exit_code == 0, got.output
         recs[method] = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+        said = " ".join(got.output.split())        # the console wraps the line
+        assert "1 of 1 contexts one sentence: its removal, scored exactly" in said
     rec = recs["ablation"]
     assert rec["attribution_method"] == "leave-one-out" and rec["lds"] is None
     assert rec["n_ablated_prompts"] == 1 and rec["top_sentence"] == 0 and rec["mechanism"]

@@ -105,11 +105,20 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
                    "question": question, "answer": answer, "n_items": len(items),
                    **dataclasses.asdict(cfg), "fields": dict(fields or {}),
                    "attribution_used": method,
-                   "attribution_note": attribution_note(estimator_name, cfg, est),
+                   "attribution_note": attribution_note(estimator_name, cfg, est)
+                   + _one_sentence_note(records),
                    "estimator_provenance": est.provenance if est else None}
     config_dict["data"] = str(config_dict["data"]) if question is None else "context"
     return Result(records, summarize(records), config_dict, "explain",
                   seconds=time.perf_counter() - start)
+
+
+def _one_sentence_note(records: list[dict]) -> str:
+    """What the attribution line adds where some contexts had one sentence (attributed by
+    its removal, `attribution.only_sentence`, whatever the method)."""
+    n = sum(r.get("attribution_method") == "leave-one-out" for r in records)
+    return f"; {n} of {len(records)} contexts one sentence: its removal, scored exactly" \
+        if n else ""
 
 
 def _check_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig) -> None:
