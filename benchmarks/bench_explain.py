@@ -139,9 +139,10 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
     """One method's sentence scores (sentences,) for one case: `count` ablations (learned:
     ablations that correct its one-pass scores, 0 for none)."""
     from knowflow.explanation.attribution import ablation_masks, score_masks
+    from knowflow.explanation.estimator import unit_estimator
     from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
     from knowflow.explanation.learned import (
-        corrected_scores,
+        learned_attribute,
         learned_scores,
         sentence_features,
         top_leave_one_out,
@@ -162,31 +163,23 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         masks, _ = ablation_masks(len(case.sents), cfg, it.id + it.context)
         targets = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead)
         return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
-    if method in ("learned", "learned-loo"):
+    if method == "learned-loo":          # the full log-prob is scored too: counted here
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
         scores = learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
                                                   est.features), est.tensor())
-        if method == "learned-loo":      # the full log-prob is scored too: counted here
-            return top_leave_one_out(model, tok, it, case.sents, scores, count, case.cont,
-                                     ExplainConfig(prompt_format="chat"), case.lead)
-        if not count:
-            return scores
-        cfg = ExplainConfig(n_ablations=max(count, 8), n_holdout=0, prompt_format="chat")
-        masks = ablation_masks(len(case.sents), cfg, it.id + it.context)[0][:count]
-        return corrected_scores(scores, masks, score_masks(model, tok, it, case.sents, masks,
-                                                           case.cont, cfg, case.lead))
-    if method.startswith("gradient"):   # explain --attribution gradient [--set
-        from knowflow.explanation.estimator import unit_estimator  # gradient_masks=count
-        from knowflow.explanation.learned import learned_attribute  # learned_ablations=K]
-
-        unit = unit_estimator(model)
-        fixes = int(method.partition("+")[2] or 0)
-        cfg = ExplainConfig(attribution="gradient", gradient_masks=count,
+        return top_leave_one_out(model, tok, it, case.sents, scores, count, case.cont,
+                                 ExplainConfig(prompt_format="chat"), case.lead)
+    if method == "learned" or method.startswith("gradient"):   # as explain runs them:
+        gradient = method.startswith("gradient")   # learned (count: correcting ablations),
+        est = unit_estimator(model) if gradient else est   # gradient[+K] (count: masks)
+        fixes = int(method.partition("+")[2] or 0) if gradient else count
+        cfg = ExplainConfig(attribution="gradient" if gradient else "learned",
+                            gradient_masks=count if gradient else 0,
                             learned_ablations=fixes, n_holdout=0, top_k=(),
                             prompt_format="chat")
         attr = learned_attribute(model, tok, it, case.sents, case.led_ids, case.cont, 0.0,
-                                 case.spans, unit.tensor(), cfg, case.lead, unit.features,
-                                 "gradient")
+                                 case.spans, est.tensor(), cfg, case.lead, est.features,
+                                 "gradient" if gradient else "learned")
         return torch.tensor(attr.weights, dtype=torch.float64)
     if method == "at2":
         from at2_peer import at2_features, at2_scores
