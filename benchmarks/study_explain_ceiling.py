@@ -44,14 +44,6 @@ from bench_explain import reference, setup  # noqa: E402
 CHUNK = 16            # masks per exact pass
 
 
-def owner_of(n_seq: int, spans) -> torch.Tensor:
-    """(seq,) the sentence of each position, len(spans) for none."""
-    owner = torch.full((n_seq,), len(spans), dtype=torch.long)
-    for j, span in enumerate(spans):
-        owner[torch.tensor(list(span), dtype=torch.long)] = j
-    return owner
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, -1)
     return torch.cat([-b, a], -1)
@@ -98,6 +90,12 @@ def span_logprob(model, ids: torch.Tensor, target: torch.Tensor, owner: torch.Te
 
 def study(case, index: int) -> dict:
     from knowflow.explanation.attribution import ablation_masks, score_masks
+    from knowflow.explanation.features import (
+        SOFT_KEEP,
+        mask_points,
+        reader_start,
+        sentence_owner,
+    )
     from knowflow.explanation.learned import gradient_masks
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import fit_surrogate, spearman
@@ -110,8 +108,12 @@ def study(case, index: int) -> dict:
     answer = tok(case.cont, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([list(case.led_ids) + answer[:-1]])                 # (1, seq)
     target = torch.tensor(answer)
-    owner = owner_of(ids.shape[1], case.spans)
-    cut = min(max(max(s) for s in case.spans) + 1, len(case.led_ids) - 1)
+    owner = sentence_owner(ids.shape[1], case.spans)
+    cut = reader_start(case.led_ids, case.spans)
+    points = {"1/2": torch.full((1, n), SOFT_KEEP),          # the gradient's keep weights
+              "2 masks": mask_points(gradient_masks(
+                  n, ExplainConfig(attribution="gradient", gradient_masks=2),
+                  it.id + it.context))}
     row = {"id": it.id, "n_sentences": n}
 
     def lds(weights) -> float:
@@ -132,11 +134,7 @@ def study(case, index: int) -> dict:
                                         positions, prefix) for m in masks.split(CHUNK)])
         row[f"knockout {name}"] = [lds(fit_surrogate(masks, y.double(), 4, 0).weights),
                                    time.process_time() - cpu]
-        points = {"1/2": torch.full((1, n), 0.5),
-                  "2 masks": 0.2 + 0.8 * gradient_masks(
-                      n, ExplainConfig(attribution="gradient", gradient_masks=2),
-                      it.id + it.context).float()}
-        for label, keep in points.items():
+        for label, keep in points.items():      # each variant timed alone: its own prefix
             cpu = time.process_time()
             with torch.no_grad():
                 prefix = None if rows else Prefix.run(model, ids[:, :cut]).cache

@@ -125,9 +125,7 @@ def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
     device = model_device(model)
     ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]], device=device)  # (1, seq)
     n_t, cut = len(answer_ids), reader_start(prompt_ids, spans)
-    owner = torch.full((ids.shape[1],), n, dtype=torch.long)   # (seq,) sentence, n for none
-    for j, span in enumerate(spans):
-        owner[torch.tensor(list(span), dtype=torch.long)] = j
+    owner = sentence_owner(ids.shape[1], spans)                # (seq,) sentence, n for none
     before = Prefix.run(model, ids[:, :cut])                   # the context, no gradients
     points = torch.full((1, n), float(keep)) if masks is None else mask_points(masks)
     target = torch.tensor(list(answer_ids), device=device)
@@ -153,6 +151,15 @@ def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
     grad /= len(points)
     # (layers, heads, n) -> (n, layers * heads), layer-major
     return grad.permute(2, 0, 1).reshape(n, n_layers * heads).cpu()
+
+
+def sentence_owner(n_seq: int, spans: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(seq,) the sentence each position belongs to, len(spans) for none (a token in two
+    sentences' spans counts for the last)."""
+    owner = torch.full((n_seq,), len(spans), dtype=torch.long)
+    for j, span in enumerate(spans):
+        owner[torch.tensor(list(span), dtype=torch.long)] = j
+    return owner
 
 
 def points_per_pass(context_tokens: int) -> int:
