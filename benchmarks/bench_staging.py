@@ -10,7 +10,7 @@ Jobs: `knowflow run <experiment>` (default cpi-toy, `make demo`'s second job, at
 defaults unless --set) and `knowflow eval` of --rows made-up conflict items (default 860)
 with --model (default: a tiny random Llama, so the model's own time is small and the
 staging share is as large as it gets). "In place" patches the one staging seam
-(`runs.stage_dir` makes the target itself, `runs.publish` renames nothing). Besides the
+(`run_folder.stage_dir` makes the target itself, `run_folder.publish` renames nothing). Besides the
 ratio, the time spent inside the staging steps themselves (making, sweeping, renaming,
 removing the folder) is summed per staged run: the direct cost, free of machine noise.
 """
@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 @contextmanager
 def in_place():
-    """Run folders written where they end up: the staging seam of `knowflow.runs` bypassed."""
-    import knowflow.runs as runs
-    from knowflow.outputs import claim, release
+    """Run folders written where they end up: the staging seam of `knowflow.store.run_folder`
+    bypassed."""
+    import knowflow.store.run_folder as runs
+    from knowflow.store.lock import claim, release
 
     def stage_dir(target: Path) -> Path:
         target.mkdir(parents=True, exist_ok=True)
@@ -56,7 +57,7 @@ def in_place():
 @contextmanager
 def timed_staging(spent: list[float]):
     """Add the seconds spent in the staging steps to `spent`."""
-    import knowflow.runs as runs
+    import knowflow.store.run_folder as runs
 
     saved = runs.stage_dir, runs.publish, runs.remove
 

@@ -209,7 +209,7 @@ def fake_inversion_tiny_run(root: Path, seeds: tuple[int, ...] = (0, 1, 2),
                             verdict: str | None = VERDICTS["inversion-tiny"]) -> Path:
     """An inversion-tiny run folder with synthetic curves, its summary and its real figures."""
     from knowflow.experiments.inversion_tiny.figures import plot_inversion_tiny
-    from knowflow.io import atomic_write_json, atomic_write_jsonl
+    from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 
     run_dir = _run_dir(root, "inversion-tiny")
     steps = list(range(0, 1001, 20))
@@ -235,8 +235,8 @@ def fake_inversion_tiny_run(root: Path, seeds: tuple[int, ...] = (0, 1, 2),
 
 def fake_cpi_toy_run(root: Path, verdict: str | None = VERDICTS["cpi-toy"]) -> Path:
     """A cpi-toy-shaped run folder: five parts' summaries, findings and one figure."""
-    from knowflow.io import atomic_write_json
     from knowflow.report.figures import save, subplots
+    from knowflow.store.files import atomic_write_json
 
     run_dir = _run_dir(root, "cpi-toy")
     keys = ("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",

@@ -1,9 +1,9 @@
 """Fault injection over every writing command (issue 46): nothing is ever half-written.
 
 For each command (eval, probe, explain, run, sft, curate, augment, export, report), each fault
-(ENOSPC, an exception, SIGTERM) and each of the first N writes through `knowflow.io` (all of
-them with --n 0), the command runs in-process (typer's CliRunner) with the fault injected at
-that write: `knowflow.io.fill`, the one function that writes output bytes, is patched to
+(ENOSPC, an exception, SIGTERM) and each of the first N writes through `knowflow.store.files`
+(all of them with --n 0), the command runs in-process (typer's CliRunner) with the fault injected at
+that write: `knowflow.store.files.fill`, the one function that writes output bytes, is patched to
 raise OSError(ENOSPC) or RuntimeError instead of writing, or to send the process SIGTERM once
 the bytes are written (before the rename). The target then must be either untouched (byte for
 byte what was there before: for the --out commands an earlier complete output of the same
@@ -86,9 +86,9 @@ class Injected(RuntimeError):
 
 @contextmanager
 def inject(fault: str | None, at: int):
-    """Patch `knowflow.io.fill` so that write number `at` (1-based) fails with `fault`;
+    """Patch `knowflow.store.files.fill` so that write number `at` (1-based) fails with `fault`;
     yields a one-item list counting the writes."""
-    import knowflow.io as kio
+    import knowflow.store.files as kio
 
     real, count = kio.fill, [0]
 

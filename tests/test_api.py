@@ -31,7 +31,7 @@ PUBLIC = {
     "probe": ("knowflow.api", "probe"),
     "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
     "write_report": ("knowflow.report.html", "write_report"),
-    "Result": ("knowflow.result", "Result"),
+    "Result": ("knowflow.store.result", "Result"),
     "RelianceTracker": ("knowflow.train.tracker", "RelianceTracker"),
     "SFTConfig": ("knowflow.train.sft", "SFTConfig"),
     "TrackerConfig": ("knowflow.train.tracker", "TrackerConfig"),

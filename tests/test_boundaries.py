@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from knowflow.boundaries import (
+from knowflow.data.facts import ConflictItem
+from knowflow.errors import DataError
+from knowflow.store.schemas import (
     EVAL_SUMMARY,
     JSON_OBJECT,
     ExplainRecord,
@@ -21,8 +23,6 @@ from knowflow.boundaries import (
     read_checked_lines,
     result_schemas,
 )
-from knowflow.data.facts import ConflictItem
-from knowflow.errors import DataError
 
 DOC = {**ConflictItem("x0", "cf-bio", "Ann lives in Rome.", "Where does Ann live?", "Rome",
                       "Paris").to_dict(), "meta": "{}", "prompt": "Q", "choices": [" Paris",

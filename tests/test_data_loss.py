@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 import knowflow
 from knowflow.cli import app
 from knowflow.errors import KnowflowError
-from knowflow.outputs import check_out_dir, run_command
+from knowflow.store.identity import run_command
+from knowflow.store.outputs import check_out_dir
 
 runner = CliRunner()
 ROWS = [{"instruction": "Where is the Eiffel Tower?", "input": "The Eiffel Tower is in Paris.",

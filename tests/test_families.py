@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from helpers import byte_bpe, byte_tokenizer, save_model_folder
 from knowflow.cli import app
-from knowflow.io import read_json, read_jsonl
 from knowflow.lens.arch import FAMILIES
+from knowflow.store.readers import read_json, read_jsonl
 
 runner = CliRunner()
 WINDOW = 512

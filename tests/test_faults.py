@@ -13,8 +13,8 @@ import json
 import pytest
 
 from helpers import load_benchmark
-from knowflow.io import atomic_write_text
-from knowflow.staging import file_group, staged_dir
+from knowflow.store.files import atomic_write_text, file_group
+from knowflow.store.staging import staged_dir
 
 fm = load_benchmark("fault_matrix")
 
@@ -102,8 +102,8 @@ def test_what_a_killed_process_left_is_swept_and_nothing_else(tmp_path):
     """A staging folder whose writer died (its lock file left, no live claim) and a folder
     moved aside for a replacement that never came are cleaned up by the next stage beside
     them; a live one, and hidden folders of the user's, are not."""
-    from knowflow.outputs import LOCK
-    from knowflow.staging import publish, stage_dir
+    from knowflow.store.identity import LOCK
+    from knowflow.store.staging import publish, stage_dir
 
     dead = tmp_path / ".run.staging.abcd1234"
     dead.mkdir()

@@ -4,8 +4,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from knowflow.io import atomic_write_folder
-from knowflow.runs import remove_stale_temps
+from knowflow.store.checks import remove_stale_temps
+from knowflow.store.staging import staged_dir
 
 
 def test_a_folder_left_by_an_earlier_attempt_is_replaced(tmp_path):
@@ -14,8 +14,8 @@ def test_a_folder_left_by_an_earlier_attempt_is_replaced(tmp_path):
     target = tmp_path / "model"
     target.mkdir()
     (target / "adapter_config.json").write_text('{"old": true}')
-    atomic_write_folder(target, lambda d: (d / "adapter_config.json").write_text('{"new": 1}'),
-                        marker="config.json")
+    with staged_dir(target, complete="config.json") as stage:
+        (stage / "adapter_config.json").write_text('{"new": 1}')
     assert (target / "adapter_config.json").read_text() == '{"new": 1}'
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
 
@@ -24,8 +24,8 @@ def test_a_finished_folder_with_its_marker_is_kept(tmp_path):
     target = tmp_path / "cache"
     target.mkdir()
     (target / "config.json").write_text("theirs")
-    atomic_write_folder(target, lambda d: (d / "config.json").write_text("mine"),
-                        marker="config.json")
+    with staged_dir(target, complete="config.json") as stage:
+        (stage / "config.json").write_text("mine")
     assert (target / "config.json").read_text() == "theirs"
 
 
@@ -36,7 +36,7 @@ def test_stale_temps_of_a_killed_run_are_removed(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     fd, inner = tempfile.mkstemp(prefix=".a.json.", suffix=".tmp", dir=tmp_path / "checkpoints")
     os.close(fd)
-    half = Path(tempfile.mkdtemp(prefix=".model.", dir=tmp_path))  # atomic_write_folder's
+    half = Path(tempfile.mkdtemp(prefix=".model.", dir=tmp_path))  # a temp folder's name
     (half / "adapter_config.json").write_text("{")
     old = Path(tempfile.mkdtemp(prefix=".model.old.", dir=tmp_path))
     remove_stale_temps(tmp_path)

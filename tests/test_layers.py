@@ -3,8 +3,7 @@ above it.
 
 The order is the flow of data in DESIGN.md, lowest first:
 
-    foundation (errors io config schema boundaries runs run_files staging outputs result:
-    import only each other)
+    foundation (errors, config, store: what a run writes and reads; import only each other)
     data         facts, items, prompts, instruction rows, suites, loaders: what everything reads
     lens         model access: loading, architecture map, hooks, batching
     evaluation, probes   score and dissect a model (siblings; neither imports the other)
@@ -39,8 +38,7 @@ from helpers import load_benchmark
 
 SRC = Path(knowflow.__file__).parent
 LAYERS = (
-    {"errors", "io", "config", "schema", "boundaries", "runs", "run_files", "staging", "outputs",
-     "result"},
+    {"errors", "config", "store"},
     {"data"},
     {"lens"},
     {"evaluation", "probes"},

@@ -8,7 +8,7 @@ import pytest
 
 from knowflow.data.loaders import load_items
 from knowflow.errors import DataError
-from knowflow.io import CSV_FIELD_LIMIT, csv_rows, json_records, read_json, read_jsonl
+from knowflow.store.readers import CSV_FIELD_LIMIT, csv_rows, json_records, read_json, read_jsonl
 
 ITEM = {"context": "Zorb is the capital of Land.", "question": "What is the capital of Land?",
         "answer": "Zorb", "memory_answer": "Paris"}

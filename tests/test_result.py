@@ -13,7 +13,7 @@ import knowflow
 from knowflow.config import resolve_config
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.options import EvalConfig
-from knowflow.result import Result
+from knowflow.store.result import Result
 
 FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The Eiffel Tower",
         "answer": "Paris"}
@@ -129,3 +129,31 @@ def test_resolve_config_is_the_one_way_a_config_is_made():
         resolve_config(EvalConfig, EvalConfig(limit=0))
     with pytest.raises(ConfigError):
         resolve_config(EvalConfig, object())
+
+
+def test_save_draws_the_figures_without_the_api_imported(tiny_lm, tok, tmp_path):
+    """`Result.save` finds its command's finisher by name: in a fresh interpreter that never
+    imports `knowflow.api` (the library's own `evaluate`, then save), an eval Result saves
+    with its figures and report page, and loads back as the class `evaluate` returns."""
+    import subprocess
+    import sys
+
+    res = knowflow.evaluate(tiny_lm, "cf-capitals", tokenizer=tok, limit=2, max_new_tokens=2,
+                            n_bootstrap=10)
+    given = tmp_path / "result.json"
+    given.write_text(json.dumps({"records": res.records, "summary": res.summary,
+                                 "config": res.config}))
+    script = (
+        "import json, sys\n"
+        "from knowflow.evaluation.run import EvalResult\n"
+        "from knowflow.store.result import Result\n"
+        "r = json.load(open(sys.argv[1]))\n"
+        "before = 'knowflow.api' in sys.modules\n"
+        "EvalResult(r['records'], r['summary'], r['config']).save(sys.argv[2])\n"
+        "back = Result.load(sys.argv[2])\n"
+        "print(before, 'knowflow.api' in sys.modules, type(back).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(given), str(tmp_path / "run")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "EvalResult"]
+    assert (tmp_path / "run" / "report.html").is_file()
+    assert list((tmp_path / "run" / "figures").glob("*.png"))

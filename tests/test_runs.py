@@ -14,20 +14,19 @@ from pathlib import Path
 import pytest
 
 from knowflow.errors import DataError, KnowflowError
-from knowflow.io import atomic_write_text
-from knowflow.outputs import IDENTITY, LOCK, check_out_files
-from knowflow.runs import (
+from knowflow.store.files import atomic_write_text
+from knowflow.store.identity import (
     CONFIG,
+    IDENTITY,
     ITEMS,
+    LOCK,
     RECORDS,
     SUMMARY,
-    Progress,
-    RunFolder,
     check_identity,
     is_finished,
-    latest_unfinished,
-    start_run,
 )
+from knowflow.store.outputs import check_out_files
+from knowflow.store.run_folder import Progress, RunFolder, latest_unfinished, start_run
 
 
 def _tree(root) -> list[str]:
@@ -128,13 +127,13 @@ def test_no_output_replaces_an_input_a_run_file_a_device_or_another_output(tmp_p
 
 def test_two_processes_cannot_write_one_run_folder(tmp_path):
     run = start_run({"a": 1}, "eval", out_dir=tmp_path / "out")
-    other = subprocess.run([sys.executable, "-c", "import sys; from knowflow.outputs import "
+    other = subprocess.run([sys.executable, "-c", "import sys; from knowflow.store.lock import "
                             "claim; claim(sys.argv[1])", str(run.path)], capture_output=True,
                            text=True)
     assert other.returncode == 1 and "another knowflow process" in other.stderr
     assert f"pid {os.getpid()}" in other.stderr
     run.commit()
-    again = subprocess.run([sys.executable, "-c", "import sys; from knowflow.outputs import "
+    again = subprocess.run([sys.executable, "-c", "import sys; from knowflow.store.lock import "
                             "claim; claim(sys.argv[1])", str(run.path)])
     assert again.returncode == 0  # let go: the next process may write it
 

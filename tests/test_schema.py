@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import TINY_WORLD
-from knowflow.schema import KINDS, curve_summary, named_curve
+from knowflow.data.instructions import KINDS
+from knowflow.evaluation.curves import curve_summary, named_curve
 
 
 def test_curve_summary_parts():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from helpers import byte_bpe, save_model_folder
 from knowflow.cli import app
-from knowflow.io import read_json
+from knowflow.store.readers import read_json
 
 runner = CliRunner()
 WINDOW = 64

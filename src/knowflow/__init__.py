@@ -47,9 +47,7 @@ _API = {
     "probe": "knowflow.api:probe",
     "run_experiment": "knowflow.experiments.runner:run_experiment",
     "write_report": "knowflow.report.html:write_report",
-    # knowflow.result's class, taken from knowflow.api, which registers what each command's
-    # run folder loads as and how its figures are drawn
-    "Result": "knowflow.api:Result",
+    "Result": "knowflow.store.result:Result",
     "AttentionMassConfig": "knowflow.probes.mass:AttentionMassConfig",
     "AugmentConfig": "knowflow.train.augment:AugmentConfig",
     "CurateConfig": "knowflow.train.criticality:CurateConfig",

@@ -14,7 +14,7 @@ branch, tag or commit), `trust_remote_code=` (False unless given) and `offline=`
 Face cache only) go with it, in every entry point that takes a model (`finetune`: as
 `SFTJobConfig` fields).
 
-Every entry point returns a `knowflow.result.Result`: records, summary and config, with
+Every entry point returns a `knowflow.store.result.Result`: records, summary and config, with
 `.save(dir)` (the run folder `knowflow <command>` writes: config.json, the records,
 summary.json, figures/, report.html), `Result.load(dir)` and `.to_pandas()`, one row per
 record. `evaluate` and `probe` also take
@@ -41,24 +41,21 @@ from knowflow.evaluation.run import EvalResult
 from knowflow.evaluation.run import evaluate as evaluate_model
 from knowflow.experiments.runner import run_experiment
 from knowflow.explanation.run import explain as explain_answers
-from knowflow.io import atomic_write_jsonl
 from knowflow.lens.arch import arch_of, check_fits
 from knowflow.lens.checks import check_loaded
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
-from knowflow.outputs import check_out_files
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
 from knowflow.probes.head_attention import example_attention
 from knowflow.probes.mass import mean_attention_mass
 from knowflow.probes.suites import suite_examples
 from knowflow.report.curation import curation_figure
-from knowflow.report.eval_run import eval_figures
-from knowflow.report.explain import write_explain_report
-from knowflow.report.finish import finish_run
-from knowflow.report.probe_run import probe_figures
-from knowflow.result import Result, register_finisher
-from knowflow.runs import RECORDS, Progress, RunFolder, start_run
-from knowflow.staging import file_group
+from knowflow.report.finish import finish_eval, finish_probe
+from knowflow.store.files import atomic_write_jsonl, file_group
+from knowflow.store.identity import RECORDS
+from knowflow.store.outputs import check_out_files
+from knowflow.store.result import Result
+from knowflow.store.run_folder import Progress, RunFolder, start_run
 from knowflow.train.augment import AugmentConfig
 from knowflow.train.augment import augment as augment_rows
 from knowflow.train.criticality import CurateConfig, curate_examples
@@ -108,21 +105,6 @@ def _fields(fields) -> dict[str, str] | None:
 
 # ---- evaluate ---------------------------------------------------------------------------
 
-@register_finisher("eval")
-def _finish_eval(result: Result, run: RunFolder) -> None:
-    finish_eval_run(run)
-
-
-def finish_eval_run(run: RunFolder) -> None:
-    """An eval run folder's figures and report.html, before it is published."""
-    finish_run(run, None, eval_figures, title="knowflow eval")
-
-
-def finish_eval(run_dir: Path) -> Path:
-    """An eval run folder's figures and report.html; returns the report."""
-    return finish_run(run_dir, None, eval_figures, title="knowflow eval")[1]
-
-
 def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer=None,
              device: str = "auto", dtype: str = "auto", out_dir: str | Path | None = None,
              runs_root: str | Path | None = None, progress: Progress | None = None,
@@ -139,18 +121,11 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
                             dtype=dtype, out_dir=out_dir, runs_root=runs_root,
                             progress=progress, fields=_fields(fields), preset=preset,
                             source=_source(revision, trust_remote_code, offline),
-                            finish=finish_eval_run, **overrides)
+                            finish=finish_eval, **overrides)
     return result
 
 
 # ---- explain ----------------------------------------------------------------------------
-
-@register_finisher("explain")
-def _finish_explain(result: Result, run: RunFolder) -> None:
-    run.write_summary(result.summary)
-    run.close()
-    write_explain_report(run.path)
-
 
 def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
             answer: str | None = None, *, config=None, revision: str | None = None,
@@ -164,13 +139,6 @@ def explain(model="smollm2-135m-instruct", data="", question: str | None = None,
 
 
 # ---- probe ------------------------------------------------------------------------------
-
-@register_finisher("probe-")
-def _finish_probe(result: Result, run: RunFolder) -> None:
-    kind, summary = result.config["probe"], result.summary
-    finish_run(run, summary, lambda out: probe_figures(kind, summary, out, result.config["model"]),
-               title=f"knowflow probe {kind}")
-
 
 def probe_summary(kind: str, records: list[dict], n_layers: int, cfg) -> dict:
     """The summary of one probe's records (each probe summarizes in its own terms)."""
@@ -280,7 +248,7 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
         result = Result(records, summarize(records), config, command)
         run.write_records(RECORDS, records)
-        _finish_probe(result, run)
+        finish_probe(result, run)
     result.out_dir = run.path
     return result
 
@@ -297,7 +265,7 @@ def instruction_rows(data, seed: int = 0) -> list[Instruction]:
 
 
 @dataclass
-class CurateResult(Result, commands=("curate",)):
+class CurateResult(Result):
     """`curate`'s Result: every row's scores (`loss_with_context`, `loss_without_context`,
     `criticality`, `dropped`) as records, and the rows kept (to finetune on)."""
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from knowflow.errors import ConfigError
+from knowflow.errors import ConfigError, DataError
+from knowflow.store.readers import decode_json
 
 T = TypeVar("T")
 
@@ -118,8 +118,8 @@ def _json_literal(value: Any) -> Any:
     if isinstance(value, str) and len(value) >= 2 and (value[0], value[-1]) in (('"', '"'),
                                                                                 ("[", "]")):
         try:
-            decoded = json.loads(value)
-        except (ValueError, RecursionError):
+            decoded = decode_json(value, "--set", strict=False)
+        except DataError:
             return value
         if isinstance(decoded, str) or (isinstance(decoded, list) and
                                         all(isinstance(v, str | int | float) for v in decoded)):
@@ -203,8 +203,8 @@ def _set(cfg: Any, path: list[str], value: Any, full_key: str) -> Any:
     if dataclasses.is_dataclass(current):
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except (ValueError, RecursionError):  # damaged JSON, a 4300-digit number, ...
+                value = decode_json(value, "--set", strict=False)
+            except DataError:  # damaged JSON, a 4300-digit number, ...
                 value = None
         if not isinstance(value, dict) or not value:
             raise ConfigError("is a section, not a value" if not isinstance(value, dict) else

@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from knowflow.cli import app
-from knowflow.io import read_json
 from knowflow.lens.load import load_model
+from knowflow.store.readers import read_json
 
 runner = CliRunner()
 

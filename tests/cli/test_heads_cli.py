@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from helpers import SHARP, byte_bpe, save_model_folder
 from knowflow.cli import app
-from knowflow.io import read_json, read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 
 runner = CliRunner()
 

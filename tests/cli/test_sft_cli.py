@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.data.instruction_rows import load_instructions
-from knowflow.io import read_json, read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 
 runner = CliRunner()
 

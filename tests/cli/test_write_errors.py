@@ -7,7 +7,7 @@ import os
 import pytest
 
 from knowflow.cli.errors import describe
-from knowflow.io import atomic_write_json
+from knowflow.store.files import atomic_write_json
 
 
 def test_a_full_disk_names_the_file_and_the_free_space(tmp_path, monkeypatch):

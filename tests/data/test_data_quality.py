@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from knowflow.cli import app
 from knowflow.data.quality import duplicate_key_lines
-from knowflow.io import read_json
+from knowflow.store.readers import read_json
 
 runner = CliRunner()
 

@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+from knowflow.data.instructions import MixtureShares
 from knowflow.data.people import known_words
 from knowflow.experiments.inversion_injected.world import (
     GROUPS,
@@ -14,7 +15,6 @@ from knowflow.experiments.inversion_injected.world import (
     stage2_rows,
     tracked_items,
 )
-from knowflow.schema import MixtureShares
 
 CFG = InjectedWorldConfig(mem_train=8, mem_eval=6, unk_train=8, unk_eval=6)
 

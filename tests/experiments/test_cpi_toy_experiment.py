@@ -4,12 +4,13 @@ import json
 
 import pytest
 
+from knowflow.data.instructions import KINDS
 from knowflow.errors import ConfigError
+from knowflow.evaluation.curves import named_curve
 from knowflow.experiments.cpi_toy.experiment import PARTS
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_json, read_jsonl
 from knowflow.report.names import label
-from knowflow.schema import KINDS, named_curve
+from knowflow.store.readers import read_json, read_jsonl
 
 TINY = {
     "world.n_answers": 12, "world.n_heldout_answers": 3, "world.n_test": 10,

@@ -5,10 +5,10 @@ everywhere."""
 
 import pytest
 
+from knowflow.evaluation.curves import curve_summary
 from knowflow.experiments.cpi_toy.experiment import trajectory_summary
 from knowflow.experiments.inversion_smollm2.experiment import curves
 from knowflow.experiments.inversion_tiny.curves import run_curve_summary as tiny_summary
-from knowflow.schema import curve_summary
 
 STEPS = [0, 10, 20, 30]
 VALUES = [0.25, 0.75, 0.75, 0.5]  # peak at step 10 (tied with 20)

@@ -5,7 +5,7 @@ import pytest
 
 from knowflow.errors import ConfigError
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_json, read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 
 
 @pytest.fixture(scope="module")

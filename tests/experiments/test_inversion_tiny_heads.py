@@ -15,7 +15,7 @@ from knowflow.experiments.inversion_tiny.heads import (
 )
 from knowflow.experiments.inversion_tiny.model import answer_logits, encode
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 
 TINY = {"tiny.world.mem_train": 8, "tiny.world.mem_eval": 4, "tiny.world.unk_train": 8,
         "tiny.world.unk_eval": 4, "tiny.world.scratch": 6, "tiny.world.n_values": 6,

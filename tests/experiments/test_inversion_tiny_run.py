@@ -24,7 +24,7 @@ from knowflow.experiments.inversion_tiny.world import (
     make_world,
 )
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_json, read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 from knowflow.train.callback import EvalCallback
 from knowflow.train.sft import SFTConfig, train_model
 

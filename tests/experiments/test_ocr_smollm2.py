@@ -18,8 +18,9 @@ from knowflow.evaluation.rank_table import family_table
 from knowflow.experiments.ocr_smollm2.experiment import encode_texts, run, smoke_config
 from knowflow.experiments.ocr_smollm2.figures import table_markdown
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from knowflow.runs import CONFIG, METRICS
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.identity import CONFIG, METRICS
+from knowflow.store.readers import read_jsonl
 
 
 def test_three_step_run_writes_every_record(tmp_path):

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from knowflow.cli import app
 from knowflow.errors import ConfigError
 from knowflow.experiments.runner import build_config, run_experiment
-from knowflow.io import read_json, read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 
 TINY = {"world.n_subjects": 12, "world.n_families": 2, "world.n_answers": 2,
         "world.train_fraction": 0.34, "train.steps": 60, "train.lr": 1.0,

@@ -10,14 +10,14 @@ import importlib
 import pytest
 from typer.testing import CliRunner
 
-import knowflow.api as api_mod
 import knowflow.experiments.runner as runner_mod
-import knowflow.runs as runs_mod
+import knowflow.report.finish as finish_mod
+import knowflow.store.run_folder as runs_mod
 from knowflow.cli import app
 from knowflow.errors import DataError
 from knowflow.experiments.runner import finish_run
-from knowflow.io import read_json, read_jsonl
 from knowflow.report.names import label
+from knowflow.store.readers import read_json, read_jsonl
 
 cli = CliRunner()
 
@@ -39,7 +39,7 @@ def spies(monkeypatch):
 
     monkeypatch.setattr(runs_mod.RunFolder, "write_records", records_spy)
     monkeypatch.setattr(runner_mod, "finish_run", finish_spy)
-    monkeypatch.setattr(api_mod, "finish_run", finish_spy)  # evaluate/probe through knowflow.api
+    monkeypatch.setattr(finish_mod, "finish_run", finish_spy)  # eval and probe finishers
     return seen
 
 

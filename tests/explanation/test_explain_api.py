@@ -63,7 +63,7 @@ def test_the_one_pass_score_is_computed_only_when_asked(lm):
 
 
 def test_to_pandas_is_one_flat_row_per_item():
-    from knowflow.result import Result
+    from knowflow.store.result import Result
 
     recs = [{"id": "a", "verdict": "context", "verdict_numbers": {"context_contribution": 1.0},
              "sentences": [{"text": "x", "attribution": 0.5}]},

@@ -5,8 +5,9 @@ import struct
 
 import pytest
 
-from knowflow.io import atomic_write_json, read_json
 from knowflow.report.html import write_report
+from knowflow.store.files import atomic_write_json
+from knowflow.store.readers import read_json
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 records' own numbers, the mixed arm as the baseline of the comparisons."""
 
 from knowflow.experiments.cpi_toy.figures import plot_cpi_toy
-from knowflow.io import atomic_write_jsonl
+from knowflow.store.files import atomic_write_jsonl
 
 STEPS = (0, 10, 20)
 KEYS = ("mc", "cf_acc", "param_acc", "attn_context_test", "attn_subject_test",

@@ -7,9 +7,10 @@ import re
 import pytest
 
 from knowflow.errors import DataError
-from knowflow.io import atomic_write_json, read_json
 from knowflow.report.html import NO_VERDICT, render_report, write_report
 from knowflow.report.tables import fmt, summary_tables
+from knowflow.store.files import atomic_write_json
+from knowflow.store.readers import read_json
 
 
 def _body(page: str) -> str:

@@ -4,9 +4,9 @@ verdict line, the findings rows and every figure's exact bytes, with text escape
 import base64
 import re
 
-from knowflow.io import atomic_write_json
 from knowflow.report.figures import save, subplots
 from knowflow.report.html import write_report
+from knowflow.store.files import atomic_write_json
 
 
 def _run(root):

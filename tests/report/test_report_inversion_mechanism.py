@@ -5,7 +5,7 @@ share-weighted gradient projection summed over layers (right), seed means."""
 import pytest
 
 from knowflow.experiments.inversion_tiny.mechanism_figures import mechanism_figure
-from knowflow.io import atomic_write_json, atomic_write_jsonl
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 
 STEPS = (0, 10, 20)
 

@@ -12,7 +12,7 @@ from knowflow.experiments.inversion_tiny.figures import (
     mean_series,
     plot_inversion_tiny,
 )
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import shutil
 import pytest
 
 import knowflow
-from knowflow.io import read_json
 from knowflow.report.explain import render_explain
 from knowflow.report.html import NO_VERDICT, write_report
+from knowflow.store.readers import read_json
 
 pytestmark = pytest.mark.slow  # four tiny-model runs, about a minute on two cores
 

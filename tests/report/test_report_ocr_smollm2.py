@@ -5,7 +5,7 @@ table figure and its Markdown twin, all from the run's flat `<family>/<group>/<s
 import pytest
 
 from knowflow.experiments.ocr_smollm2.figures import plot_ocr_smollm2, table_markdown
-from knowflow.io import atomic_write_json, atomic_write_jsonl
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 
 FAMILIES = {"city_language": 4, "sport_music": 6}  # shipped families: causal, not causal
 

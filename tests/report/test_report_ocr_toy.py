@@ -7,7 +7,7 @@ import math
 import pytest
 
 from knowflow.experiments.ocr_toy.figures import plot_ocr_toy, seed_band
-from knowflow.io import atomic_write_json, atomic_write_jsonl
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 
 KEYS = ("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_acc", "test_margin",
         "nuclear_norm", "frobenius_norm", "train_loss")

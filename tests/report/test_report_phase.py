@@ -6,7 +6,7 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from knowflow.experiments.phase_figure import plot_phase, with_phase
-from knowflow.io import atomic_write_json
+from knowflow.store.files import atomic_write_json
 
 
 def _rows(scale: float) -> list[dict]:

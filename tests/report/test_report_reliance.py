@@ -1,8 +1,8 @@
 """report.reliance: four panels with one line per run, a star at each run's peak
 counterfactual accuracy (the earliest step on a tie), and the sft / per-arm figure files."""
 
-from knowflow.io import atomic_write_jsonl
 from knowflow.report.reliance import plot_arms, plot_sft, reliance_figure
+from knowflow.store.files import atomic_write_jsonl
 
 RUN_A = [{"step": s, "cf_acc": cf, "param_acc": 1 - cf, "attn_context": 0.5, "train_loss": 2.0}
          for s, cf in ((0, 0.2), (10, 0.6), (20, 0.6), (30, 0.4))]

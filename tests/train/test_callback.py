@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
-from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.callback import EvalCallback, scalars
 from knowflow.train.sft import SFTConfig, train_model
 

@@ -6,7 +6,7 @@ import torch
 from transformers import TrainerCallback
 
 from knowflow.data.instruction_rows import encode_all
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.criticality import lowest_share, no_context_loss
 from knowflow.train.curation import (
     CURATION,

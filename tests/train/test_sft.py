@@ -17,9 +17,9 @@ from knowflow.data.instructions import (
 )
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, DataError, KnowflowError
-from knowflow.io import read_jsonl
 from knowflow.lens.adapt import TrainableConfig, prepare_trainable, query_key_parameters
 from knowflow.lens.batching import shard
+from knowflow.store.readers import read_jsonl
 from knowflow.train.augment import augment, sources
 from knowflow.train.criticality import CurateConfig, dropped_indices, score_examples
 from knowflow.train.sft import SFTConfig, last_checkpoint, train_model

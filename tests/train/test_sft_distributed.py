@@ -11,7 +11,7 @@ import pytest
 
 from helpers import byte_tokenizer
 from knowflow.data.suites import get_suite
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 

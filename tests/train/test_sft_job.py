@@ -7,7 +7,8 @@ import pytest
 
 from knowflow.data.instruction_rows import load_instructions
 from knowflow.data.instructions import MixtureConfig, builtin_mixture
-from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.sft import SFTConfig
 from knowflow.train.sft_job import SFTJobConfig, run_sft_job
 from knowflow.train.tracker import TrackerConfig

@@ -15,7 +15,7 @@ import knowflow
 from knowflow.cli import app
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, stop_reason, tracked_items
 
 CAPITALS = [("France", "Paris", "Lyon"), ("Italy", "Rome", "Milan"), ("Japan", "Tokyo", "Osaka"),

@@ -2,7 +2,7 @@
 records are scripted)."""
 
 from knowflow.data.suites import get_suite
-from knowflow.schema import named_curve
+from knowflow.evaluation.curves import named_curve
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
 CF = [0.2, 0.6, 0.6, 0.3]  # a tied peak: the earlier step (4) wins

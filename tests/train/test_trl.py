@@ -10,7 +10,7 @@ import pytest
 from knowflow.data.instruction_rows import encode_all, prompt_and_response
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError
-from knowflow.io import read_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.sft import SFTConfig, train_model
 from knowflow.train.tracker import RelianceTracker, TrackerConfig
 
@@ -113,7 +113,7 @@ def test_cli_sft_trainer_trl(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
 
     from knowflow.cli import app
-    from knowflow.io import read_json
+    from knowflow.store.readers import read_json
 
     res = CliRunner().invoke(app, [
         "sft", "--model", str(tiny_model_dir), "--trainer", "trl", "--steps", "2",

@@ -197,7 +197,8 @@ def check_run_dir(run_dir: Path | None, resume: bool) -> None:
 
 def check_run_folders(run_dirs: list[Path]) -> None:
     """Each path is an existing knowflow run folder whose files are readable."""
-    from knowflow.runs import CONFIG, check_run_files
+    from knowflow.store.checks import check_run_files
+    from knowflow.store.identity import CONFIG
 
     for run_dir in run_dirs:
         if not run_dir.is_dir():

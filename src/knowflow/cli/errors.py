@@ -25,8 +25,8 @@ from rich.text import Text
 
 from knowflow.cli.common import err_console
 from knowflow.errors import Interrupted, KnowflowError, Terminated, memory_error, out_of_memory
-from knowflow.outputs import run_command
-from knowflow.staging import target_of
+from knowflow.store.identity import run_command
+from knowflow.store.staging import target_of
 
 _OS_ERRORS = {
     errno.ENOENT: ("no such file or folder", "check the path"),

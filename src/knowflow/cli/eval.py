@@ -153,25 +153,21 @@ def eval_cmd(
 
 def _check_out(out: Path | None, inputs) -> None:
     """--out: new, empty or an earlier eval's folder, holding no input (before any work)."""
-    from knowflow.io import check_output_dir
-    from knowflow.outputs import check_out_dir
+    from knowflow.store.outputs import check_out_dir
 
-    if out is None:
-        check_output_dir(Path("runs") / "eval", "output folder")
-    else:
-        check_out_dir(out, "eval", inputs=inputs or [])
+    check_out_dir(out or Path("runs") / "eval", "eval" if out else None, inputs=inputs or [])
 
 
 def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) -> None:
-    from knowflow.api import finish_eval_run
     from knowflow.evaluation.run import from_lm_eval
+    from knowflow.report.finish import finish_eval
 
     if clash:
         raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
                           "--from-lm-eval", "drop --suite/--data")
     _check_out(out, samples)
     result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
-                          seed=seed, finish=finish_eval_run)
+                          seed=seed, finish=finish_eval)
     report = result.out_dir / "report.html"
     print_eval(result.summary)
     console.print(f"results: {result.out_dir}", highlight=False)

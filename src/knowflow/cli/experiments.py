@@ -77,7 +77,7 @@ def run_cmd(
     """Run a registered experiment; writes runs/<name>/<timestamp>/ with a report.html."""
     from knowflow.experiments.registry import get_experiment
     from knowflow.experiments.runner import run_experiment
-    from knowflow.runs import REPORT
+    from knowflow.store.identity import REPORT
 
     check_threads(threads)
     check_run_dir(run_dir, resume)
@@ -97,10 +97,10 @@ def report_cmd(
     """Write a self-contained report.html (figures embedded, config, summary tables); several
     runs' reliance curves overlaid. A folder a RelianceTracker wrote (metrics.jsonl, no
     config.json) gets its curves, intervals, peak, fall and verdict."""
-    from knowflow.outputs import check_out_files
     from knowflow.report.html import write_report
     from knowflow.report.tracker_run import read_tracker_records, tracker_figure, tracker_summary
-    from knowflow.runs import CONFIG
+    from knowflow.store.identity import CONFIG
+    from knowflow.store.outputs import check_out_files
 
     target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
     trackers = [d for d in run_dirs if d.is_dir() and not (d / CONFIG).exists()]

@@ -105,8 +105,8 @@ def explain_cmd(
     from knowflow.explanation.estimator import check_estimator
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.run import load_explain_items
-    from knowflow.io import check_output_dir
     from knowflow.lens.load import check_device, check_model
+    from knowflow.store.outputs import check_out_dir
 
     check_threads(threads)
     check_seed(seed)
@@ -120,7 +120,7 @@ def explain_cmd(
     load_explain_items(source, question, cfg, mapping, preset)  # bad items: before the model
     check_device(device)
     target_dir = out or runs_dir / "explain"
-    check_output_dir(target_dir, "output folder")
+    check_out_dir(target_dir, what="output folder")
     check_estimator(model, cfg)                  # learned without an estimator: before loading
     check_model(model, model_source(revision, trust_remote_code, offline))
     set_threads(threads)

@@ -58,13 +58,13 @@ def lm_eval_cmd(
     from knowflow.evaluation.items import load_suites
     from knowflow.evaluation.lm_eval_task import check_task_names, export_lm_eval
     from knowflow.evaluation.options import EvalConfig
-    from knowflow.io import check_output_dir
+    from knowflow.store.outputs import check_out_dir
 
     mapping = parse_fields(fields)
     source = model_source(revision, trust_remote_code, offline)
     EvalConfig(prompt_format=prompt_format, limit=limit, seed=seed).validate()
     check_suites(suite)
-    check_output_dir(out, "task folder")
+    check_out_dir(out, what="task folder")
     by_suite = load_suites(suite, data, limit, seed, fields=mapping, preset=preset)
     check_task_names(list(by_suite))  # before the tokenizer loads
     tokenizer = None

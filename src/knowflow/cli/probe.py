@@ -107,9 +107,8 @@ def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str
 def _validate_data(common: _Common, kind: str | None = None) -> None:
     """Check the options and read a prompts file before the model loads, so bad input fails
     fast and leaves nothing behind (`kind`: the probe, whose earlier runs --out may hold)."""
-    from knowflow.io import check_output_dir
     from knowflow.lens.load import check_device, check_model
-    from knowflow.outputs import check_out_dir
+    from knowflow.store.outputs import check_out_dir
 
     check_threads(common.threads)
     if common.data and common.suite:
@@ -123,9 +122,8 @@ def _validate_data(common: _Common, kind: str | None = None) -> None:
 
         load_examples(common.data)
         warn_duplicate_keys(common.data)
-    if common.out is not None and kind is not None:
-        check_out_dir(common.out, f"probe-{kind}", inputs=[common.data])
-    check_output_dir(common.out or common.runs_dir, "output folder")
+    command = f"probe-{kind}" if common.out is not None and kind is not None else None
+    check_out_dir(common.out or common.runs_dir, command, inputs=[common.data])
     check_model(common.model, common.source)
 
 

@@ -87,9 +87,9 @@ def heads_cmd(
     """
     from knowflow.data.prompts import format_note
     from knowflow.evaluation.items import load_suites
-    from knowflow.io import check_output_dir
     from knowflow.lens.load import check_device, check_model
     from knowflow.probes import HeadsConfig
+    from knowflow.store.outputs import check_out_dir
 
     common = _common(model, data, suite, limit, runs_dir, out, device, dtype, threads,
                      model_source(revision, trust_remote_code, offline))
@@ -104,7 +104,7 @@ def heads_cmd(
         check_suites(suite)
     by_suite = load_suites(None if data else suite, data, limit, seed)
     items = [it for its in by_suite.values() for it in its]
-    check_output_dir(out or runs_dir, "output folder")
+    check_out_dir(out or runs_dir, what="output folder")
     check_model(model, common.source)
     loaded = _load_model(common)
     result = _write("heads", common, cfg, *loaded, items,

@@ -49,7 +49,7 @@ def _check_out(data: str, out: Path, derived: tuple[tuple[str, str], ...] = ()) 
     """--out, and the files named after it (`derived`: (what, suffix)), are new or
     replaceable files, none the input nor another's (checked before any work)."""
     from knowflow.errors import DataError
-    from knowflow.outputs import check_out_files
+    from knowflow.store.outputs import check_out_files
     from knowflow.train.sft_job import BUILTIN
 
     if data != BUILTIN and not Path(data).is_file():
@@ -133,7 +133,7 @@ def sft_cmd(
 ) -> None:
     """Finetune a causal LM with the HF Trainer while tracking context reliance."""
     from knowflow.experiments.runner import run_experiment
-    from knowflow.runs import REPORT
+    from knowflow.store.identity import REPORT
 
     overrides = [f"{k}={v}" for k, v in given.items()] + list(set_ or [])
     check_threads(threads)
@@ -244,7 +244,7 @@ def augment_cmd(
 ) -> None:
     """Add entity-substituted counterfactual examples (context and answer changed together)."""
     from knowflow.api import augment
-    from knowflow.io import atomic_write_jsonl
+    from knowflow.store.files import atomic_write_jsonl
 
     check_seed(seed)
     if not 0 < ratio <= MAX_RATIO:  # also refuses nan and inf

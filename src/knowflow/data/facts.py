@@ -10,11 +10,12 @@ knowflow's own templates in `data/files/templates.json`. An `Instruction` is one
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Literal
+
+from knowflow.store.readers import read_json
 
 Task = Literal["qa", "complete"]
 
@@ -67,8 +68,7 @@ def read_table(name: str) -> tuple[dict[str, str], ...]:
 @cache
 def templates() -> dict:
     """knowflow's sentence templates (`data/files/templates.json`)."""
-    with _data_file("templates.json").open(encoding="utf-8") as fh:
-        return json.load(fh)
+    return read_json(_data_file("templates.json"))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from knowflow.store.readers import read_json
+
 CACHE_HASH = "0" * 16  # any name works: offline, datasets reads the newest folder
 
 
@@ -55,7 +57,7 @@ def lay_out_hub_dataset(hf_home: str | Path, repo_id: str,
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        info = json.loads((built / "dataset_info.json").read_text(encoding="utf-8"))
+        info = read_json(built / "dataset_info.json")
         info.update(config_name=config, dataset_name=snake)
         for split_info in info.get("splits", {}).values():
             split_info["dataset_name"] = snake

@@ -21,7 +21,8 @@ from knowflow.data.loaders import json_records
 from knowflow.data.prompts import check_plain_text, instruction_prompt, resolve_format
 from knowflow.data.quality import duplicate_key_lines
 from knowflow.errors import ConfigError, DataError, KnowflowError
-from knowflow.io import atomic_write_jsonl, input_file, read_text
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.readers import input_file, read_text
 
 IGNORE = -100  # label of tokens that carry no loss
 _ROLES = ("system", "user", "assistant")

@@ -23,9 +23,13 @@ from knowflow.data.facts import ConflictItem, Instruction, read_table, templates
 from knowflow.data.people import known_words, make_names
 from knowflow.data.prompts import SHORT_ANSWER
 from knowflow.data.suites import get_suite
-from knowflow.schema import MixtureShares
 
-KINDS = ("C", "C+S", "S")
+# The example kinds (Goyal et al. 2025), named the same in every experiment, tracker and report:
+# `C` (the answer is only in the context), `C+S` (a memorized subject; the context agrees with
+# memory), `S` (no context; memory only) and `CF` (a memorized subject; the context contradicts
+# memory: the counterfactual items that measure context reliance, and the augmentation examples
+# that train it). A per-kind quantity is suffixed with the kind (`loss_C+S`).
+KINDS = ("C", "C+S", "S", "CF")
 TRACKED_SUITES = ("cf-capitals", "cf-world")
 # How a made-up subject of each relation is named ({w}: a made-up word).
 _MADE_UP = {"capital_of": "{W}", "landmark_city": "the {W} Tower",
@@ -34,9 +38,36 @@ _MADE_UP = {"capital_of": "{W}", "landmark_city": "the {W} Tower",
             "painting_painter": "The {W} Garden", "country_currency": "{W}"}
 
 
+MAX_MIXTURE = 1_000_000  # rows of a generated mixture (the built-in one makes 40,000 in 0.8 s)
+
+
+@dataclass(frozen=True)
+class MixtureShares:
+    """A finetuning mixture, one concept for every experiment that finetunes on one: `size`
+    examples split into the kinds C, C+S and S by the shares `c`, `cs` and `s` (which sum to
+    1). The tiny world's `Mixture` and the instruction `MixtureConfig` extend it with their own
+    fields; the theory model (`cpi-toy`) counts its point sets instead."""
+
+    size: int = 800
+    c: float = 0.25
+    cs: float = 0.5
+    s: float = 0.25
+
+    def validate(self, prefix: str = "mixture.") -> None:
+        require(self.size >= 1, f"{prefix}size", "must be at least 1")
+        require(self.size <= MAX_MIXTURE, f"{prefix}size",
+                f"must be at most {MAX_MIXTURE}, got {self.size}")
+        for name in ("c", "cs", "s"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"{prefix}{name}", f"a share must lie in [0, 1], got {value}")
+        total = self.c + self.cs + self.s
+        require(abs(total - 1) <= 1e-6, f"{prefix}c",
+                f"the shares c + cs + s sum to {total:g}, not 1; make them sum to 1")
+
+
 @dataclass(frozen=True)
 class MixtureConfig(MixtureShares):
-    """The built-in instruction mixture (`schema.MixtureShares`: size and the C/C+S/S shares)."""
+    """The built-in instruction mixture (`MixtureShares`: size and the C/C+S/S shares)."""
 
     heldout_share: float = 0.5       # subjects kept for counterfactual evaluation
     seed: int = 0

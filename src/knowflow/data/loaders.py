@@ -49,7 +49,8 @@ from knowflow.data.tables import (
     table_rows,
 )
 from knowflow.errors import DataError
-from knowflow.io import atomic_write_jsonl, csv_rows, json_records, not_a_list
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.readers import csv_rows, json_records, not_a_list
 
 log = logging.getLogger(__name__)
 

@@ -21,17 +21,16 @@ speaks"), the correct answer and the family's candidates, scored as continuation
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 from knowflow.config import require
 from knowflow.data.facts import _data_file, read_table
 from knowflow.errors import DataError
+from knowflow.store.readers import decode_json, read_text
 
 FAMILY_NAMES = ("city_language", "cf_city_language", "country_code", "profession_color",
                 "sport_music")
@@ -231,15 +230,9 @@ def load_families(path: str | None = None) -> dict[str, FamilySpec]:
     """Families of a JSON file (default: the shipped one); keys starting with _ are comments."""
     where = path or FAMILIES_FILE
     try:
-        if path is None:
-            with _data_file(FAMILIES_FILE).open(encoding="utf-8") as fh:
-                raw = json.load(fh)
-        else:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = decode_json(read_text(_data_file(FAMILIES_FILE) if path is None else path), where)
     except FileNotFoundError:
         raise DataError(where, "no such file") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(where, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
     if not isinstance(raw, dict):
         raise DataError(where, "must be a JSON object of families")
     specs = {k: _parse_family(where, k, v) for k, v in raw.items() if not k.startswith("_")}

@@ -10,11 +10,11 @@ Each check logs one warning line with a count; the count also goes into the run'
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-from knowflow.io import jsonl_lines
+from knowflow.errors import DataError
+from knowflow.store.readers import decode_json, jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,15 @@ def duplicate_key_lines(path: Path, text: str | None = None) -> list[int]:
     found: set[int] = set()
     if text.lstrip().startswith("["):
         try:
-            json.loads(text, object_pairs_hook=_list_hook(found))
-        except (ValueError, RecursionError):
+            decode_json(text, path, strict=False, pairs_hook=_list_hook(found))
+        except DataError:
             return []
         return sorted(found)
     for n, raw in jsonl_lines(text):
         if raw.strip():
             try:
-                json.loads(raw, object_pairs_hook=_hook(found, n))
-            except (ValueError, RecursionError):
+                decode_json(raw, path, strict=False, pairs_hook=_hook(found, n))
+            except DataError:
                 continue
     return sorted(found)
 

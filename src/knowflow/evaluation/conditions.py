@@ -23,8 +23,8 @@ from knowflow.evaluation.decoding import Method, methods_of
 from knowflow.evaluation.items import evaluate_items, flat
 from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, parse_conditions
-from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.runs import Progress
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.run_folder import Progress
 
 ALL = "all"  # the suites' items pooled
 

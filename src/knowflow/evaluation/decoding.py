@@ -64,7 +64,7 @@ from knowflow.lens.batching import pad_id, right_pad
 from knowflow.lens.prefix import Prefix, forward
 from knowflow.lens.prompt_batches import prefill, sorted_batches
 from knowflow.lens.scorer import Score, encode_continuations, score_continuations
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 BASES = {"greedy": "the model's own next-token logits (default)",
          "cad": "context-aware decoding: (1 + alpha) z(y|c,x) - alpha z(y|x) (Shi et al. 2023)",

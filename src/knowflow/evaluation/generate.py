@@ -22,7 +22,7 @@ from knowflow.evaluation.closed_class import CLOSED_CLASS
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.prefix import Prefix, forward
 from knowflow.lens.prompt_batches import prefill, sorted_batches
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from knowflow.evaluation.normalize import primary
 from knowflow.evaluation.options import EvalConfig
 from knowflow.evaluation.steer_heads import HeadSteering
 from knowflow.lens.heads import ablation_rows, answer_split, head_shape, log_odds_rows
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

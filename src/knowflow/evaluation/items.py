@@ -28,7 +28,7 @@ from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filte
 from knowflow.evaluation.outcomes import classify
 from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 def load_suites(suites: str | Sequence[str] | None = None,

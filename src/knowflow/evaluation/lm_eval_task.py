@@ -26,7 +26,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from knowflow.boundaries import LmEvalSample, check
 from knowflow.data.facts import ConflictItem
 from knowflow.data.loaders import json_records
 from knowflow.data.prompts import PromptConfig, render, resolve_format
@@ -34,8 +33,9 @@ from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.items import choice
 from knowflow.evaluation.metrics import memorization_ratio
 from knowflow.evaluation.normalize import primary
-from knowflow.io import atomic_write_jsonl, atomic_write_text
-from knowflow.staging import staged_dir
+from knowflow.store.files import atomic_write_jsonl, atomic_write_text
+from knowflow.store.schemas import LmEvalSample, check
+from knowflow.store.staging import staged_dir
 
 TASK_PREFIX = "knowflow_"
 LOADER = "knowflow_lmeval_loader"

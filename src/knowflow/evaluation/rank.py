@@ -26,7 +26,7 @@ from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.prefix import Prefix
 from knowflow.lens.prompt_batches import prefill, sorted_batches
 from knowflow.lens.scorer import encode_continuations, score_continuations
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 def ranks_from_scores(scores: Sequence[Sequence[float]], correct: Sequence[int]

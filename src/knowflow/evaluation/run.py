@@ -10,7 +10,7 @@ the question alone (one prefill per item, no decoding) unless `known_by="generat
 are reported on all items and on the known ones; each summary block's `known_by` says which
 flags the known block rests on ("generate", "loglik", or "off": no known block). The
 `EvalResult` holds per-item records and a summary {suite: {mode: metrics}}; with an output
-folder they are written as a run folder (`knowflow.runs.start_run`): `config.json` first,
+folder they are written as a run folder (`store.run_folder.start_run`): `config.json` first,
 then `items.jsonl` and `summary.json`. `knowflow.evaluate` and `knowflow eval` finish the
 folder with figures and report.html (`report.finish.finish_run`), as every run is finished.
 """
@@ -42,21 +42,22 @@ from knowflow.evaluation.lm_eval_task import read_lm_eval_samples
 from knowflow.evaluation.metrics import summarize
 from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filter
 from knowflow.evaluation.strength import by_strength
-from knowflow.io import read_json, read_jsonl
 from knowflow.lens.batching import dist_rank, gather, launched_state, shard
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.memory import check_budget, eval_bytes, fit_rows, shape_of
 from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.lens.scorer import LONG_PROMPT
-from knowflow.result import Result
-from knowflow.runs import ITEMS, Progress, RunFolder, start_run
+from knowflow.store.identity import ITEMS
+from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.result import Finisher, Result
+from knowflow.store.run_folder import Progress, RunFolder, start_run
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class EvalResult(Result, commands=("eval",)):
+class EvalResult(Result):
     """An eval's Result: `records` are the flat per-item records items.jsonl holds, `summary`
     {suite: {"generate"|"loglik": metrics}}; `by_suite` keeps the nested records per suite,
     `swept` a sweep's summary and records (conditions.json/l)."""
@@ -99,7 +100,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              out_dir: str | Path | None = None, runs_root: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
              preset: str | None = None, source: ModelSource | None = None,
-             finish: Callable[[RunFolder], None] | None = None, **overrides) -> EvalResult:
+             finish: Finisher | None = None, **overrides) -> EvalResult:
     """Evaluate `model` (a name/path for `load_model`, or a loaded model with `tokenizer`) on
     knowledge-conflict suites and/or data files or hub datasets (`fields`: their column
     mapping; `preset`: their published layout, else recognised from the columns; the config
@@ -108,8 +109,8 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     fields.
 
     Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
-    to a fresh `runs_root/eval/<timestamp>/`, then `finish(run)` (the figures and page);
-    with neither, nothing is written. The folder is staged (`runs.RunFolder`): it appears
+    to a fresh `runs_root/eval/<timestamp>/`, then `finish(result, run)` (the figures and page);
+    with neither, nothing is written. The folder is staged (`RunFolder`): it appears
     only once complete, and any failure leaves `out_dir` as it was.
     """
     cfg = resolve_config(EvalConfig, config, overrides)
@@ -152,7 +153,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
-    with run if run is not None else contextlib.nullcontext():  # staged: see runs.RunFolder
+    with run if run is not None else contextlib.nullcontext():  # staged: see RunFolder
         for name, items in by_suite.items():
             log.info("evaluating %s on %s (%d items)", model_name, name, len(items))
             mine, real = shard(items, rank, world)
@@ -165,12 +166,15 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
                              for mode in MODES[cfg.scoring]}
         swept = sweep.run(model, tokenizer, by_suite, records, progress) if sweep.active \
             else None
+        result = _result(summary, records, config, None, 0.0,
+                         {k: round(v, 2) for k, v in timings.items()}, swept)
         if run is not None:
-            _write_items(run, [flat(r) for rs in records.values() for r in rs], summary, swept)
+            _write_items(run, result.records, summary, swept)
             if finish is not None:
-                finish(run)
-    return _result(summary, records, config, run.path if run is not None else None,
-                   time.time() - start, {k: round(v, 2) for k, v in timings.items()}, swept)
+                finish(result, run)
+    result.out_dir = run.path if run is not None else None
+    result.seconds = time.time() - start
+    return result
 
 
 def _check_window(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg: EvalConfig
@@ -244,7 +248,7 @@ def _write_items(run: RunFolder, records: list[dict], summary: dict,
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
                  runs_root: str | Path | None = None, n_bootstrap: int = 1000,
-                 seed: int = 0, finish: Callable[[RunFolder], None] | None = None
+                 seed: int = 0, finish: Finisher | None = None
                  ) -> EvalResult:
     """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
     by `knowflow export lm-eval` (one file per suite)."""
@@ -260,10 +264,10 @@ def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = Non
     result = _result(summary, records, config, None, 0.0)
     run = _start(config, out_dir, runs_root)
     if run is not None:
-        with run:  # staged: see runs.RunFolder
+        with run:  # staged: see RunFolder
             _write_items(run, result.records, summary)
             if finish is not None:
-                finish(run)
+                finish(result, run)
         result.out_dir = run.path
     result.seconds = time.time() - start
     return result

@@ -21,7 +21,6 @@ unmitigated arm's fall (`fall_removed`) and keeps in-distribution accuracy withi
 from __future__ import annotations
 
 from knowflow.config import require
-from knowflow.schema import THEORY, TINY, InversionCriterion  # noqa: F401  (the experiments')
 from knowflow.train.criticality import ARM_FRACTION, MEMORY_LOSS
 from knowflow.train.curation import DynamicCurationConfig
 

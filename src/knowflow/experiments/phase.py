@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from knowflow.config import require
-from knowflow.schema import curve_summary
+from knowflow.evaluation.curves import curve_summary
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from knowflow.io import read_json
 from knowflow.report.figures import save, subplots
-from knowflow.runs import CONFIG
+from knowflow.store.identity import CONFIG
+from knowflow.store.readers import read_json
 
 PHASE = "phase.json"
 

@@ -27,20 +27,13 @@ from knowflow.errors import (
     out_of_memory,
 )
 from knowflow.experiments.registry import get_experiment
-from knowflow.io import check_output_dir, read_json, read_jsonl
 from knowflow.report.finish import finish_run
-from knowflow.result import Result
-from knowflow.runs import (
-    CONFIG,
-    METRICS,
-    Progress,
-    RunFolder,
-    check_identity,
-    check_run_files,
-    latest_unfinished,
-    remove_stale_temps,
-    start_run,
-)
+from knowflow.store.checks import check_run_files, remove_stale_temps
+from knowflow.store.identity import CONFIG, METRICS, check_identity
+from knowflow.store.outputs import check_out_dir
+from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.result import Result
+from knowflow.store.run_folder import Progress, RunFolder, latest_unfinished, start_run
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +111,7 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
         cfg = build_config(name, overrides, config, **fields)
         if exp.check is not None:
             exp.check(cfg)
-        check_output_dir(Path(runs_root) / name, "runs folder")
+        check_out_dir(Path(runs_root) / name, what="runs folder")
         run = start_run(config_to_dict(cfg), name, runs_root=runs_root, resumable=True)
     start = time.perf_counter()
     # `progress(done, total)` reaches experiments whose run function takes it

@@ -14,7 +14,7 @@ from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
 from knowflow.lens.load import check_device, check_model
 from knowflow.report.reliance import plot_sft
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.resume import check_checkpoints
 from knowflow.train.sft import SFTConfig

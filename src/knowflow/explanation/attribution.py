@@ -39,7 +39,7 @@ from knowflow.lens.batching import model_device
 from knowflow.lens.scorer import score_continuations
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

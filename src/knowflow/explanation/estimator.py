@@ -21,9 +21,10 @@ import torch
 from knowflow.errors import ConfigError, DataError
 from knowflow.explanation.features import KINDS
 from knowflow.explanation.options import ExplainConfig
-from knowflow.io import atomic_write_text
 from knowflow.lens.arch import arch_of
 from knowflow.lens.load import cache_dir
+from knowflow.store.files import atomic_write_text
+from knowflow.store.readers import read_json
 
 SUFFIX = ".explain-learned.json"
 FORMAT = 2          # 2: `soft` and `total` weigh the readers' attention only (features.py)
@@ -86,14 +87,14 @@ def load_estimator(model, model_name: str, path: Path | None = None) -> Estimato
     source = path or estimator_path(model_name)
     if not source.exists():
         return None
+    refit = "fit it again: knowflow explain fit --model M"
+    raw = read_json(source, hint=refit)
     try:
-        raw = json.loads(source.read_text(encoding="utf-8"))
         est = Estimator(tuple(float(w) for w in raw["weights"]), int(raw["n_layers"]),
                         int(raw["n_heads"]), dict(raw.get("provenance") or {}),
                         tuple(str(k) for k in raw.get("features", ["attention"])))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(str(source), f"not a learned estimator ({exc})",
-                        hint="fit it again: knowflow explain fit --model M") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(str(source), f"not a learned estimator ({exc})", hint=refit) from None
     unknown = [k for k in est.features if k not in KINDS]
     if unknown or not est.features:
         raise DataError(str(source), f"{unknown or 'empty'} (known: {', '.join(KINDS)})",

@@ -44,7 +44,7 @@ from knowflow.explanation.target import explained_span
 from knowflow.lens.arch import arch_of
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

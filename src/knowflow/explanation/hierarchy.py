@@ -50,7 +50,7 @@ from knowflow.explanation.attribution import (
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import fit_surrogate, random_masks, spearman
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 _BLANK_LINE = re.compile(r"\n\s*\n")
 

@@ -61,8 +61,8 @@ from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.memory import check_budget, eval_bytes, inference_bytes, shape_of
 from knowflow.lens.scorer import Score, score_continuations
-from knowflow.result import Result
-from knowflow.runs import Progress
+from knowflow.store.result import Result
+from knowflow.store.run_folder import Progress
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ batches, so its tokenizer needs a pad or an end-of-sequence token.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.store.readers import read_json
 
 # config.json sizes that must be integers (transformers' names, old and new)
 _SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -75,8 +75,8 @@ def check_weights(folder: Path) -> None:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            shards = set(read_json(index)["weight_map"].values())
+        except (OSError, DataError, KeyError, TypeError, AttributeError):
             raise DataError(index, "not a safetensors index (no weight_map)", hint=_HINT
                             ) from None
         missing = sorted(s for s in shards if not (folder / s).is_file())

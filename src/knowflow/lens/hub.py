@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from knowflow.errors import ConfigError, KnowflowError
+from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.store.readers import read_json
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,8 @@ def json_object(path: Path, hint: str) -> dict:
     """The JSON object in `path` ({} for any other JSON value); one line (with `hint`) when
     the file cannot be read as JSON."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = read_json(path)
+    except (OSError, DataError):
         raise KnowflowError(f"{path}: not a readable JSON file", hint) from None
     return data if isinstance(data, dict) else {}
 

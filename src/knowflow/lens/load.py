@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.io import atomic_write_folder, check_output_dir
 from knowflow.lens.checks import check_config, check_finite, check_tokenizer, check_weights
 from knowflow.lens.hub import (
     ModelSource,
@@ -35,6 +34,8 @@ from knowflow.lens.hub import (
     model_configs,
     resolve_hub,
 )
+from knowflow.store.outputs import check_out_dir
+from knowflow.store.staging import staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
         _no_revision(name, source)
         if not (cache_dir() / "models" / SMOLLM2 / "config.json").exists():
             smollm2_gguf()
-            check_output_dir(cache_dir() / "models", "model cache folder ($KNOWFLOW_CACHE)")
+            check_out_dir(cache_dir() / "models", what="model cache folder ($KNOWFLOW_CACHE)")
         return name, None, source
     path = Path(name).expanduser()
     if path.exists():
@@ -184,11 +185,9 @@ def _smollm2_folder() -> Path:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(model.state_dict())
     model = plain
-    def write(folder: Path) -> None:
+    with staged_dir(target, complete="config.json") as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-
-    atomic_write_folder(target, write, marker="config.json")
     return target
 
 

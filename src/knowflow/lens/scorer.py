@@ -41,7 +41,7 @@ from knowflow.lens.prompt_batches import (
     prefill,
     sorted_batches,
 )
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 Score = tuple[float, int]  # (sum of token log-probs, token count)
 STRATEGIES = ("auto", "two_pass", "trie")

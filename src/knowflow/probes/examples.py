@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.errors import DataError, KnowflowError
-from knowflow.io import input_file, json_records, read_text
+from knowflow.store.readers import input_file, json_records, read_text
 
 FIELDS = ("id", "prompt", "subject", "relation", "attributes", "answer", "context")
 

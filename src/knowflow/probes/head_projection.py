@@ -23,7 +23,7 @@ from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.projection import project
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

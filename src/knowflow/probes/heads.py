@@ -48,7 +48,7 @@ from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 ABLATIONS = ("zero", "mean", "block")
 

@@ -32,7 +32,7 @@ from knowflow.probes.examples import ProbeExample
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.probes.examples import ProbeExample, as_example
 from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 
 def span_mass(rows: torch.Tensor, span: torch.Tensor) -> torch.Tensor:

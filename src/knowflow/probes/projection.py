@@ -29,7 +29,7 @@ from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or",
                    "is", "was", "are", "be", "it", "its", "as", "with", "from", "that", "this"])

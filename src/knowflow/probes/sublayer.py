@@ -25,7 +25,7 @@ from knowflow.probes.common import check_layers, window
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 SUBLAYERS = ("mlp", "attn")
 

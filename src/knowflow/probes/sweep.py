@@ -19,7 +19,7 @@ import torch
 from knowflow.probes.common import recall_examples
 from knowflow.probes.examples import ProbeExample
 from knowflow.probes.spans import Located
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 log = logging.getLogger(__name__)
 

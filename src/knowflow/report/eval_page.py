@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from knowflow.io import read_json, read_jsonl
+from knowflow.evaluation.curves import wilson_interval
 from knowflow.report.names import label, percent, with_interval
 from knowflow.report.page import esc, run_figures, table
-from knowflow.schema import wilson_interval
+from knowflow.store.readers import read_json, read_jsonl
 
 EXCERPT = 160
 MAX_ROWS = 2000          # rows drawn in the page; the rest stay in items.jsonl

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.io import read_json
 from knowflow.report.figures import save, subplots
 from knowflow.report.strength import FIGURE as STRENGTH_FIGURE
 from knowflow.report.strength import strength_figure
 from knowflow.report.tradeoff import tradeoff_from_run
+from knowflow.store.readers import read_json
 
 FIGURE = "context_vs_memory.png"
 METHODS_FIGURE = "methods.png"

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from matplotlib.ticker import MaxNLocator
 
-from knowflow.io import atomic_write_text, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
 from knowflow.report.page import finding_box, run_figures, table
 from knowflow.report.page import page as whole_page
 from knowflow.report.tables import key_values
-from knowflow.runs import CONFIG, RECORDS, REPORT, SUMMARY
+from knowflow.store.files import atomic_write_text
+from knowflow.store.identity import CONFIG, RECORDS, REPORT, SUMMARY
+from knowflow.store.readers import read_json, read_jsonl
 
 MAX_ITEMS = 60          # items drawn as cards; the rest are in records.jsonl
 

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from knowflow.io import atomic_write_bytes  # noqa: E402
+from knowflow.store.files import atomic_write_bytes
 
 
 def subplots(ncols: int, nrows: int = 1, width: float = 4.2, height: float = 3.2):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from matplotlib.ticker import MaxNLocator
 
-from knowflow.io import read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.runs import METRICS
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 
 def _heatmap(ax, grid: list[list[float]], title: str, signed: bool, fig) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.io import read_json
 from knowflow.report.names import with_interval
 from knowflow.report.page import esc, run_figures, table
+from knowflow.store.readers import read_json
 
 CAPTIONS = {"heads.png": "change in log p(cf) − log p(param) when one head is removed, per "
                          "layer and head, one panel per ablation, one colour scale: red "

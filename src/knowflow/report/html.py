@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from knowflow.errors import DataError
-from knowflow.io import atomic_write_text, read_json
-from knowflow.outputs import run_command
 from knowflow.report import eval_page, heads_page, sft_page
 from knowflow.report.explain import explain_body
 from knowflow.report.page import embedded_figure, page, run_figures
@@ -39,8 +37,10 @@ from knowflow.report.tracker_run import (
     read_tracker_records,
     tracker_summary,
 )
-from knowflow.runs import CONFIG, METRICS, SUMMARY
-from knowflow.staging import target_of
+from knowflow.store.files import atomic_write_text
+from knowflow.store.identity import CONFIG, METRICS, SUMMARY, run_command
+from knowflow.store.readers import read_json
+from knowflow.store.staging import target_of
 
 NO_VERDICT = "the summary states no finding of its own; its measurements follow"
 UNFINISHED = "unfinished run: no summary.json yet"

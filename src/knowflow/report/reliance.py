@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from knowflow.io import atomic_write_bytes, read_jsonl
+from knowflow.evaluation.curves import wilson_interval
 from knowflow.report.figures import png, series, subplots
-from knowflow.runs import METRICS
-from knowflow.schema import wilson_interval
+from knowflow.store.files import atomic_write_bytes
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 _PANELS = (("cf_acc", "counterfactual accuracy (follows context)"),
            ("param_acc", "parametric accuracy (follows memory)"),

@@ -12,7 +12,7 @@ from knowflow.report.names import label, with_interval
 from knowflow.report.page import embedded_figure, run_figures, table
 from knowflow.report.reliance import reliance_png
 from knowflow.report.tracker_run import tracker_summary
-from knowflow.staging import target_of
+from knowflow.store.staging import target_of
 
 CAPTION = ("left to right: counterfactual accuracy (star: its peak), parametric accuracy, "
            "attention on the context, training loss; shaded: 95% Wilson score intervals over "

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.boundaries import TrackerRecord, check
 from knowflow.errors import DataError
-from knowflow.io import decode_json, read_text
+from knowflow.evaluation.curves import THEORY, InversionCriterion, named_curve, wilson_interval
 from knowflow.report.reliance import reliance_figure
-from knowflow.runs import CONFIG, METRICS
-from knowflow.schema import THEORY, InversionCriterion, named_curve, wilson_interval
+from knowflow.store.identity import CONFIG, METRICS
+from knowflow.store.readers import decode_json, read_text
+from knowflow.store.schemas import TrackerRecord, check
 
 INTERVAL = "95% Wilson score interval over the n items scored at that step"
 HINT = "give the out_dir of a RelianceTracker, or a run folder runs/<experiment>/<timestamp>"

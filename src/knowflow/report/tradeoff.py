@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from knowflow.evaluation.conditions import ALL, condition_summary
-from knowflow.io import atomic_write_json, read_json, read_jsonl
 from knowflow.report.figures import save, subplots
+from knowflow.store.files import atomic_write_json
+from knowflow.store.readers import read_json, read_jsonl
 
 FIGURE = "tradeoff.png"
 

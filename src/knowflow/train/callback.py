@@ -27,8 +27,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from knowflow.io import atomic_write_jsonl, read_jsonl
-from knowflow.runs import METRICS
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 Evaluator = Callable[[object], dict]
 

@@ -31,7 +31,7 @@ from knowflow.data.prompts import FORMATS
 from knowflow.lens.arch import check_fits
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.batching import right_pad
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
 
 # The experiments' dynamic arms (README, "Dynamic curation"): drop, for good, up to 3/4 of the
 # rows still in at each re-scoring, of those only rows the model answers from memory alone

@@ -40,7 +40,8 @@ from transformers import Trainer, TrainerCallback
 from knowflow.config import require
 from knowflow.data.instruction_rows import IGNORE
 from knowflow.errors import KnowflowError
-from knowflow.io import atomic_write_jsonl, read_jsonl
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.train.criticality import instruction_rows_no_context, lowest_share, no_context_loss
 
 log = logging.getLogger(__name__)

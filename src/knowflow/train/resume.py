@@ -12,10 +12,10 @@ the Trainer's size-mismatch error after the run's files were rewritten.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from knowflow.errors import DataError
+from knowflow.store.readers import read_json
 
 STATE = "trainer_state.json"
 
@@ -30,8 +30,8 @@ def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
 
 def _json(path: Path, hint: str) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = read_json(path, hint=hint)
+    except OSError:
         raise DataError(path, "damaged JSON", hint=hint) from None
     if not isinstance(data, dict):
         raise DataError(path, "expected a JSON object", hint=hint)

@@ -35,8 +35,8 @@ from knowflow.lens.adapt import (
     prepare_trainable,
 )
 from knowflow.lens.checks import check_pad_token
-from knowflow.runs import checkpoint_saved
-from knowflow.staging import publish, remove, stage_dir
+from knowflow.store.run_folder import checkpoint_saved
+from knowflow.store.staging import publish, remove, stage_dir
 from knowflow.train.callback import EvalCallback
 from knowflow.train.curation import DynamicCuration
 

@@ -31,14 +31,14 @@ from knowflow.data.instruction_rows import (
 from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
 from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
-from knowflow.io import atomic_write_folder
 from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.arch import model_window
 from knowflow.lens.checks import check_pad_token
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import load_model
 from knowflow.lens.memory import check_max_memory, check_step_memory
-from knowflow.runs import Progress
+from knowflow.store.run_folder import Progress
+from knowflow.store.staging import staged_dir
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
 from knowflow.train.resume import check_checkpoints
 from knowflow.train.sft import SFTConfig, StepProgress, train_model
@@ -227,10 +227,9 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
                              resume=True, report_to=[n for n in cfg.report_to if n != "none"])
     seconds = time.time() - start
     if cfg.save_model:
-        def write(folder: Path) -> None:
+        with staged_dir(out_dir / "model", complete="config.json") as folder:
             result.model.save_pretrained(folder)
             tokenizer.save_pretrained(folder)
-        atomic_write_folder(out_dir / "model", write, marker="config.json")
     summary = {"steps": result.steps, **logged_loss(result.log_history, cfg.sft),
                "seconds": round(seconds, 1), "n_examples": len(encoded),
                "n_dropped_too_long": len(dropped), "max_length": cfg.sft.max_length,

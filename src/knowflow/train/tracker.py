@@ -44,12 +44,12 @@ from knowflow.data.loaders import load_items as read_items
 from knowflow.data.suites import get_suite, sample
 from knowflow.data.tables import parse_fields
 from knowflow.errors import ConfigError
+from knowflow.evaluation.curves import named_curve
 from knowflow.evaluation.items import evaluate_items
 from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.batching import dist_rank, gather, shard
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
-from knowflow.schema import named_curve
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
 

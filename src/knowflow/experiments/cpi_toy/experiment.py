@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import bounded, require
+from knowflow.evaluation.curves import THEORY, named_curve
 from knowflow.experiments.cpi_toy.figures import plot_cpi_toy
 from knowflow.experiments.cpi_toy.model import (
     OneLayerCPI,
@@ -32,7 +33,6 @@ from knowflow.experiments.cpi_toy.model import (
 from knowflow.experiments.cpi_toy.train import ToyFinetuneConfig, finetune, indist_accuracy
 from knowflow.experiments.cpi_toy.world import CS, counterfactual_test_set, finetune_set, make_world
 from knowflow.experiments.mitigations import (
-    THEORY,
     check_dynamic_arm,
     dynamic_arm,
     fall_removed,
@@ -43,9 +43,9 @@ from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.phase import PhaseConfig, cells, phase_summary
 from knowflow.experiments.phase_figure import PHASE, with_phase
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.runs import METRICS, PartStore
-from knowflow.schema import named_curve
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import PartStore
 from knowflow.train.criticality import drop_lowest_no_context_loss
 from knowflow.train.curation import DynamicCurationConfig
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from knowflow.io import read_jsonl
 from knowflow.report.figures import save, series, subplots
-from knowflow.runs import METRICS
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 
 def _by_arm(run_dir: Path) -> dict[tuple[str, str], list[dict]]:

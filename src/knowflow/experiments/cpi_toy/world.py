@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from knowflow.schema import KINDS
+from knowflow.data.instructions import KINDS
 from knowflow.train.criticality import register_no_context
 
 # kinds of examples, as codes in `ToyData.kind`: the schema's C, C+S, S and CF (counterfactual

@@ -36,19 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowflow.config import require
+from knowflow.data.instructions import MixtureShares
 from knowflow.errors import ConfigError
+from knowflow.evaluation.curves import InversionCriterion, curve_summary, seed_interval
 from knowflow.experiments.inversion_injected.figures import plot_inversion_injected
 from knowflow.experiments.inversion_injected.jobs import TINY, arm_job, stage1_job
 from knowflow.experiments.inversion_injected.world import InjectedWorldConfig
 from knowflow.experiments.inversion_smollm2.experiment import mitigation_goal
 from knowflow.experiments.inversion_tiny.model import TinyModelConfig
-from knowflow.experiments.mitigations import InversionCriterion, check_dynamic_arm, dynamic_arm
+from knowflow.experiments.mitigations import check_dynamic_arm, dynamic_arm
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_jsonl
 from knowflow.lens.load import SMOLLM2
-from knowflow.runs import METRICS, PartStore
-from knowflow.schema import MixtureShares, curve_summary, seed_interval
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import PartStore
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 from knowflow.train.tracker import TrackerConfig

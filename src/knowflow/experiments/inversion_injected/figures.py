@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from knowflow.io import read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.runs import METRICS
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 PANELS = (("cf_acc", "counterfactual acc. (log-lik.)"), ("cf_acc_gen", "counterfactual acc. "
           "(generation)"), ("c_acc_gen", "held-out C acc. (gen.)"),

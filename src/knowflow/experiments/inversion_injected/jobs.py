@@ -41,9 +41,11 @@ from knowflow.experiments.inversion_injected.world import (
 from knowflow.experiments.inversion_tiny.model import build_tokenizer, make_model
 from knowflow.experiments.inversion_tiny.world import SPECIALS
 from knowflow.experiments.ocr_smollm2.experiment import encode_texts
-from knowflow.io import atomic_write_folder, atomic_write_json
 from knowflow.lens.load import cache_dir, load_model
 from knowflow.lens.scorer import score_continuations
+from knowflow.store.files import atomic_write_json
+from knowflow.store.readers import read_json
+from knowflow.store.staging import staged_dir
 from knowflow.train.callback import EvalCallback
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.curation import dynamic_curation
@@ -183,12 +185,10 @@ def stage1_path(cfg, seed: int, extra_epochs: int) -> Path:
                     "target %.2f; raise stage1.max_epochs or stage1.sft.lr", seed,
                     s1.max_epochs, info["recall"], s1.recall_target)
 
-    def write(folder: Path) -> None:
+    with staged_dir(target, complete=STAGE1) as folder:
         model.save_pretrained(folder)
         tok.save_pretrained(folder)
         atomic_write_json(folder / STAGE1, info)
-
-    atomic_write_folder(target, write, marker=STAGE1)
     return target
 
 
@@ -204,13 +204,13 @@ def load_stage1(path: Path, device: str = "cpu"):
     tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return model.eval(), tok, json.loads((Path(path) / STAGE1).read_text())
+    return model.eval(), tok, read_json(Path(path) / STAGE1)
 
 
 def stage1_job(cfg, seed: int, extra_epochs: int) -> dict:
     """Make sure the stage-1 model of (seed, strength) exists; its log."""
     torch.set_num_threads(1)
-    return json.loads((stage1_path(cfg, seed, extra_epochs) / STAGE1).read_text())
+    return read_json(stage1_path(cfg, seed, extra_epochs) / STAGE1)
 
 
 # --- stage 2 ------------------------------------------------------------------------------

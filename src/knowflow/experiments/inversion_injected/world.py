@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from knowflow.config import require
 from knowflow.data.facts import ConflictItem, Instruction
+from knowflow.data.instructions import MixtureShares
 from knowflow.data.people import known_words, make_names
 from knowflow.data.prompts import SHORT_ANSWER
-from knowflow.schema import MixtureShares
 
 # relation -> (question, statement templates, values); {name} and {value} are filled in
 RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {

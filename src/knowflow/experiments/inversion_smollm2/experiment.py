@@ -30,13 +30,13 @@ from knowflow.config import bounded, require
 from knowflow.data.instruction_rows import save_instructions
 from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_rows
 from knowflow.data.prompts import instruction_prompt
+from knowflow.evaluation.curves import THEORY, curve_summary
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.normalize import alternatives, answers_present
 from knowflow.experiments.mitigations import (
     SMOLLM2_ARMS,
     SMOLLM2_MITIGATIONS,
     SMOLLM2_MODES,
-    THEORY,
     check_dynamic_arm,
     dynamic_arm,
     fall_removed,
@@ -44,11 +44,11 @@ from knowflow.experiments.mitigations import (
 )
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from knowflow.lens.load import load_model
 from knowflow.report.reliance import plot_arms
-from knowflow.runs import METRICS, SUMMARY
-from knowflow.schema import curve_summary
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.identity import METRICS, SUMMARY
+from knowflow.store.readers import read_json, read_jsonl
 from knowflow.train.augment import augment
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.curation import DynamicCurationConfig

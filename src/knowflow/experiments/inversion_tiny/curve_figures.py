@@ -7,8 +7,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from knowflow.io import read_jsonl
-from knowflow.runs import METRICS
+from knowflow.store.identity import METRICS
+from knowflow.store.readers import read_jsonl
 
 Curves = dict[str, dict[int, list[dict]]]  # arm -> seed -> records in step order
 

@@ -4,13 +4,13 @@ of a set of curves, and an arm's summary over seeds."""
 
 from __future__ import annotations
 
-from knowflow import schema
+from knowflow.evaluation import curves
 
 
 def run_curve_summary(records: list[dict]) -> dict:
     """Start, peak, peak step, final, rise and fall of counterfactual accuracy, with the other
     accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
-    out = schema.named_curve("cf_acc", [r["step"] for r in records],
+    out = curves.named_curve("cf_acc", [r["step"] for r in records],
                              [r["cf_acc"] for r in records])
     out["rise"], out["fall"] = out.pop("cf_acc_rise"), out.pop("cf_acc_fall")
     peak = next(i for i, r in enumerate(records) if r["step"] == out["cf_acc_peak_step"])
@@ -68,7 +68,7 @@ def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dic
         out[key] = _mean_of(out[f"{key}_seeds"])
     out["cf_acc_peak_step"] = sorted(out["cf_acc_peak_step_seeds"])[len(own) // 2]
     out["mean_curve_fall"] = curve["fall"]
-    out["fall_ci95"] = schema.seed_interval(out["fall_seeds"])
+    out["fall_ci95"] = curves.seed_interval(out["fall_seeds"])
     for key in sorted({k for extra in extras.values() for k in extra}):
         out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
     return out

@@ -57,8 +57,9 @@ from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import PhaseConfig
 from knowflow.experiments.phase_figure import with_phase
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_jsonl
-from knowflow.runs import METRICS, PartStore
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import PartStore
 from knowflow.train.curation import DynamicCurationConfig
 from knowflow.train.sft import SFTConfig
 

@@ -44,11 +44,11 @@ from knowflow.experiments.inversion_tiny.world import (
     make_world,
 )
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_jsonl
 from knowflow.probes.heads import ConflictPrompt, bootstrap_grid, head_effects
 from knowflow.probes.intercept import intercepted
 from knowflow.report.heads import tiny_heads_figure
-from knowflow.runs import METRICS
+from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.identity import METRICS
 from knowflow.train.callback import EvalCallback
 from knowflow.train.sft import train_model
 

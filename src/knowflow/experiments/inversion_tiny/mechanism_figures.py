@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from knowflow.experiments.inversion_tiny.curve_figures import load_curves, mean_series
-from knowflow.io import read_json
 from knowflow.report.figures import save, subplots
-from knowflow.runs import CONFIG
+from knowflow.store.identity import CONFIG
+from knowflow.store.readers import read_json
 
 SHARES = {"C": "c", "C+S": "cs", "S": "s"}
 COLORS = {"C": "C0", "C+S": "C3", "S": "C2", "CF": "C4"}

@@ -18,8 +18,9 @@ from knowflow.experiments.inversion_tiny.jobs import finetune_job, pretrain_job
 from knowflow.experiments.parallel import run_pipeline
 from knowflow.experiments.phase import agreement, cell_key, cells, phase_summary
 from knowflow.experiments.phase_figure import PHASE
-from knowflow.io import atomic_write_json, atomic_write_jsonl
-from knowflow.runs import METRICS, PartStore
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import PartStore
 
 
 def cell_config(cfg, share: float, reliability: float):

@@ -48,8 +48,10 @@ from knowflow.experiments.inversion_tiny.world import (
     make_world,
     pretraining_documents,
 )
-from knowflow.io import atomic_write_folder
 from knowflow.lens.load import cache_dir
+from knowflow.store.files import atomic_write_json
+from knowflow.store.readers import read_json
+from knowflow.store.staging import staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -196,12 +198,10 @@ def pretrained_path(world_cfg: TinyWorldConfig, model_cfg: TinyModelConfig,
                     "accuracy %.3f, below the targets (%.2f, %.2f): the model may not have "
                     "learned to read a context; raise pretrain.steps", seed, info["steps"],
                     info["recall"], info["lookup_acc"], cfg.recall_target, cfg.lookup_target)
-    def write(folder: Path) -> None:
+    with staged_dir(target, complete="pretrain.json") as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        (folder / "pretrain.json").write_text(json.dumps(info, indent=2))
-
-    atomic_write_folder(target, write, marker="pretrain.json")
+        atomic_write_json(folder / "pretrain.json", info)
     return target
 
 
@@ -213,4 +213,4 @@ def load_pretrained(path: Path) -> tuple[object, object, dict]:
     model = LlamaForCausalLM.from_pretrained(path, attn_implementation="sdpa",
                                              dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return model.eval(), tokenizer, json.loads((Path(path) / "pretrain.json").read_text())
+    return model.eval(), tokenizer, read_json(Path(path) / "pretrain.json")

@@ -34,7 +34,7 @@ import random
 from dataclasses import dataclass, field
 
 from knowflow.config import bounded, require
-from knowflow.schema import KINDS, MixtureShares  # noqa: F401  (KINDS: re-exported)
+from knowflow.data.instructions import MixtureShares
 
 BOS, PAD, UNK, EOS = "<bos>", "<pad>", "<unk>", "<eos>"
 STOP, CONTEXT, QUESTION = ".", "context", "question"

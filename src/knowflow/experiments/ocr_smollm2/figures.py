@@ -19,9 +19,9 @@ from pathlib import Path
 
 from knowflow.data.people import load_families
 from knowflow.evaluation.rank_table import families_of, family_table
-from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, series, subplots
-from knowflow.runs import CONFIG, METRICS
+from knowflow.store.identity import CONFIG, METRICS
+from knowflow.store.readers import read_json, read_jsonl
 
 
 def _curves(ax, records: list[dict], group: str, title: str) -> None:

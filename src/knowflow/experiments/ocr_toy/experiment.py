@@ -40,8 +40,9 @@ from knowflow.experiments.ocr_toy.world import (
 )
 from knowflow.experiments.parallel import run_jobs
 from knowflow.experiments.registry import Summary, register
-from knowflow.io import atomic_write_bytes, atomic_write_jsonl
-from knowflow.runs import METRICS, PartStore
+from knowflow.store.files import atomic_write_bytes, atomic_write_jsonl
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import PartStore
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from knowflow.experiments.ocr_toy.world import CAUSAL_FAMILIES
-from knowflow.io import read_json, read_jsonl
 from knowflow.report.figures import save, subplots
-from knowflow.runs import CONFIG, METRICS
+from knowflow.store.identity import CONFIG, METRICS
+from knowflow.store.readers import read_json, read_jsonl
 
 OV_BLOCKS = "ov_blocks.npz"
 COLORS = {"factorized": "tab:blue", "merged": "tab:red"}

@@ -4,7 +4,6 @@ half-written removed (`remove_stale_temps`). Cheap: no tensor is loaded."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -12,7 +11,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from knowflow.boundaries import (
+from knowflow.errors import DataError
+from knowflow.store.identity import CONFIG, IDENTITY, METRICS, SUMMARY, run_command
+from knowflow.store.readers import decode_json, read_json
+from knowflow.store.schemas import (
     JSON_OBJECT,
     MetricRecord,
     RunIdentity,
@@ -20,15 +22,9 @@ from knowflow.boundaries import (
     read_checked_lines,
     result_schemas,
 )
-from knowflow.errors import DataError
-from knowflow.io import read_json
-from knowflow.outputs import CONFIG, IDENTITY, SUMMARY, run_command
 
-METRICS = "metrics.jsonl"
-
-
-# What `knowflow.io`'s atomic writes leave when killed: `.<name>.<8 chars>.tmp` files and
-# `.<name>.<8 chars>` (or `.<name>.old.<8 chars>`) folders, as tempfile names them.
+# What atomic writes (`store.files`, `store.staging`) leave when killed: `.<name>.<8 chars>.tmp`
+# files and `.<name>.<8 chars>` (or `.<name>.old.<8 chars>`) folders, as tempfile names them.
 _TEMP_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _TEMP_DIR = re.compile(r"^\..+\.(old\.)?[a-z0-9_]{8}$")
 
@@ -123,9 +119,9 @@ def _safetensors_complete(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
             size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size))
+            header = decode_json(fh.read(size).decode("utf-8"), path)
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
                   default=0)
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+    except (DataError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return False
     return path.stat().st_size >= 8 + size + end

@@ -1,103 +1,23 @@
-"""Atomic file writes: a reader never sees a half-written result (temp file + rename)."""
+"""The one reader of JSON, JSONL and CSV files, knowflow's own and the user's.
+
+Every decoding problem becomes a `DataError` naming the file and line: bytes that are not
+UTF-8, damaged JSON, a number too long for Python's int conversion, nesting too deep for the
+parser, NaN/Infinity in a user's file, a CSV row whose cell count differs from the header's,
+a column named twice. A UTF-8 byte-order mark (Excel, Notepad) is accepted and dropped.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
 import re
-import shutil
 import stat
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from knowflow.errors import DataError, KnowflowError
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _umask()
-_FILE_MODE = 0o666 & ~UMASK  # what open() would give; mkstemp's temp files are private
-# (temp file, target) of writes held back by `staging.file_group` (None: rename at once)
-PENDING: list[tuple[Path, Path]] | None = None
-
-
-def fill(fd: int, data: bytes, path: Path) -> None:
-    """Write `data` to the open temp file `fd` of `path` and flush it to disk: the one place
-    knowflow's output bytes are written (the fault-injection tests patch it)."""
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temp file in the same folder, then rename (inside a
-    `staging.file_group`, at the group's end)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _replaceable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, _FILE_MODE)
-        fill(fd, data, path)
-        if PENDING is not None:
-            PENDING.append((Path(tmp), path))
-        else:
-            os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # a failed write(2)/fsync names no file: name the target
-            exc.filename = str(path)
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _replaceable(path: Path) -> None:
-    """A write replaces only a regular file: never a device, a pipe, a socket or a folder."""
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    if not stat.S_ISREG(mode):
-        raise KnowflowError(f"{path}: exists and is not a regular file; knowflow does not "
-                            "write over it", "give the path of a new or an ordinary file")
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Turn numpy/torch scalars and tuples into plain JSON values."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):  # numpy arrays/scalars, torch tensors
-        return obj.tolist()
-    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
-        return None
-    return obj
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
-
-
-def atomic_write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
-    lines = [json.dumps(to_jsonable(r)) for r in records]
-    return atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+from knowflow.errors import DataError
 
 
 def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -120,69 +40,6 @@ def read_jsonl(path: str | Path, hint: str | None = None) -> list[dict]:
             for n, line in jsonl_lines(read_text(path, hint))
             if line.strip()]
 
-
-def check_output_dir(path: str | Path, what: str = "output folder") -> None:
-    """Raise a `KnowflowError` now, before any work, if folder `path` cannot be made or
-    written (it is a file, a parent is a file, or it is not writable)."""
-    _check_writable(Path(path), what, want_dir=True)
-
-
-def check_output_file(path: str | Path, what: str = "output file") -> None:
-    """Like `check_output_dir`, for a file `path` (it must not be a folder)."""
-    _check_writable(Path(path), what, want_dir=False)
-
-
-def _check_writable(path: Path, what: str, want_dir: bool) -> None:
-    if path.exists():
-        if want_dir and not path.is_dir():
-            raise KnowflowError(f"{path}: the {what} is a file", "give a folder path")
-        if not want_dir and path.is_dir():
-            raise KnowflowError(f"{path}: the {what} is a folder", "give a file path")
-        folder = path if want_dir else path.parent
-    else:
-        folder = path.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            raise KnowflowError(f"{path}: cannot create the {what}: {folder} is a file",
-                                "give a path under a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise KnowflowError(f"{folder}: permission denied (cannot write the {what} there)",
-                            "choose a writable location or fix its permissions")
-
-
-def atomic_write_folder(target: str | Path, write: Callable[[Path], None], marker: str) -> Path:
-    """Fill a temp folder beside `target` with `write(tmp)`, then rename it into place.
-
-    Readers never see a half-written folder. If another process finished `target` first (its
-    `marker` file exists), theirs is kept.
-    """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; a cache folder is an ordinary folder
-    try:
-        write(tmp)
-        if target.is_dir() and not (target / marker).exists():
-            # left by an earlier attempt of the same run (a resume rewrites it): swap it out
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-            os.replace(target, old / target.name)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / marker).exists():
-            raise
-    return target
-
-
-# ---- The one reader of JSON, JSONL and CSV files (knowflow's own and the user's) ----------
-# Every decoding problem becomes a `DataError` naming the file and line: bytes that are not
-# UTF-8, damaged JSON, a number too long for Python's int conversion, nesting too deep for the
-# parser, NaN/Infinity in a user's file, a CSV row whose cell count differs from the header's,
-# a column named twice. A UTF-8 byte-order mark (Excel, Notepad) is accepted and dropped.
 
 CSV_FIELD_LIMIT = 2**31 - 1  # csv's default is 131,072 characters: far below a model's window
 _LONG_NUMBER = re.compile(r"\d{4000,}")
@@ -250,11 +107,13 @@ def _no_constants(name: str) -> None:
 
 def decode_json(text: str, path: str | Path, line: int = 1, what: str = "invalid JSON",
                 hint: str | None = None, strict: bool = True, pos: int = 0,
-                whole: bool = True) -> Any:
+                whole: bool = True, pairs_hook=None) -> Any:
     """`json.loads(text)` (or, with `whole=False`, one value at `pos`: (value, end)); every
     failure is a `DataError` at `line` (the line `text` starts on in the file) plus the line
-    of the problem within `text`. `strict`: NaN and Infinity are refused (a user's file)."""
-    decoder = json.JSONDecoder(parse_constant=_no_constants if strict else None)
+    of the problem within `text`. `strict`: NaN and Infinity are refused (a user's file);
+    `pairs_hook`: json's `object_pairs_hook` (what sees a key given twice)."""
+    decoder = json.JSONDecoder(parse_constant=_no_constants if strict else None,
+                               object_pairs_hook=pairs_hook)
 
     def at(p: int) -> int:
         return line + text.count("\n", 0, p)

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from knowflow.errors import DataError
-from knowflow.io import decode_json, jsonl_lines, read_json, read_text
+from knowflow.store.readers import decode_json, jsonl_lines, read_json, read_text
 
 
 class _Record(BaseModel):

@@ -3,35 +3,51 @@
 A Result is the run's `records` (one dict per item, example, row or evaluation step), their
 `summary` and the run's `config` (plain JSON-able dicts), with `command` naming what made it
 (`eval`, `explain`, `probe-<kind>`, `curate`, `augment`, `sft` or an experiment's name).
-`save(dir)` writes the run folder `knowflow <command>` writes (`runs.start_run`: config.json
+`save(dir)` writes the run folder `knowflow <command>` writes (`start_run`: config.json
 first, then the records file, summary.json, figures/ and report.html); `Result.load(dir)` reads
 one back into the Result class its command returns; `to_pandas()` is one row per record.
 
-Figures and the report page are drawn by the layers above (report/): the entry point that
-makes a command's Results registers its finisher here (`register_finisher`). A command with
-none (an experiment, `augment`) saves its records and summary, plus the other files of the
-folder it was run in, copied.
+Figures and the report page are drawn by the layers above (report/). `FINISHERS` names, for
+each command, the function that finishes its saved folder (a *finisher*: figures, summary.json,
+report.html), and `CLASSES` the Result subclass a command's folder loads as; both are looked up
+by name when needed, so `save` and `load` work whatever has been imported before. A command
+with no finisher (an experiment, `augment`) saves its records and summary, plus the other
+files of the folder it was run in, copied.
 """
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
 
 from knowflow.config import flatten
 from knowflow.errors import ConfigError, DataError
-from knowflow.io import read_json, read_jsonl
-from knowflow.outputs import IDENTITY, LOCK, run_command
-from knowflow.runs import CONFIG, ITEMS, METRICS, RECORDS, SUMMARY, RunFolder, start_run
+from knowflow.store.identity import (
+    CONFIG,
+    IDENTITY,
+    ITEMS,
+    LOCK,
+    METRICS,
+    RECORDS,
+    SUMMARY,
+    run_command,
+)
+from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.run_folder import RunFolder, start_run
 
 # command (a family ends in "-": "probe-") -> its records file; any other: an experiment's
 RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
                  "curate": "curated.scores.jsonl", "augment": "augmented.jsonl"}
+# command -> "module:function" that finishes its saved run folder: `fn(result, run)`
+FINISHERS = {"eval": "knowflow.report.finish:finish_eval",
+             "explain": "knowflow.report.finish:finish_explain",
+             "probe-": "knowflow.report.finish:finish_probe"}
+# command -> "module:class" its run folder loads as (any other: Result)
+CLASSES = {"eval": "knowflow.evaluation.run:EvalResult", "curate": "knowflow.api:CurateResult"}
 Finisher = Callable[["Result", RunFolder], None]
-_FINISHERS: dict[str, Finisher] = {}
 
 
 def _lookup(table: dict, command: str, default=None):
@@ -47,15 +63,13 @@ def records_file(command: str) -> str:
     return _lookup(RECORDS_FILES, command, METRICS)
 
 
-def register_finisher(command: str) -> Callable[[Finisher], Finisher]:
-    """Decorator: `fn(result, run)` finishes a saved run of `command` (a family: "probe-"):
-    its figures, summary.json and report.html, after the records are written."""
-
-    def wrap(fn: Finisher) -> Finisher:
-        _FINISHERS[command] = fn
-        return fn
-
-    return wrap
+def _named(table: dict[str, str], command: str):
+    """The object `table` names for `command` ("module:attribute"), imported; or None."""
+    name = _lookup(table, command)
+    if name is None:
+        return None
+    module, attr = name.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @dataclass
@@ -70,23 +84,16 @@ class Result:
     seconds: float = 0.0
     inputs: tuple[Path, ...] = field(default=(), repr=False, compare=False)  # files read
 
-    _CLASSES: ClassVar[dict[str, type[Result]]] = {}  # command -> the class it loads as
-
-    def __init_subclass__(cls, commands: tuple[str, ...] = (), **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for command in commands:
-            Result._CLASSES[command] = cls
-
     def save(self, out_dir: str | Path | None = None, *, runs_root: str | Path = "runs"
              ) -> Path:
         """Write the run folder `knowflow <command>` writes to `out_dir` (default: a fresh
         `runs_root/<command>/<timestamp>/`); returns it. The folder is staged
-        (`runs.RunFolder`): any failure while writing leaves `out_dir` as it was."""
+        (`RunFolder`): any failure while writing leaves `out_dir` as it was."""
         source = self.out_dir
         with start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir,
                        inputs=self.inputs) as run:  # staged: in place once complete
             self._write(run)
-            finish = _lookup(_FINISHERS, self.command)
+            finish: Finisher | None = _named(FINISHERS, self.command)
             if finish is not None:
                 finish(self, run)
             else:
@@ -134,7 +141,7 @@ class Result:
                             hint="give a folder `save` or a knowflow command wrote")
         records = run_dir / records_file(command)
         summary = run_dir / SUMMARY
-        target = _lookup(Result._CLASSES, command, Result)
+        target = _named(CLASSES, command) or Result
         return target(records=read_jsonl(records) if records.exists() else [],
                       summary=read_json(summary) if summary.exists() else {},
                       config=read_json(run_dir / CONFIG), command=command, out_dir=run_dir,

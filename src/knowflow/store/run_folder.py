@@ -4,7 +4,7 @@ Every run, an experiment's, an eval's or a probe's, is one folder written in one
 `start_run`: `config.json` first (atomically), then its records (`metrics.jsonl` of an
 experiment, one record per evaluation step; `items.jsonl` of an eval; `records.jsonl` of a
 probe), `figures/*.png`, `summary.json` and `report.html` (the figures and the page are drawn
-by `report.finish.finish_run`). The folder is staged (`knowflow.staging`): written under a
+by `report.finish.finish_run`). The folder is staged (`store.staging`): written under a
 hidden name beside its target and renamed into place only when complete, so a failure of
 any kind (bad input found late, Ctrl-C, SIGTERM, a full disk, a bug) leaves the target as
 it was. An experiment's run that holds a complete checkpoint is kept instead, marked
@@ -26,24 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from knowflow.boundaries import RunIdentity, read_checked
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
-from knowflow.io import atomic_write_json, atomic_write_jsonl, read_json
-from knowflow.outputs import (
+from knowflow.store.files import atomic_write_json, atomic_write_jsonl
+from knowflow.store.identity import (
+    CONFIG,
     IDENTITY,
-    check_out_dir,
-    claim,
+    IN_PROGRESS,
+    SUMMARY,
     config_hash,
+    is_finished,
     own_files,
-    release,
-    run_command,
 )
-from knowflow.run_files import check_run_files, remove_stale_temps  # noqa: F401 (imported from here)
-from knowflow.staging import publish, remove, stage_dir
-
-CONFIG, METRICS, SUMMARY, REPORT = "config.json", "metrics.jsonl", "summary.json", "report.html"
-ITEMS, RECORDS = "items.jsonl", "records.jsonl"  # an eval's per-item, a probe's per-example
-IN_PROGRESS = "in_progress"  # run.json's mark of a run kept to be resumed
+from knowflow.store.lock import claim, release
+from knowflow.store.outputs import check_out_dir
+from knowflow.store.readers import read_json
+from knowflow.store.staging import publish, remove, stage_dir
 
 
 class Progress(Protocol):
@@ -57,7 +54,7 @@ class Progress(Protocol):
 
 def new_run_name(runs_root: Path, experiment: str) -> Path:
     """The path of a fresh `runs_root/experiment/<timestamp>` run (not made: a staged run
-    takes it, or the next free `-<n>` name, when complete: `staging.publish`)."""
+    takes it, or the next free `-<n>` name, when complete: `store.staging.publish`)."""
     return Path(runs_root) / experiment / time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -90,7 +87,7 @@ class RunFolder:
     the block's end publishes it, a failure undoes it.
 
     A new run is staged: `path` is a hidden staging folder beside `target`, claimed
-    (`knowflow.outputs.claim`), and `commit` renames it to `target` once complete (replacing
+    (`store.lock.claim`), and `commit` renames it to `target` once complete (replacing
     an earlier run of the same command there). A failure removes it (`discard`), with the
     parents made for it (`existed`: the folders there before); only a `resumable` run (an
     experiment's) that holds a complete checkpoint and was not refused for bad input is kept
@@ -247,18 +244,13 @@ def checkpoint_saved(run_dir: str | Path) -> None:
             run.checkpointed()
 
 
-def _in_progress(run_dir: Path) -> bool:
-    try:
-        return read_checked(Path(run_dir) / IDENTITY, RunIdentity).in_progress
-    except (OSError, DataError):
-        return False
 
 
 def start_run(config: dict, name: str, runs_root: str | Path | None = None,
               out_dir: str | Path | None = None, inputs=(), resumable: bool = False
               ) -> RunFolder:
     """A new, staged run folder (see `RunFolder`), claimed, with its `config.json` and
-    `run.json` written, that becomes `out_dir` (see `outputs.check_out_dir` for what it may
+    `run.json` written, that becomes `out_dir` (see `store.outputs.check_out_dir` for what it may
     hold, never a folder holding one of `inputs`) or a fresh `runs_root/name/<timestamp>/`
     when complete. `resumable`: an experiment's run, kept after a failure once it holds a
     checkpoint."""
@@ -283,35 +275,8 @@ def start_run(config: dict, name: str, runs_root: str | Path | None = None,
     return run
 
 
-def check_identity(run_dir: Path, command: str) -> None:
-    """`run_dir` is a run of `command` whose config.json is the one it started with; else a
-    `DataError` saying what it is (checked before `--resume` reads anything else)."""
-    owner = run_command(run_dir)
-    if owner is None:
-        raise DataError(Path(run_dir) / IDENTITY, "missing or not a knowflow run marker: this "
-                        "folder is not a knowflow run", hint="give the folder a knowflow run "
-                        "wrote (it holds run.json), or start a fresh run (without --resume)")
-    if owner != command:
-        what = "sft" if owner == "sft" else f"run {owner}"
-        raise DataError(run_dir, f"this is a `{owner}` run, not a `{command}` run",
-                        hint=f"continue it with `knowflow {what} --resume --run-dir {run_dir}`"
-                        if not owner.startswith(("eval", "probe")) else
-                        "an eval or probe run cannot be resumed; start a fresh run")
-    path = Path(run_dir) / IDENTITY
-    saved = read_checked(path, RunIdentity, hint="start a fresh run (without --resume)"
-                         ).config_sha256
-    if saved is None:
-        raise DataError(path, "not a knowflow run identity (no config_sha256)",
-                        hint="start a fresh run (without --resume)")
-    if saved != config_hash(run_dir):
-        raise DataError(Path(run_dir) / CONFIG, "changed since the run started (its hash "
-                        f"differs from {IDENTITY}'s)", hint="put the original back, or start "
-                        "a fresh run with the changed settings (--set)")
 
 
-def is_finished(run_dir: Path) -> bool:
-    """A run with its summary.json and no in-progress mark in run.json."""
-    return (Path(run_dir) / SUMMARY).exists() and not _in_progress(run_dir)
 
 
 def latest_unfinished(runs_root: Path, experiment: str) -> Path:

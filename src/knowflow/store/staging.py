@@ -8,15 +8,15 @@ earlier run of the same command written again) is kept until the new folder is c
 only then replaced (moved aside as `.<name>.old.<8 chars>`, the new one renamed in, the old
 one removed).
 
-A staging folder is claimed (`outputs.claim`) while it is written: one left by a killed
+A staging folder is claimed (`lock.claim`) while it is written: one left by a killed
 process (its claim died with it) is removed by the next command that stages beside it
 (`sweep`), and an old folder moved aside but not yet replaced is put back. (A resumable run
 published at its first checkpoint leaves a link under its staging name while it runs:
-`runs.RunFolder.checkpointed`.)
+`RunFolder.checkpointed`.)
 
-`file_group()` does the same for several files (`curate`'s rows, scores and figure): inside
-the block, `knowflow.io`'s atomic writes go to temp files that are renamed into place
-together at its end, or removed if it fails.
+`staged_dir(target)` is the one way to write a folder that is not a run folder: an export's
+task folder, a cache entry, a trained model's folder. (For several files, not a folder:
+`files.file_group`.)
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from knowflow import io
-from knowflow.outputs import LOCK, claim, is_claimed, release
+from knowflow.store.files import UMASK
+from knowflow.store.identity import LOCK
+from knowflow.store.lock import claim, is_claimed, release
 
 STAGING = re.compile(r"^\.(?P<name>.+)\.staging\.[a-z0-9_]{8}$")
 OLD = re.compile(r"^\.(?P<name>.+)\.old\.[a-z0-9_]{8}$")
@@ -45,7 +46,7 @@ def stage_dir(target: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep(target.parent)
     path = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging.", dir=target.parent))
-    path.chmod(0o777 & ~io.UMASK)  # mkdtemp makes it private; a run folder is ordinary
+    path.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; a run folder is ordinary
     claim(path)
     return path
 
@@ -125,11 +126,16 @@ def _empty_and_old(path: Path) -> bool:
 
 
 @contextmanager
-def staged_dir(target: str | Path) -> Iterator[Path]:
+def staged_dir(target: str | Path, complete: str | None = None) -> Iterator[Path]:
     """Write a folder's files inside the block into the yielded staging folder; on success
-    they reach `target`: the whole folder when `target` is missing or empty, else file by
-    file (each an atomic rename; the folder's other files are kept). Any failure removes the
-    staging folder and leaves `target` as it was."""
+    they reach `target`. Any failure removes the staging folder and leaves `target` as it was.
+
+    A missing or empty `target` is taken whole. Otherwise, without `complete`, the staged
+    files join the target's file by file (each an atomic rename; its other files are kept: an
+    export into a folder of the user's). With `complete` (the file that marks a finished
+    folder: a cache entry's or a model folder's `config.json`), a target that holds it was
+    finished by another process and is kept as it is; one that does not was left by an earlier
+    attempt of the same work (a resume rewrites it) and is replaced whole."""
     target = Path(target)
     existed = {p for p in target.parents if p.exists()}
     stage = stage_dir(target)
@@ -142,8 +148,17 @@ def staged_dir(target: str | Path) -> Iterator[Path]:
                 break
             parent.rmdir()
         raise
-    if not target.is_dir() or not any(target.iterdir()):
-        publish(stage, target)
+    finished = complete is not None and (target / complete).exists()
+    if finished:  # another process got there first: theirs is kept
+        remove(stage)
+        return
+    if complete is not None or not target.is_dir() or not any(target.iterdir()):
+        try:
+            publish(stage, target)
+        except OSError:
+            remove(stage)
+            if complete is None or not (target / complete).exists():
+                raise
         return
     release(stage)
     for path in sorted(stage.rglob("*")):
@@ -153,22 +168,3 @@ def staged_dir(target: str | Path) -> Iterator[Path]:
         else:
             os.replace(path, dest)
     shutil.rmtree(stage, ignore_errors=True)
-
-
-@contextmanager
-def file_group() -> Iterator[None]:
-    """Inside the block, atomic writes (`knowflow.io`) are renamed into place together at
-    its end; a failure removes them all, so no file of the group is written alone."""
-    pending: list[tuple[Path, Path]] = []
-    outer = io.PENDING
-    io.PENDING = pending
-    try:
-        yield
-    except BaseException:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        io.PENDING = outer
-    for tmp, path in pending:
-        os.replace(tmp, path)
