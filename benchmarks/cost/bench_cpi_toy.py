@@ -1,6 +1,6 @@
 """Wall time and peak memory of `cpi-toy` (all five parts) at its default size.
 
-Target (issue 2): under 60 s for all five parts on a 2-core CPU. Prints figures only.
+Target: under 60 s for all five parts on a 2-core CPU. Prints figures only.
 Usage: python benchmarks/cost/bench_cpi_toy.py [key=value ...]   (the same overrides as --set)
 """
 

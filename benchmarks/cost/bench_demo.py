@@ -1,7 +1,7 @@
 """Wall time of `make demo` from a cold cache: the same three commands the Makefile runs
 (inversion-tiny, cpi-toy, one combined report), in a temporary cache and runs folder.
 
-Target (issue 12): under 6 minutes on a 2-core CPU. Prints figures only, never asserts.
+Target: under 6 minutes on a 2-core CPU. Prints figures only, never asserts.
 Usage: python benchmarks/cost/bench_demo.py [--keep DIR]   (--keep: leave the cache, the runs and
 each command's output, DIR/<command>.out, in DIR)
 """

@@ -1,6 +1,6 @@
 """Wall time and peak memory of `inversion-tiny` at its default size (all arms and seeds).
 
-Target (issue 5): under 10 minutes on a 2-core CPU, both cores used (`workers=2`), including
+Target: under 10 minutes on a 2-core CPU, both cores used (`workers=2`), including
 pretraining. By default pretraining runs from nothing in a temporary cache; `--warm` uses
 $KNOWFLOW_CACHE (or ~/.cache/knowflow) so cached pretrained models are reused.
 Prints figures only, never asserts on time.

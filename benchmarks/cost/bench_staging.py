@@ -1,4 +1,4 @@
-"""What staged outputs cost (issue 46): each job run staged (the run folder written under a
+"""What staged outputs cost: each job run staged (the run folder written under a
 hidden name, renamed into place when complete) and in place (the folder written where it
 ends up, as before), in alternating rounds in one process, with the median wall time of each
 and the ratio.

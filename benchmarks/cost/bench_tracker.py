@@ -8,7 +8,7 @@ and as it was before (a second, attention-only pass over the prompts) on the sam
 the "before" run is the measured no-tracker run plus as many two-pass evaluations; and one
 evaluation at `track.dtype=float32`, for comparison with the default (`auto`: bfloat16 autocast
 where the device multiplies bf16 natively, else float32), with both accuracies. Times are
-CPU seconds of this process (on a shared machine wall time also counts other people's jobs;
+CPU seconds of this process (on a shared machine wall time also counts other processes;
 wall times are printed too). A run evaluates at step 0, every 20 steps and at the end: a
 `--steps 20` run evaluates twice, a default 100-step run 6 times; the table gives both.
 Never asserts on time.

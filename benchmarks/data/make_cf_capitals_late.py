@@ -1,6 +1,6 @@
 """Write a conflict file in the documented `--data` layout (`id`, `context`, `question`,
 `answer`, `memory_answer`: docs/commands/eval.md) whose contexts name the counterfactual
-capital only in their last words, as a real held-out file often does (issue 42).
+capital only in their last words, as a real held-out file often does.
 
     python benchmarks/data/make_cf_capitals_late.py [OUT.jsonl] [--limit 48] [--seed 0]
         [--split test]

@@ -1,4 +1,4 @@
-"""The shape of the source tree, for issue 26's before/after evidence (no knowflow import needed).
+"""The shape of the source tree, read from its text alone (no knowflow import needed).
 
     python benchmarks/docs/code_shape.py [SRC]        # SRC defaults to src/knowflow
 

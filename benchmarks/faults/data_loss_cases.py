@@ -1,4 +1,4 @@
-"""Issue 31's and issue 43's data-loss and trust cases, rerun: each prints the command, its
+"""Data-loss and trust cases of the writing commands: each prints the command, its
 exit code, its one line, and whether the files that were there before are byte-for-byte still
 there; the trust cases (a model folder's own code: an auto_map with stdin answering "y", a
 pickle as weights) also say whether the code ran (a marker file it would write).
@@ -150,7 +150,7 @@ def main() -> None:
     lost = [k for k in before if k not in after]
     print(f"- Ctrl-C during eval --out DIR (DIR: an earlier eval plus a file of the user's)\n"
           f"  exit {code}: {err[-1][:200] if err else ''}\n  files lost: {lost or 'none'}")
-    _issue43(root, m, ev, case)
+    _runs_and_trust(root, m, ev, case)
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -195,10 +195,10 @@ class _Payload:
         return (Path.write_text, (self.marker, "the pickle ran"))
 
 
-def _issue43(root: Path, m: list[str], ev: list[str], case) -> None:
-    """Issue 43's cases: outputs recognised as runs only by run.json, every writer (CLI and
+def _runs_and_trust(root: Path, m: list[str], ev: list[str], case) -> None:
+    """Outputs recognised as runs only by run.json, every writer (CLI and
     API) through the one output check, and no code from a model folder."""
-    print("\n## issue 43")
+    print("\n## run folders, every writer, a model folder's code")
     for parent, argv in (("eval", ev), ("probe-knockout", ["probe", "knockout", *m, "--limit",
                                                             "2", "--window", "1"]),
                          ("explain", ["explain", *m, "--context", "Zorb is the capital. It is old.",

@@ -1,4 +1,4 @@
-"""Fault injection over every writing command (issue 46): nothing is ever half-written.
+"""Fault injection over every writing command: nothing is ever half-written.
 
 For each command (eval, probe, explain, run, sft, curate, augment, export, report), each fault
 (ENOSPC, an exception, SIGTERM) and each of the first N writes through `knowflow.io` (all of

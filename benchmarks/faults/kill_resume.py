@@ -1,5 +1,5 @@
 """Kill `knowflow sft` at random moments around its checkpoints, resume it, and compare with
-the uninterrupted run: the table of issue 43.
+the uninterrupted run: one row per kill.
 
     python benchmarks/faults/kill_resume.py [--kills 10] [--seed 0] [--steps 40] [--save-every 10]
                                             [--keep DIR]

@@ -126,7 +126,7 @@ def main() -> None:
 
     def cpu_timed(sides: dict) -> dict:
         """Each side's (output, wall s) from its fastest run by CPU time (recorded in `cpu`;
-        other people's jobs do not count in CPU seconds). The sides take turns, round by
+        other processes do not count in CPU seconds). The sides take turns, round by
         round, so a slow stretch of the machine falls on all of them, not on one."""
         best: dict = {}
         for _ in range(max(1, args.repeat)):

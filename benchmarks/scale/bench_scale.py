@@ -1,4 +1,4 @@
-"""How each job's CPU cost and peak memory grow with model size and context length (issue 41).
+"""How each job's CPU cost and peak memory grow with model size and context length.
 
 Random-weight models of real shapes (the configs of SmolLM2-135M, SmolLM2-360M, Qwen2.5-0.5B
 and Llama-3.2-1B, written below; the vocabulary stays real-size; speed and memory do not depend
@@ -349,9 +349,10 @@ def cell(name: str, job: str, context: int, threads: int, items: int | None = No
 
 def scorer_ab(contexts: list[int], threads: int) -> None:
     """The log-likelihood scorer's two paths for long prompts on SmolLM2-135M's shape, one
-    after the other on the same 2 items per context: tree rows with a dense 4D mask (as
-    before issue 41's fix: `LONG_PROMPT` set past every prompt) and alone in chunks of 512
-    and 256 tokens; CPU s per item and the largest log-prob difference from the tree path."""
+    after the other on the same 2 items per context: tree rows with a dense 4D mask (every
+    prompt's path before long prompts ran alone: `LONG_PROMPT` set past every prompt) and
+    alone in chunks of 512 and 256 tokens; CPU s per item and the largest log-prob difference
+    from the tree path."""
     import torch
 
     from knowflow.lens import scorer

@@ -1,5 +1,5 @@
 """Peak resident memory of `probe knockout` / `probe heads` at a real model shape against
-`knowflow.lens.memory`'s estimate (issue 41): one job, one prompt of about TOKENS tokens,
+`knowflow.lens.memory`'s estimate: one job, one prompt of about TOKENS tokens,
 ROWS variant rows a pass, in this (fresh) process. The model and the padded cf-capitals item
 are `bench_scale.py`'s (random weights of the named shape, SmolLM2's tokenizer); the peak is
 `ru_maxrss` above the resident memory just before the job (after a warm-up on a short

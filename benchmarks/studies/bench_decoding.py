@@ -1,5 +1,5 @@
 """Every decoding method on every phrasing: generation counterfactual accuracy, what the other
-answers are (cut off, garbled, other), and log-likelihood counterfactual accuracy (issue 42).
+answers are (cut off, garbled, other), and log-likelihood counterfactual accuracy.
 
     python benchmarks/studies/bench_decoding.py [--limit 24] [--suites all] [--threads 1]
         [--heads SPEC | --heads calibrate] [--out runs/bench_decoding]

@@ -1,4 +1,4 @@
-"""What an attribution must see to score like ablation (issue 39): sentences cut out of the
+"""What an attribution must see to score like ablation: sentences cut out of the
 attention of the readers only or of every row, with the positions kept or shifted as the
 ablated text would shift them, exactly (64 masks fitted by explain's lasso) and to first order
 (the keep-weight gradient `--attribution gradient` takes).

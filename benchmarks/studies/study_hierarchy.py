@@ -1,5 +1,5 @@
 """How the hierarchical attribution's weights rank sentences against the flat surrogate's, on
-long multi-document items (issue 39): every variant from one scoring pass per item.
+long multi-document items: every variant from one scoring pass per item.
 
     python benchmarks/studies/study_hierarchy.py --long 7 --sentences 40 --json rows.jsonl
 
