@@ -22,7 +22,8 @@ import torch
 
 from knowflow.data.instruction_rows import encode_all
 from knowflow.data.instructions import MixtureConfig, builtin_mixture
-from knowflow.evaluation.run import evaluate, load_suites
+from knowflow.evaluation.items import load_suites
+from knowflow.evaluation.run import evaluate
 from knowflow.lens.load import load_model, resolve_device
 from knowflow.probes.examples import builtin_facts
 from knowflow.probes.knockout import KnockoutConfig, knockout
