@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path in one script (issue 41): every knowflow command once on a CUDA GPU, checked
+# The GPU path in one script: every knowflow command once on a CUDA GPU, checked
 # against the CPU on a few items, with throughput per job.
 #
 #   benchmarks/gpu_check.sh          on a machine with a CUDA GPU (bf16; < 8 minutes on one H100)

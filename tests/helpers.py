@@ -165,9 +165,10 @@ def assert_scores_match_naive(model, tokenizer, seqs, conts, *scored, abs: float
 
 
 def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (tests reuse its code instead of copying it)."""
+    """A script of benchmarks/ as a module, named by its group and file stem
+    ("peers/bench_explain"): tests reuse its code instead of copying it."""
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(Path(name).name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -10,7 +10,7 @@
 
 `lay_out_hub_model(hf_home, "org/name", model, tokenizer)` saves a model (save_pretrained) and
 returns its commit; `HF_HOME=hf_home HF_HUB_OFFLINE=1 knowflow eval --model org/name` then
-loads it from there. Plain functions, no pytest: `benchmarks/hub_cache_demo.py` uses them too.
+loads it from there. Plain functions, no pytest: `benchmarks/data/hub_cache_demo.py` uses them too.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ def _row(cc: float, method: float) -> dict:
 
 
 def test_ratio_spread_per_item_and_per_round():
-    bench = load_benchmark("bench_explain")
+    bench = load_benchmark("peers/bench_explain")
     rows = [_row(10.0, 1.0), _row(30.0, 1.0), _row(20.0, 2.0)] * 3 + [_row(4.0, 2.0)]
     item, per_round = bench.ratio_spread(rows, "contextcite-batched_64", "gradient_0")
     assert item == 10.0                     # ratios 10, 30, 10 three times, then 2
@@ -25,7 +25,7 @@ def test_ratio_spread_per_item_and_per_round():
 
 
 def test_labels_and_reference_rows_of_corrected_gradients():
-    bench = load_benchmark("bench_explain")
+    bench = load_benchmark("peers/bench_explain")
     assert bench._label("gradient_0") == "gradient (1 pass)"
     assert bench._label("gradient_2") == "gradient @2"
     assert bench._label("gradient+8_2") == "gradient @2 +8 ablations"

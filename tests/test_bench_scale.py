@@ -13,7 +13,7 @@ def _row(job: str, cpu: float, rnd: int | None) -> dict:
 
 
 def test_medians_and_round_paired_ratios():
-    bench = load_benchmark("bench_scale")
+    bench = load_benchmark("scale/bench_scale")
     rows = [_row("explain", c, r) for r, c in enumerate((12.0, 30.0, 13.0))] + \
         [_row("contextcite", c, r) for r, c in enumerate((15.0, 31.0, 14.0))]
     (explain, cite) = sorted(bench.medians(rows), key=lambda r: r["job"] != "explain")
@@ -31,7 +31,7 @@ def test_medians_and_round_paired_ratios():
 def test_sft_against_both_plain_trainers():
     """sft is compared with the plain Trainer and with the Trainer that evaluates the same
     items through lm-eval, each round with its own round."""
-    bench = load_benchmark("bench_scale")
+    bench = load_benchmark("scale/bench_scale")
     rows = [_row("sft", 11.0, 0), _row("trainer-sft", 10.0, 0),
             _row("trainer-sft-lmeval", 12.0, 0)]
     pairs = bench.round_ratios(rows)
@@ -47,7 +47,7 @@ def test_a_capped_cell_holds_malloc_before_building_and_runs_the_plain_job(monke
     the job run is JOB's own, and the pair's ratio is reported against JOB."""
     import knowflow.lens.allocator as allocator
 
-    bench = load_benchmark("bench_scale")
+    bench = load_benchmark("scale/bench_scale")
     calls = []
     monkeypatch.setattr(allocator, "hold_to_budget", lambda: calls.append("hold"))
 

@@ -129,12 +129,12 @@ def test_readme_is_short_and_its_local_links_resolve():
 
 # Output blocks allowed to stay unmarked, per page (none now; the count may only fall). Every
 # block that shows a command's output is a docs-example (or an excerpt of one), or, on
-# docs/findings/, a dated docs-record (benchmarks/docs_examples.py).
+# docs/findings/, a dated docs-record (benchmarks/docs/docs_examples.py).
 UNMARKED_PENDING: dict[str, int] = {}
 
 
 def test_every_command_output_in_the_docs_regenerates_or_is_a_dated_record():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     problems = [p for path in docs_examples.doc_files() for p in docs_examples.unmarked(path)]
     per_page: dict[str, list[str]] = {}
     for problem in problems:
@@ -147,7 +147,7 @@ def test_every_command_output_in_the_docs_regenerates_or_is_a_dated_record():
 def test_every_figure_under_docs_img_is_drawn_by_a_docs_example():
     """docs/img/ holds only figures a `docs-figure` marker copies from its example's run
     (findings' figures, records like their blocks, live under docs/findings/img/)."""
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     targets = {found.group(2).split("->")[1].strip()
                for path in docs_examples.doc_files()
                for line in path.read_text(encoding="utf-8").split("\n")

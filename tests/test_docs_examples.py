@@ -1,5 +1,5 @@
 """The README's and docs' fast examples rerun to the outputs they show
-(benchmarks/docs_examples.py --check: timings, timestamps and temporary paths masked; slow),
+(benchmarks/docs/docs_examples.py --check: timings, timestamps and temporary paths masked; slow),
 and the script's own parts: masking, excerpts, and tables and figures read from a run."""
 
 import json
@@ -11,13 +11,13 @@ from helpers import load_benchmark
 
 @pytest.mark.slow  # loads SmolLM2 and runs its examples: minutes on two cores
 def test_the_fast_examples_print_what_the_docs_show(capsys):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     code = docs_examples.main(["--check"])
     assert code == 0, capsys.readouterr().out
 
 
 def test_masking_hides_timings_and_timestamps_only():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     assert docs_examples.mask("results: runs/eval/20261206-012611 (21.2 s: load 0.6 s)") == \
         "results: runs/eval/<timestamp> (<time>: load <time>)"
     assert docs_examples.mask("(40, 25)") == "(40, 25)"
@@ -25,7 +25,7 @@ def test_masking_hides_timings_and_timestamps_only():
 
 
 def test_masking_hides_a_tables_seconds_column_and_clock_times():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     table = ("finetuning ━━━━ 2/2 0:00:11\n"
              "┏━━━━━━━┳━━━━━━━━━┓\n┃ steps ┃ seconds ┃\n┡━━━━━━━╇━━━━━━━━━┩\n"
              "│ 2     │ 30      │\n└───────┴─────────┘\nsteps: 30")
@@ -35,7 +35,7 @@ def test_masking_hides_a_tables_seconds_column_and_clock_times():
 
 
 def test_an_excerpt_keeps_the_commands_and_the_lines_it_names_with_gaps():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     run = docs_examples.Pass({"fast"}, None, check=True)
     source = docs_examples.ROOT / "docs" / "not-a-page.md"   # held in memory, never written
     run.texts[source] = "\n".join(["<!-- docs-example: slow -->", "```", "$ knowflow run x",
@@ -48,7 +48,7 @@ def test_an_excerpt_keeps_the_commands_and_the_lines_it_names_with_gaps():
 
 
 def test_tables_and_figures_come_from_the_run_folder_the_block_names(tmp_path):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     folder = tmp_path / "runs" / "x" / "20261206-000000"
     (folder / "figures").mkdir(parents=True)
     (folder / "figures" / "a.png").write_bytes(b"not the docs' figure")
@@ -76,7 +76,7 @@ def test_tables_and_figures_come_from_the_run_folder_the_block_names(tmp_path):
 
 
 def test_a_saved_file_is_written_before_the_example_that_reads_it(tmp_path):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     page = tmp_path / "page.md"
     page.write_text("\n".join([
         "<!-- docs-file: data/rows.txt -->", "```", "first row", "second row", "```", "",
@@ -86,7 +86,7 @@ def test_a_saved_file_is_written_before_the_example_that_reads_it(tmp_path):
 
 
 def test_a_saved_file_can_come_from_another_page(tmp_path):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     tutorial = tmp_path / "tutorial.md"
     tutorial.write_text("\n".join(["<!-- docs-file: make.sh -->", "```", "echo made", "```"]))
     page = tmp_path / "page.md"
@@ -102,7 +102,7 @@ def test_a_saved_file_can_come_from_another_page(tmp_path):
 
 
 def test_a_failing_command_stops_the_script_unless_it_shows_its_exit_code(tmp_path):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     shown = docs_examples.run_shell(['$ ls no-such-file > /dev/null 2>&1; echo "exit $?"'],
                                     tmp_path)
     assert shown == ['$ ls no-such-file > /dev/null 2>&1; echo "exit $?"', "exit 2"]
@@ -113,7 +113,7 @@ def test_a_failing_command_stops_the_script_unless_it_shows_its_exit_code(tmp_pa
 
 
 def test_an_excerpt_comes_from_the_first_example_whose_output_it_matches():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     run = docs_examples.Pass({"fast"}, None, check=True)
     source = docs_examples.ROOT / "docs" / "not-a-page.md"   # held in memory, never written
     run.texts[source] = "\n".join([
@@ -129,7 +129,7 @@ def test_an_excerpt_comes_from_the_first_example_whose_output_it_matches():
 
 
 def test_output_blocks_are_told_from_commands_files_and_python():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     text = "\n".join([
         "```", "$ knowflow eval \\", "    --limit 4", "```",          # a command alone
         "```python", "$ x = 1", "# 1", "```",                       # python: not shell output
@@ -143,7 +143,7 @@ def test_output_blocks_are_told_from_commands_files_and_python():
 
 
 def test_findings_blocks_must_be_dated_records_and_other_blocks_examples(tmp_path, monkeypatch):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     monkeypatch.setattr(docs_examples, "ROOT", tmp_path)
     (tmp_path / "docs" / "findings").mkdir(parents=True)
     block = ["```", "$ python benchmarks/bench.py", "1.0 s", "```"]
@@ -161,7 +161,7 @@ def test_findings_blocks_must_be_dated_records_and_other_blocks_examples(tmp_pat
 
 
 def test_keep_leaves_each_pages_folder_in_place(tmp_path):
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     page = tmp_path / "page.md"
     page.write_text("\n".join(["<!-- docs-example: fast -->", "```",
                                "$ mkdir -p runs/x && echo 1 > runs/x/summary.json", "```"]))
@@ -170,6 +170,6 @@ def test_keep_leaves_each_pages_folder_in_place(tmp_path):
 
 
 def test_masking_hides_the_trainers_closing_timings_not_its_loss():
-    docs_examples = load_benchmark("docs_examples")
+    docs_examples = load_benchmark("docs/docs_examples")
     line = "{'train_runtime': '67.12', 'train_steps_per_second': '0.894', 'train_loss': '9.316'}"
     assert docs_examples.mask(line) == "{<time>, <time>, 'train_loss': '9.316'}"

@@ -1,9 +1,9 @@
-"""Nothing half-written, ever (issue 46): a few cells of `benchmarks/fault_matrix.py`.
+"""Nothing half-written, ever: a few cells of `benchmarks/faults/fault_matrix.py`.
 
 A fault (ENOSPC, an exception, SIGTERM) injected at one write through `knowflow.io` leaves
 the target untouched (an earlier output of the same command kept byte for byte), or, for a
 run that checkpoints, a run marked in progress that `--resume` completes to the records of
-an uninterrupted run. The whole matrix: `python benchmarks/fault_matrix.py`.
+an uninterrupted run. The whole matrix: `python benchmarks/faults/fault_matrix.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from helpers import load_benchmark
 from knowflow.store.files import atomic_write_text, file_group
 from knowflow.store.staging import staged_dir
 
-fm = load_benchmark("fault_matrix")
+fm = load_benchmark("faults/fault_matrix")
 
 
 @pytest.fixture(scope="module")

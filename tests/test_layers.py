@@ -22,7 +22,7 @@ an entry fails the test once it is no longer needed (delete it then).
 Below the packages, modules: no import cycle among any knowflow modules, inside a package or
 between packages (function-level imports counted too, so none can hide one), and imports of
 knowflow modules sit at module level, except in the modules listed in FUNCTION_IMPORTS with
-the reason. The import graph is `benchmarks/code_shape.py`'s, which prints the same cycles and
+the reason. The import graph is `benchmarks/docs/code_shape.py`'s, which prints the same cycles and
 the longest import chain.
 """
 
@@ -62,7 +62,7 @@ FUNCTION_IMPORTS: dict[str, str] = {
 
 
 def _code_shape():
-    return load_benchmark("code_shape")  # benchmarks/code_shape.py: the import graph
+    return load_benchmark("docs/code_shape")  # benchmarks/docs/code_shape.py: the import graph
 
 
 def _unit(module: str) -> str:

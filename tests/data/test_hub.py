@@ -170,9 +170,9 @@ def test_python_api_reads_a_hub_dataset(hf_home, tiny_model_dir, tmp_path):
 
 
 def test_demo_script_lays_out_nq_swap_mini(tmp_path):
-    """benchmarks/hub_dataset_demo.py: the dataset the closing transcript evaluates."""
+    """benchmarks/data/hub_dataset_demo.py: the dataset the closing transcript evaluates."""
     pytest.importorskip("datasets")
-    script = Path(__file__).parents[2] / "benchmarks" / "hub_dataset_demo.py"
+    script = Path(__file__).parents[2] / "benchmarks" / "data" / "hub_dataset_demo.py"
     home = tmp_path / "home"
     made = subprocess.run([sys.executable, str(script), str(home)], capture_output=True,
                           text=True, timeout=300)

@@ -1,5 +1,5 @@
 """bench_decoding's dev and fresh items never overlap the held-out items it reports, nor
-each other (issue 42)."""
+each other."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from helpers import load_benchmark
 
 @pytest.mark.parametrize("suite", ["cf-bio", "cf-world", "cf-capitals", "cf-phrasing:where"])
 def test_dev_items_are_not_held_out_items(suite, tmp_path: Path):
-    bench = load_benchmark("bench_decoding")
+    bench = load_benchmark("studies/bench_decoding")
     held = bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path)
     dev = bench.suite_items(suite, 32, 0, tmp_path, dev=True)
     assert dev and len(held) == bench.HELD_OUT_MAX
@@ -24,7 +24,7 @@ def test_dev_items_are_not_held_out_items(suite, tmp_path: Path):
 
 @pytest.mark.parametrize("suite", ["cf-bio", "cf-capitals"])
 def test_fresh_items_are_neither_held_out_nor_dev_items(suite, tmp_path: Path):
-    bench = load_benchmark("bench_decoding")
+    bench = load_benchmark("studies/bench_decoding")
     held = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path)}
     dev = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path, dev=True)}
     fresh = {i.id for i in bench.suite_items(suite, bench.HELD_OUT_MAX, 0, tmp_path,

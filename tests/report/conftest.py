@@ -1,6 +1,6 @@
 """Fixtures for the report tests: small fake run folders (no experiment is run).
 
-The builders live in `benchmarks/check_report_browser.py`, which renders the same fake runs in
+The builders live in `benchmarks/docs/check_report_browser.py`, which renders the same fake runs in
 headless Chromium; loading it here keeps one definition of a fake run.
 """
 
@@ -12,7 +12,7 @@ from helpers import load_benchmark
 
 
 def _load_browser_check():
-    return load_benchmark("check_report_browser")
+    return load_benchmark("docs/check_report_browser")
 
 
 @pytest.fixture(scope="session")

@@ -159,7 +159,7 @@ def check_threads(threads: int | None) -> None:
 
 def set_threads(threads: int | None) -> int:
     """Check --threads, then give torch that many, every usable CPU when None (measured in
-    benchmarks/bench_threads.py: see docs/concepts.md, threads); returns the count. Imports
+    benchmarks/scale/bench_threads.py: see docs/concepts.md, threads); returns the count. Imports
     torch: call it once checks pass."""
     check_threads(threads)
     import torch  # heavy: only once a command runs

@@ -20,7 +20,7 @@ Every country is asked in every phrasing (one item each); the context position i
 
 `meta["split"]` keeps a fixed set of `DEV_SIZE` countries (`dev`) apart from the rest
 (`test`): decoding settings are chosen on the dev countries and reported on the test ones
-(benchmarks/bench_decoding.py), so no reported number was tuned on its own items.
+(benchmarks/studies/bench_decoding.py), so no reported number was tuned on its own items.
 """
 
 from __future__ import annotations
