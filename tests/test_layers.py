@@ -101,7 +101,7 @@ def _imports(path: Path, module: str) -> list[tuple[str, int, str]]:
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
-            if base == "knowflow":  # from knowflow import schema -> knowflow.schema
+            if base == "knowflow":  # from knowflow import store -> knowflow.store
                 found += [(f"knowflow.{a.name}", node.lineno, "from") for a in node.names]
             else:
                 found.append((base, node.lineno, "from"))
@@ -156,9 +156,9 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     """The checker itself can fail: an upward import in a worlds module is found."""
     path = tmp_path / "x.py"
     path.write_text("def f():\n    from knowflow.train.sft import train_model\n"
-                    "from knowflow import schema\nfrom .facts import Instruction\n")
+                    "from knowflow import store\nfrom .facts import Instruction\n")
     found = _imports(path, "knowflow.data.x")
-    assert [(t, ln) for t, ln, _ in found] == [("knowflow.schema", 3),
+    assert [(t, ln) for t, ln, _ in found] == [("knowflow.store", 3),
                                                ("knowflow.data.facts", 4),
                                                ("knowflow.train.sft", 2)]
     assert _layer(_unit("knowflow.train.sft")) > _layer(_unit("knowflow.data.x"))

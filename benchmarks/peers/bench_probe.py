@@ -18,10 +18,10 @@ import time
 import torch
 
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.load import load_model
 from knowflow.probes.common import predict, window
 from knowflow.probes.examples import builtin_facts
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.knockout import KnockoutConfig, knockout
 from knowflow.probes.spans import locate
 

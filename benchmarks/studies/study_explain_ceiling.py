@@ -59,7 +59,7 @@ def span_logprob(model, ids: torch.Tensor, target: torch.Tensor, owner: torch.Te
     advanced by the keep weights before it. `ids` (1, seq) end with the span but its last
     token; `target` (T,) the span."""
     from knowflow.lens.arch import arch_of
-    from knowflow.probes.intercept import AttentionPlan, intercepted
+    from knowflow.lens.attention import AttentionPlan, intercepted
 
     b, n_t = keep.shape[0], len(target)
     tok_keep = torch.cat([keep, torch.ones(b, 1)], 1)[:, owner]            # (b, seq)

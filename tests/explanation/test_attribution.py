@@ -18,7 +18,7 @@ from knowflow.explanation.mechanism import Cut, answer_logprobs
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import ablated_prompts, encode, rendered, sentence_tokens
 from knowflow.explanation.splitter import split_sentences
-from knowflow.probes.intercept import AttentionPlan, intercepted
+from knowflow.lens.attention import AttentionPlan, intercepted
 
 ITEM = ConflictItem(id="i", suite="s", context="Paris is in France. The sky is blue today. "
                     "Rome is in Italy. Cats like milk.", question="Where is Rome?",

@@ -340,7 +340,7 @@ def test_soft_effects_recomputing_each_layers_attention_give_the_same_gradients(
                                                                               monkeypatch):
     """Past `RECOMPUTE_ABOVE` bytes of scores the backward pass recomputes each layer's
     attention (checkpointing) instead of keeping it: the same features."""
-    import knowflow.probes.intercept as intercept
+    import knowflow.lens.attention as intercept
 
     model, _ = lm
     prompt, answer = list(range(40, 70)), [80, 81, 82]

@@ -11,6 +11,7 @@ from helpers import SHARP, byte_bpe
 from knowflow.data.suites import get_suite
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.heads import head_contributions, head_shape
 from knowflow.lens.hooks import captured, hook_name
 from knowflow.probes.head_attention import example_attention
@@ -24,7 +25,6 @@ from knowflow.probes.heads import (
     heads,
     summarize_heads,
 )
-from knowflow.probes.intercept import AttentionPlan, intercepted
 
 
 @pytest.fixture(scope="module")

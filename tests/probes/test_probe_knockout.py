@@ -8,9 +8,9 @@ import torch
 
 from helpers import SHARP, byte_bpe, tiny_gpt2
 from knowflow.errors import ConfigError, KnowflowError
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.probes.common import window
 from knowflow.probes.examples import ProbeExample
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.knockout import (
     KnockoutConfig,
     knockout,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.probes.examples import ProbeExample, builtin_facts
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.knockout import KnockoutConfig, knockout, knockout_logits
 from knowflow.probes.mass import attention_mass
 from knowflow.probes.spans import locate

@@ -1,4 +1,4 @@
-"""The CLI's one progress adapter: a `knowflow.runs.Progress` that draws rich bars."""
+"""The CLI's one progress adapter: a `knowflow.store.run_folder.Progress` that draws rich bars."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run a registered experiment under the run contract (see `knowflow.runs`).
+"""Run a registered experiment under the run contract (see `knowflow.store.run_folder`).
 
 Everything that can be checked is checked before the run directory is made (the config, the
 experiment's own `check`, that the runs folder is writable). The run is staged: written under

@@ -35,9 +35,9 @@ from knowflow.explanation.prompts import ablated_prompts
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import balanced_masks, fit_surrogate, random_masks, spearman
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
 from knowflow.lens.scorer import score_continuations
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
 from knowflow.store.run_folder import Progress
 

@@ -68,10 +68,10 @@ import torch
 
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of, out_weight
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import captured
 from knowflow.lens.prefix import Prefix, forward
-from knowflow.probes.intercept import AttentionPlan, intercepted
 
 KINDS = ("attention", "value", "direct", "total", "soft")
 SOFT_KEEP = 0.5      # the keep weight at which `soft` differentiates (see above)

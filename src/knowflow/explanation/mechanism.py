@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import torch
 
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import intercepted
 from knowflow.probes.common import window
-from knowflow.probes.intercept import intercepted
 from knowflow.probes.knockout import Cut, cut_scores
 
 

@@ -1,5 +1,5 @@
 """The summary of explain's records (one per item); the records and it make explain's
-`knowflow.result.Result`, saved as the run folder `knowflow explain` writes (config.json,
+`knowflow.store.result.Result`, saved as the run folder `knowflow explain` writes (config.json,
 records.jsonl, summary.json, then figures/ and report.html from `report.explain`).
 """
 

@@ -11,8 +11,8 @@ leaves the prompts before it, numbered consecutively) and a node's ancestors are
 ancestors of its chain's first node followed by its chain up to itself.
 
 The nodes run through the model in one forward pass (chunks of `chunk` nodes for a larger
-trie, each layer's keys and values kept for the chunks after), packed in one row, with
-knowflow's attention function (registered through transformers' attention interface): each
+trie, each layer's keys and values kept for the chunks after), packed in one row, through
+knowflow's one attention interception (`lens.attention`, with the trie's plan): each
 chain ("piece") attends to exactly its ancestors and itself, a small attention per piece
 instead of a dense tree mask over the packed row. A token thus sees exactly the tokens of its
 own prompt at their own positions, so each score equals the prompt run alone up to float
@@ -32,17 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import intercepted
 from knowflow.lens.batching import model_device
 
 CHUNK = 2048         # trie nodes per forward pass (at most; the keys of earlier chunks are kept)
-_NAME = "knowflow_trie"
 
 
 @dataclass
@@ -160,40 +156,27 @@ class _Plan:
     nodes: int
     calls: int = 0
 
-
-def _trie_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                    **kwargs):
-    """Attention over the trie (the plan passed as `knowflow_trie`): each piece's queries
-    attend to its keys only; in the last layer only the scored nodes are computed (the others'
-    output is never read). Without a plan, plain SDPA."""
-    # query: (1, heads, C, dim); key, value: (1, kv heads, C, dim) for the chunk's nodes
-    plan: _Plan | None = kwargs.pop("knowflow_trie", None)
-    if plan is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      scaling=scaling, dropout=dropout, **kwargs)
-    layer = module.layer_idx
-    plan.calls += 1
-    if plan.store[layer] is None:
-        shape = (*key.shape[:2], plan.nodes, key.shape[-1])
-        plan.store[layer] = (key.new_empty(shape), value.new_empty(shape))
-    ks, vs = plan.store[layer]
-    ks[:, :, plan.start:plan.end] = key
-    vs[:, :, plan.start:plan.end] = value
-    out = query.new_zeros(query.shape)                                   # (1, heads, C, dim)
-    gqa = query.shape[1] != key.shape[1]
-    for p in (plan.scored if layer == plan.last else plan.every):
-        a, b = p.first - plan.start, p.last - plan.start
-        out[:, :, a:b] = torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, a:b], ks.index_select(2, p.keys), vs.index_select(2, p.keys),
-            attn_mask=p.keep, scale=scaling, enable_gqa=gqa)
-    return out.transpose(1, 2), None                                     # (1, C, heads, dim)
-
-
-def _register() -> str:
-    if _NAME not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(_NAME, _trie_attention)
-        AttentionMaskInterface.register(_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return _NAME
+    def attend(self, module, query, key, value, attention_mask, *args, wrapped, base: str,
+               scaling=None, **kwargs):
+        """Attention over the trie: each piece's queries attend to its keys only; in the last
+        layer only the scored nodes are computed (the others' output is never read)."""
+        # query: (1, heads, C, dim); key, value: (1, kv heads, C, dim) for the chunk's nodes
+        layer = module.layer_idx
+        self.calls += 1
+        if self.store[layer] is None:
+            shape = (*key.shape[:2], self.nodes, key.shape[-1])
+            self.store[layer] = (key.new_empty(shape), value.new_empty(shape))
+        ks, vs = self.store[layer]
+        ks[:, :, self.start:self.end] = key
+        vs[:, :, self.start:self.end] = value
+        out = query.new_zeros(query.shape)                               # (1, heads, C, dim)
+        gqa = query.shape[1] != key.shape[1]
+        for p in (self.scored if layer == self.last else self.every):
+            a, b = p.first - self.start, p.last - self.start
+            out[:, :, a:b] = torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, a:b], ks.index_select(2, p.keys), vs.index_select(2, p.keys),
+                attn_mask=p.keep, scale=scaling, enable_gqa=gqa)
+        return out.transpose(1, 2), None                                 # (1, C, heads, dim)
 
 
 @contextmanager
@@ -201,7 +184,6 @@ def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
     """The model switched to the trie attention, and its last MLP run on `rows[0]` (the
     chunk's scored positions) only: the other positions' last-layer output is never read.
     An MLP that sees flat rows (OPT's fc2: (C, d_ff) in, (C, d) out) is cut on its rows."""
-    original = model.config._attn_implementation
     full: list[torch.Size] = []
 
     def only_rows(_module, args):
@@ -219,11 +201,10 @@ def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
 
     hooks = [last_mlp.register_forward_pre_hook(only_rows),
              last_mlp.register_forward_hook(scatter)]
-    model.set_attn_implementation(_register())
     try:
-        yield
+        with intercepted(model, base="sdpa"):
+            yield
     finally:
-        model.set_attn_implementation(original)
         for h in hooks:
             h.remove()
 
@@ -258,7 +239,7 @@ def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None 
                         position_ids=depth[None, start:end].to(device),      # (1, C)
                         attention_mask=torch.ones((1, 1, 1, 1), dtype=torch.bool,
                                                   device=device),        # unused
-                        use_cache=False, knowflow_trie=plan,
+                        use_cache=False, knowflow_plan=plan,
                         logits_to_keep=at if rows else torch.tensor([end - start - 1],
                                                                     device=device))
             if plan.calls != arch.n_layers:

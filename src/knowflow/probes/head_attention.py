@@ -18,9 +18,9 @@ import torch
 
 from knowflow.data.facts import ConflictItem
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
 from knowflow.probes.heads import conflict_prompt
-from knowflow.probes.intercept import AttentionPlan, intercepted
 
 PER_SIDE = 3  # heads shown per side (context, memory)
 

@@ -35,6 +35,7 @@ import torch
 from knowflow.data.facts import ConflictItem
 from knowflow.data.prompts import FORMATS, PromptConfig, render
 from knowflow.errors import ConfigError, KnowflowError
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.heads import (
     HeadVariant,
     ablation_rows,
@@ -46,7 +47,6 @@ from knowflow.lens.heads import (
 from knowflow.lens.memory import check_max_memory, prompt_rows
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.head_projection import head_top_tokens
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
 from knowflow.store.run_folder import Progress
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import torch
 
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
 from knowflow.lens.memory import prediction_rows, prompt_rows
 from knowflow.lens.prefix import Prefix
 from knowflow.probes.common import check_heads, check_layers, window
 from knowflow.probes.examples import ProbeExample
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import Located, check_source
 from knowflow.probes.sweep import Keyed, layer_curves, sweep
 from knowflow.store.run_folder import Progress

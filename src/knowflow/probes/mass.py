@@ -24,9 +24,9 @@ import torch
 
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.probes.examples import ProbeExample, as_example
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.spans import locate
 from knowflow.store.run_folder import Progress
 

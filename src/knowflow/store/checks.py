@@ -47,7 +47,7 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
     """Raise a `DataError` naming the first damaged file of a run, and how to recover.
 
     Checks run.json, config.json, metrics.jsonl (line by line), and for `report` summary.json
-    and the records files, each against its schema (`knowflow.boundaries`), and every
+    and the records files, each against its schema (`store.schemas`), and every
     checkpoint: JSON files parse, safetensors files are as long as their header says, torch
     files are complete zip archives. Cheap: no tensor is loaded.
     """

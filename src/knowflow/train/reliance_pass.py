@@ -21,9 +21,9 @@ from knowflow.data.facts import ConflictItem
 from knowflow.evaluation.items import choice, render_prompts, scored_answers
 from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.arch import arch_of
+from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.scorer import score_continuations
 from knowflow.probes.examples import ProbeExample, find_text
-from knowflow.probes.intercept import AttentionPlan, intercepted
 from knowflow.probes.mass import span_mass
 from knowflow.probes.spans import locate
 

@@ -119,7 +119,7 @@ class SFTConfig:
 @dataclass
 class TrainedModel:
     """What `train_model` returns: the trained model and how the training went (the public
-    `knowflow.finetune` returns a `knowflow.result.Result` of the whole job instead)."""
+    `knowflow.finetune` returns a `knowflow.store.result.Result` of the whole job instead)."""
 
     model: object                    # the trained model (a peft model for LoRA)
     steps: int
@@ -146,7 +146,7 @@ def last_checkpoint(out_dir: str | Path) -> Path | None:
 
 
 def stage_checkpoints(trainer) -> None:
-    """Make `trainer` write each checkpoint staged (`knowflow.staging`): the Trainer writes
+    """Make `trainer` write each checkpoint staged (`knowflow.store.staging`): the Trainer writes
     checkpoint-N in place, file by file, so a kill or a full disk mid-save would leave a
     half-written one. Its `_save_checkpoint` is wrapped to point the Trainer's output folder
     at a hidden staging folder beside `checkpoints/checkpoint-N` for the save, then rename the

@@ -44,8 +44,8 @@ from knowflow.experiments.inversion_tiny.world import (
     make_world,
 )
 from knowflow.experiments.registry import Summary, register
+from knowflow.lens.attention import intercepted
 from knowflow.probes.heads import ConflictPrompt, bootstrap_grid, head_effects
-from knowflow.probes.intercept import intercepted
 from knowflow.report.heads import tiny_heads_figure
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.identity import METRICS

@@ -1,4 +1,4 @@
-"""One result contract (knowflow/result.py): every public entry point returns a `Result` whose
+"""One result contract (knowflow/store/result.py): every public entry point returns a `Result` whose
 `save(dir)` then `Result.load(dir)` gives back its records, summary and config (as JSON holds
 them), as the class its command returns; `to_pandas()` has one row per record."""
 

@@ -1,5 +1,5 @@
-"""The run writer (`knowflow.runs`): config.json first, the records, summary.json; a refused
-run leaves the filesystem as it was; `Progress` is the one callback type."""
+"""The run writer (`knowflow.store.run_folder`): config.json first, the records, summary.json;
+a refused run leaves the filesystem as it was; `Progress` is the one callback type."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one reader of JSON, JSONL and CSV (`knowflow.io`): a byte-order mark and CRLF are
+"""The one reader of JSON, JSONL and CSV (`knowflow.store.readers`): a byte-order mark and CRLF are
 accepted, CSV cells longer than csv's default limit are read, and every decoding problem is a
 `DataError` naming the file and the line."""
 

@@ -1,5 +1,5 @@
-"""`knowflow.schema`: the one curve summary (start/peak/peak step/final/rise/fall, earliest
-step on a tied peak) and its metric-prefixed form."""
+"""`knowflow.evaluation.curves`: the one curve summary (start/peak/peak step/final/rise/fall,
+earliest step on a tied peak) and its metric-prefixed form."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""`knowflow.boundaries`: each schema accepts what knowflow writes and refuses a wrong shape
+"""`knowflow.store.schemas`: each schema accepts what knowflow writes and refuses a wrong shape
 with one DataError naming the file, the line and the field."""
 
 import json

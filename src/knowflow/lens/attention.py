@@ -1,9 +1,12 @@
-"""Intercepting attention through transformers' attention interface.
+"""The one way knowflow intercepts attention: through transformers' attention interface.
 
 `intercepted(model)` switches the model to a registered attention function, `knowflow_sdpa`
 or `knowflow_eager`, that wraps the model's own implementation and restores it afterwards.
-A forward pass given `knowflow_plan=AttentionPlan(...)` (transformers passes extra keyword
-arguments down to the attention function) can then
+A forward pass given `knowflow_plan=plan` (transformers passes extra keyword arguments down
+to the attention function) hands each layer's attention to `plan.attend`; without a plan the
+wrapped implementation runs unchanged. Two kinds of plan exist: the token trie's
+(`lens._trie`: each chain of a packed trie attends to its ancestors only) and `AttentionPlan`,
+with which a forward pass can
 
 * block attention edges: per layer, a boolean tensor (batch, heads or 1, query, key) marks
   the (row, head, query, key) edges to cut; they get the mask's "never attend" value before
@@ -27,6 +30,7 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -43,6 +47,15 @@ RECOMPUTE_ABOVE = 1 << 30   # bytes of attention scores over all layers past whi
 _BASES = ("sdpa", "eager")
 
 
+class Plan(Protocol):
+    """What a forward pass given `knowflow_plan=` does in each attention layer: `attend` gets
+    the layer's inputs, the wrapped implementation and its name (`base`), and returns
+    (output, weights)."""
+
+    def attend(self, module, query, key, value, attention_mask, *args, wrapped, base: str,
+               **kwargs): ...
+
+
 @dataclass
 class AttentionPlan:
     """What one forward pass blocks and captures, by layer index."""
@@ -53,6 +66,39 @@ class AttentionPlan:
     captured: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch, heads, k)
     key_bias: dict[int, torch.Tensor] = field(default_factory=dict)  # (batch|1, heads|1, k)
     layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
+
+    def attend(self, module, query, key, value, attention_mask, *args, wrapped, base: str,
+               **kwargs):
+        # query: (batch, heads, q, head_dim); key, value: (batch, kv_heads, k, head_dim)
+        layer = self.layer_of.get(id(module), getattr(module, "layer_idx", None))
+        block = self.block.get(layer)
+        bias = self.key_bias.get(layer)
+        capture = layer in self.capture
+        mask = attention_mask
+        if block is not None or capture or bias is not None:
+            keep = _keep_mask(attention_mask, query, key)  # (batch|1, 1|heads, q, k)
+            if block is not None:
+                keep = keep & ~block.to(keep.device)
+            eager = capture or bias is not None
+            if eager or base == "eager" or (mask is not None and mask.dtype != torch.bool):
+                mask = _additive(keep, query.dtype)
+            else:
+                mask = keep
+        if not capture:
+            if bias is not None and torch.is_grad_enabled() and _scores_bytes(
+                    query, key, len(self.layer_of) or 1) > RECOMPUTE_ABOVE:
+                # recomputed in the backward pass: the layer keeps q, k, v, the mask and the
+                # bias, not its (heads, q, k) scores, so memory holds one layer's attention
+                return checkpoint(_biased_eager, module, query, key, value, mask, bias, *args,
+                                  use_reentrant=False, **kwargs)
+            if bias is not None:
+                return _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
+            return wrapped(module, query, key, value, mask, *args, **kwargs)
+        out, weights = _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
+        rows = self.capture_rows.to(weights.device)
+        batch = torch.arange(weights.shape[0], device=weights.device)
+        self.captured[layer] = weights[batch, :, rows, :].float()  # (batch, heads, k)
+        return out, weights
 
 
 def _causal_keep(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -98,64 +144,37 @@ def _biased_eager(module, query, key, value, mask, bias, *args, **kwargs):
     return _eager_for(module)(module, query, key, value, mask, *args, **kwargs)
 
 
-def _probe_attention(base: str):
+def _attention(base: str):
     """The registered attention function wrapping implementation `base`."""
     def attention(module, query, key, value, attention_mask, *args, **kwargs):
-        # query: (batch, heads, q, head_dim); key, value: (batch, kv_heads, k, head_dim)
-        plan: AttentionPlan | None = kwargs.pop("knowflow_plan", None)
+        plan: Plan | None = kwargs.pop("knowflow_plan", None)
         wrapped = ALL_ATTENTION_FUNCTIONS[base] if base != "eager" else _eager_for(module)
         if plan is None:
             return wrapped(module, query, key, value, attention_mask, *args, **kwargs)
-        layer = plan.layer_of.get(id(module), getattr(module, "layer_idx", None))
-        block = plan.block.get(layer)
-        bias = plan.key_bias.get(layer)
-        capture = layer in plan.capture
-        mask = attention_mask
-        if block is not None or capture or bias is not None:
-            keep = _keep_mask(attention_mask, query, key)  # (batch|1, 1|heads, q, k)
-            if block is not None:
-                keep = keep & ~block.to(keep.device)
-            eager = capture or bias is not None
-            if eager or base == "eager" or (mask is not None and mask.dtype != torch.bool):
-                mask = _additive(keep, query.dtype)
-            else:
-                mask = keep
-        if not capture:
-            if bias is not None and torch.is_grad_enabled() and _scores_bytes(
-                    query, key, len(plan.layer_of) or 1) > RECOMPUTE_ABOVE:
-                # recomputed in the backward pass: the layer keeps q, k, v, the mask and the
-                # bias, not its (heads, q, k) scores, so memory holds one layer's attention
-                return checkpoint(_biased_eager, module, query, key, value, mask, bias, *args,
-                                  use_reentrant=False, **kwargs)
-            if bias is not None:
-                return _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
-            return wrapped(module, query, key, value, mask, *args, **kwargs)
-        out, weights = _biased_eager(module, query, key, value, mask, bias, *args, **kwargs)
-        rows = plan.capture_rows.to(weights.device)
-        batch = torch.arange(weights.shape[0], device=weights.device)
-        plan.captured[layer] = weights[batch, :, rows, :].float()  # (batch, heads, k)
-        return out, weights
+        return plan.attend(module, query, key, value, attention_mask, *args, wrapped=wrapped,
+                           base=base, **kwargs)
     return attention
 
 
 def _register(base: str) -> str:
     name = _PREFIX + base
     if name not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(name, _probe_attention(base))
+        AttentionInterface.register(name, _attention(base))
         AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
     return name
 
 
 @contextmanager
-def intercepted(model) -> Iterator[dict[int, int]]:
+def intercepted(model, base: str | None = None) -> Iterator[dict[int, int]]:
     """Run `model` through knowflow's attention function inside the block; yields the
-    {id(attention module): layer} map that plans carry."""
+    {id(attention module): layer} map that plans carry. `base`: the implementation wrapped
+    (default: the model's own, SDPA for any other than eager)."""
     arch = arch_of(model)
     original = model.config._attn_implementation
-    if original and original.startswith(_PREFIX):  # nested use: already intercepted
-        yield {id(a): i for i, a in enumerate(arch.attn)}
+    if original and original.startswith(_PREFIX) and base in (None, original[len(_PREFIX):]):
+        yield {id(a): i for i, a in enumerate(arch.attn)}  # nested use: already intercepted
         return
-    base = original if original in _BASES else "sdpa"
+    base = base or (original if original in _BASES else "sdpa")
     model.set_attn_implementation(_register(base))
     try:
         yield {id(a): i for i, a in enumerate(arch.attn)}
