@@ -1,4 +1,4 @@
-"""Nothing half-written, ever (issue 46): a few cells of `benchmarks/fault_matrix.py`.
+"""Nothing half-written, ever: a few cells of `benchmarks/fault_matrix.py`.
 
 A fault (ENOSPC, an exception, SIGTERM) injected at one write through `knowflow.io` leaves
 the target untouched (an earlier output of the same command kept byte for byte), or, for a

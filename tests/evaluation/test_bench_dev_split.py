@@ -1,5 +1,5 @@
 """bench_decoding's dev and fresh items never overlap the held-out items it reports, nor
-each other (issue 42)."""
+each other."""
 
 from __future__ import annotations
 
