@@ -56,6 +56,7 @@ PATTERNS: list[tuple[str, re.Pattern]] = [(name, re.compile(p, re.IGNORECASE)) f
                         r"|class(?:es)?|methods?|scripts?)\b)"),
     ("helper or agent", r"\bhelpers?\s+(?:owns?|ran|wrote|measured|who|worked|was\s+running"
                         r"|were\s+running)\b"),
+    ("helper or agent", r"\blead\s+engineer\b"),
     # machines lent or not: "no GPU was lent", "device status: not drawn"
     ("machine lending", r"\blent\b|\blending\b|\bloaned\b"),
     ("machine lending", r"\bnot\s+drawn\b"),
@@ -178,6 +179,7 @@ FORBIDDEN = [
     "another helper owns it",
     "a 2-core machine shared with ~7 agents",
     "other agents' jobs",
+    "(lead engineer, 2026-12-06 14:08-14:20 UTC)",
     "no device was lent",
     "(device status: not drawn)",
     "the GPU was not drawn for this task",
@@ -214,6 +216,7 @@ ALLOWED = [
     "heading anchors like explain.md#measured-2026-12-06",
     "Measured 2026-12-07 at 62759bf on a 2-core CPU machine.",
     "A Brief History of Time",
+    "a key another engineer may add",
 ]
 # samples: end
 
