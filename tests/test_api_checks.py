@@ -1,4 +1,4 @@
-"""The Python API checks its arguments before any work (issue 43): a wrong type or an unloaded
+"""The Python API checks its arguments before any work: a wrong type or an unloaded
 model is one `ConfigError` naming the argument, as the CLI names its option, never a TypeError
 or a torch error from deep inside."""
 

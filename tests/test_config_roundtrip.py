@@ -1,5 +1,5 @@
 """Every line `knowflow config NAME` prints is accepted back by `--set` and changes nothing
-(issue 43: `parts=["inversion"]`, `optimizer="gd"` and `dtype="float32"` were refused), and
+(`parts=["inversion"]`, `optimizer="gd"` and `dtype="float32"` among them), and
 numbers that are not whole are never cut to an integer field (`seed=5e-1` became 0)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""A user's own files are never taken for a knowflow run or written over (issue 43, data
+"""A user's own files are never taken for a knowflow run or written over (data
 loss): a folder is a run only by the `run.json` marker knowflow writes, never by its parent's
 name or a config.json that looks like one; the Python API's `.save()` and `.write()` go through
 the same output check as the CLI, inputs included."""

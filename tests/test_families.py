@@ -1,4 +1,4 @@
-"""Any causal LM without flags (issue 38, part 3): eval, explain, probe knockout, probe heads
+"""Any causal LM without flags: eval, explain, probe knockout, probe heads
 and a 2-step sft on a tiny random model of each family knowflow maps (`lens.arch.FAMILIES`),
 saved as a model folder with its tokenizer and run through the `knowflow` CLI in-process with
 the same flags for every family. The base-model families (GPT-2, GPT-NeoX, OPT) get a tokenizer

@@ -1,7 +1,7 @@
 """Nothing half-written, ever: a few cells of `benchmarks/faults/fault_matrix.py`.
 
-A fault (ENOSPC, an exception, SIGTERM) injected at one write through `knowflow.store.files` leaves
-the target untouched (an earlier output of the same command kept byte for byte), or, for a
+A fault (ENOSPC, an exception, SIGTERM) injected at one write through `knowflow.store.files`
+leaves the target untouched (an earlier output of the same command kept byte for byte), or, for a
 run that checkpoints, a run marked in progress that `--resume` completes to the records of
 an uninterrupted run. The whole matrix: `python benchmarks/faults/fault_matrix.py`.
 """

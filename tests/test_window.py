@@ -1,5 +1,5 @@
-"""Prompts longer than the model's window (issue 43: silently probed, curated and trained on,
-or an IndexError deep inside): probe and curate refuse them naming the example or row before
+"""Prompts longer than the model's window (never silently probed, curated or trained on, nor
+an IndexError deep inside): probe and curate refuse them naming the example or row before
 anything is written; sft leaves longer rows out, as it does rows longer than max_length, with
 max_length resolved to the window and recorded."""
 

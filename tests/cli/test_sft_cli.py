@@ -140,7 +140,7 @@ def test_sft_reads_its_data_file_once(tmp_path, model_dir, data_file, monkeypatc
     assert len(read_jsonl(run / "data.jsonl")) == 12
 
 
-# --- issue 38 part 4: your own conflict file, the Trainer's loggers, why it stopped --------
+# --- your own conflict file, the Trainer's loggers, why it stopped ----------------------
 
 TRACK_FIELDS = "context=passage,question=q,answer=ctx_answer,memory_answer=true_answer"
 

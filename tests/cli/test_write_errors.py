@@ -1,5 +1,5 @@
 """A write that fails for want of space names the file, the room left and what was kept
-(issue 43/46: "file system: no space left on the device" named nothing)."""
+(a bare "file system: no space left on the device" would name nothing)."""
 
 import errno
 import os

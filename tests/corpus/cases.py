@@ -21,7 +21,7 @@ class Case:
     usage: bool = False
     cuda: bool | None = None  # False: only meaningful without CUDA
     env: tuple[tuple[str, str], ...] = ()  # environment variables set for the case
-    klass: str = ""  # issue 31's failure class, for the table (`by_command_and_class`)
+    klass: str = ""  # the failure class, for the table (`by_command_and_class`)
 
     @property
     def id(self) -> str:
@@ -265,7 +265,7 @@ def _data(command: str, name: str) -> str:
     return command.replace("items.jsonl", name).replace("good.jsonl", name)
 
 
-# the one answer-text rule and the formats read (issue 43)
+# the one answer-text rule and the formats read
 ANSWER_TEXT_CASES = [
     C(_data(EVAL, "zw-answer.jsonl"), 2, "zw-answer.jsonl, line 2: field 'answer': empty "
       "(or only zero-width"),
@@ -291,7 +291,7 @@ ANSWER_TEXT_CASES = [
       "parquet"),
 ]
 
-# flags with no effect under the chosen method, a run generation cannot score (issue 43)
+# flags with no effect under the chosen method, a run generation cannot score
 OPTION_CASES = [
     C("eval --method greedy --beta 0.5", 2, "config field 'beta': is the plausibility "
       "constraint of cad, adacad, cocoa, but --method greedy uses none of them"),
@@ -373,7 +373,7 @@ CONFIG_CASES = [
     C("list extra", 2, "unexpected extra argument", usage=True),
 ]
 
-# Issue 31's classes, at least one case per class and command: data loss (an output that
+# The failure classes, at least one case per class and command: data loss (an output that
 # would replace the user's files, another run's, an input or a non-regular file), internal
 # errors on input at fault (huge numbers, deep nesting, wrong cell types, checkpoint shapes),
 # input silently accepted (shifted or missing CSV cells, duplicate columns, NaN samples),
@@ -479,7 +479,7 @@ CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES
 
 
 def by_command_and_class() -> dict[str, dict[str, int]]:
-    """{command: {class: cases}} (the corpus before issue 31 counts as "earlier")."""
+    """{command: {class: cases}} (the general cases, which carry no class, count as "earlier")."""
     table: dict[str, dict[str, int]] = {}
     for case in CASES:
         row = table.setdefault(case.command, {})

@@ -1,4 +1,4 @@
-"""Bad input at knowflow's input boundaries (issue 46): structured files of the wrong shape
+"""Bad input at knowflow's input boundaries: structured files of the wrong shape
 (lm-eval samples, the run files `report` and `--resume` read), `--set` JSON sections with a
 field of the wrong shape, two inputs that would share one output name, and values outside
 what the model or the number type allows. Same case format as `cases.py`; each refused with

@@ -54,7 +54,7 @@ def write_inputs(root: Path) -> None:
     item = _items(1)[0]
     header = ",".join(item)
     files.update({
-        # issue 31's classes: valid input refused, silently accepted, internal errors
+        # the failure classes: valid input refused, silently accepted, internal errors
         "bigint.jsonl": _jsonl(_items(1)) + '{"context": "c", "answer": ' + "9" * 5000 + "}\n",
         "deep.jsonl": _jsonl(_items(1)) + "[" * 100_000 + "]" * 100_000 + "\n",
         "shift.csv": f"{header}\n" + ",".join(f'"{v}"' for v in item.values()) + "\n"
@@ -75,12 +75,12 @@ def write_inputs(root: Path) -> None:
     })
     files.update(_answer_text_files(item))
     (root / "mine").mkdir()
-    (root / "tasks").mkdir()  # the user's own lm-eval task folder (issue 43)
+    (root / "tasks").mkdir()  # the user's own lm-eval task folder
     files["tasks/knowflow_lmeval_loader.py"] = "# the user's own loader\n"
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
     os.mkfifo(root / "fifo")
-    # files that are not text: say what they are and what is read (issue 43)
+    # files that are not text: say what they are and what is read
     os.mkfifo(root / "a.fifo")  # a named pipe with no writer: never opened
     (root / "items.jsonl.gz").write_bytes(gzip.compress(_jsonl(_items()).encode()))
     (root / "items.xlsx").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
@@ -91,7 +91,7 @@ def write_inputs(root: Path) -> None:
 
 def _answer_text_files(item: dict) -> dict[str, str]:
     """Answers that could never match, lone surrogate escapes, and tables knowflow does not
-    read (issue 43): each refused by file, line and field, or by what the file looks like."""
+    read: each refused by file, line and field, or by what the file looks like."""
     rows = _items(2)
     return {
         "zw-answer.jsonl": _jsonl([rows[0], {**rows[1], "answer": "\u200b"}]),
@@ -112,7 +112,7 @@ def _answer_text_files(item: dict) -> dict[str, str]:
         "wrapped.json": json.dumps({"data": rows}, indent=2),
         "wrapped-train.json": json.dumps({"data": _instructions(2)}, indent=2),
         "pretty.jsonl": json.dumps(rows[0], indent=2),
-        # answers that differ only by case: generation scores them as one (issue 43)
+        # answers that differ only by case: generation scores them as one
         "caseonly.jsonl": _jsonl([{**r, "memory_answer": r["answer"].upper()} for r in rows]),
     }
 
@@ -160,7 +160,7 @@ def write_runs(root: Path, model: str) -> None:
     edited = _run(root, "sftedit", "sft", sft)
     (edited / "run.json").write_text(json.dumps({"command": "sft", "config_sha256": hashlib
                                                  .sha256(b"another config").hexdigest()}))
-    # checkpoints the run's config cannot continue (issue 43): refused before data.jsonl or
+    # checkpoints the run's config cannot continue: refused before data.jsonl or
     # metrics.jsonl is touched
     empty = b'{"__metadata__":{}}'  # a complete safetensors file holding no tensor
     for name, state, adapter in (

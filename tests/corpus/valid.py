@@ -55,7 +55,7 @@ def write_valid(root: Path) -> None:
 
 
 def _answer_text_files(items: list[dict]) -> dict[str, str]:
-    """Answers read by the one answer-text rule (issue 43): zero-width and control characters
+    """Answers read by the one answer-text rule: zero-width and control characters
     inside, an NFD accent, one item whose answers are one word in NFC and NFD (skipped), a
     case-only pair (scored by log-likelihood, skipped by generation) and 200,000 aliases."""
     odd = [{**items[0], "answer": "Zo\u200brb\u00000", "memory_answer": "Pa\u0301ris0"},

@@ -254,7 +254,7 @@ def test_an_answer_with_no_word_is_kept_for_loglik_and_left_out_by_generation(
 
 
 def test_a_name_in_the_possessive_still_names_it():
-    """"Michelangelo's most famous work is ..." names Michelangelo (issue 42: it was scored as
+    """"Michelangelo's most famous work is ..." names Michelangelo (it was once scored as
     garbled); an apostrophe inside a name is only removed."""
     from knowflow.evaluation.normalize import answers_present
 

@@ -1,4 +1,4 @@
-"""The guard's passage rule (issue 42): the contrast may put a word of its own choosing only
+"""The guard's passage rule: the contrast may put a word of its own choosing only
 where it starts a word of the passage the way the tokenizer starts it, and never a bare
 space. Reproduced on a toy vocabulary with a longest-match tokenizer, the two held-out
 failures of SmolLM2-135M-Instruct the rule was written for."""

@@ -1,5 +1,5 @@
 """cf-phrasing (the cf-capitals facts in four phrasings) and the generation step that must not
-end or garble an answer because of the contrast on function words (issue 42)."""
+end or garble an answer because of the contrast on function words."""
 
 from __future__ import annotations
 

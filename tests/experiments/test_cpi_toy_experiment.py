@@ -118,7 +118,7 @@ def test_impossible_configs_are_rejected_naming_the_field(override, field):
 
 
 def test_default_config_shows_the_inversion_and_no_fall_without_c_plus_s(tmp_path):
-    """The issue's claims for parts (1) and (2) at the default size."""
+    """The experiment's claims for parts (1) and (2) at the default size."""
     result = run_experiment("cpi-toy", {"parts": "inversion,c_only"}, runs_root=tmp_path)
     inv, c_only = result.summary["inversion"], result.summary["c_only"]
     assert inv["mc_peak"] - inv["mc_final"] >= 0.10

@@ -1,5 +1,5 @@
 """`inversion-smollm2` end to end on a tiny random Llama saved as a model folder: every arm
-writes its records, the summary has the issue's keys, and bad configs fail before writing."""
+writes its records, the summary has its documented keys, and bad configs fail before writing."""
 
 import pytest
 

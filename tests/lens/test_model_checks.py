@@ -1,4 +1,4 @@
-"""Broken model folders (issue 43): each refused by `lens/checks.py` in one line with exit 2
+"""Broken model folders: each refused by `lens/checks.py` in one line with exit 2
 before any output is written, instead of an internal error or a run on broken weights; code a
 folder names (a pickle, an auto_map) never runs."""
 

@@ -1,4 +1,4 @@
-"""`train.resume.check_checkpoints` (issue 43): a checkpoint the run's config cannot continue is
+"""`train.resume.check_checkpoints`: a checkpoint the run's config cannot continue is
 refused by file and field before a resumed run writes anything; a sound one passes."""
 
 from __future__ import annotations
