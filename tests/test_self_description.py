@@ -14,6 +14,7 @@ ordinary technical English and pass; the checker's own tests below show both sid
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -112,13 +113,21 @@ SAMPLES_BEGIN, SAMPLES_END = "# samples: begin", "# samples: end"
 
 
 def scanned_files() -> list[Path]:
-    files = []
-    for entry in SCANNED:
-        path = ROOT / entry
-        candidates = [path] if path.is_file() else sorted(path.rglob("*")) if path.is_dir() else []
-        files += [p for p in candidates if p.is_file() and p.suffix not in SKIPPED_SUFFIXES
-                  and not SKIPPED_DIRS & set(p.relative_to(ROOT).parts)]
-    return files
+    """The project's own files under `SCANNED`: what git tracks or would track (never a build
+    output such as src/knowflow.egg-info); every file when the tree is not a git checkout."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                             "--", *SCANNED], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0:
+        candidates = [ROOT / line for line in sorted(set(listed.stdout.splitlines()))]
+    else:
+        candidates = []
+        for entry in SCANNED:
+            path = ROOT / entry
+            candidates += [path] if path.is_file() else sorted(path.rglob("*")) \
+                if path.is_dir() else []
+    return [p for p in candidates if p.is_file() and p.suffix not in SKIPPED_SUFFIXES
+            and not SKIPPED_DIRS & set(p.relative_to(ROOT).parts)
+            and not any(part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)]
 
 
 def scan_text(path: Path) -> str | None:

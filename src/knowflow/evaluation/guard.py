@@ -1,4 +1,4 @@
-"""The contrast decides content the context argues for; the model decides the rest (issue 42).
+"""The contrast decides content the context argues for; the model decides the rest.
 
 Contrastive decoding (CAD, AdaCAD, COIECD, CoCoA) scores each next token by how much more
 likely the context makes it. On function words that is the wrong question: after "The capital

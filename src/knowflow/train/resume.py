@@ -1,4 +1,4 @@
-"""Checks of an sft run's checkpoints before a resumed run touches anything (issue 43).
+"""Checks of an sft run's checkpoints before a resumed run touches anything.
 
 `knowflow sft --resume` continues from the newest complete checkpoint. Before any file of the
 run is written (data.jsonl, metrics.jsonl, a new checkpoint), every complete checkpoint must

@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 ARMS = ("mixed", "c_only", "filtered", "augmented", "dynamic")
 MITIGATIONS = ("filtered", "augmented", "dynamic")
-# issue 29's goal: mixed rises >= 0.2 then falls >= 0.1 on every seed; c_only falls < 0.05
+# the reproduction's goal: mixed rises >= 0.2 then falls >= 0.1 on every seed; c_only falls
+# < 0.05
 CRITERION = InversionCriterion(rise=0.2, fall=0.1, no_fall=0.05)
 
 
@@ -197,7 +198,7 @@ def arm_table(rows: dict[int, dict]) -> dict:
 
 
 def findings(arms: dict[str, dict]) -> dict:
-    """The issue's goal: `mixed` rises >= 0.2 then falls >= 0.1 on every seed (log-likelihood
+    """The reproduction's goal: `mixed` rises >= 0.2 then falls >= 0.1 on every seed (log-likelihood
     scoring), `c_only` falls < 0.05 on every seed, and a mitigation removes >= 80% of the
     (seed-mean) fall within 2 points of in-distribution accuracy."""
     out: dict = {}

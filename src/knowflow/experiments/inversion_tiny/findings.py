@@ -8,7 +8,7 @@ from knowflow.evaluation.curves import TINY
 from knowflow.experiments.inversion_tiny.world import Mixture
 from knowflow.experiments.mitigations import TINY_MITIGATIONS, fall_removed, meets_goal
 
-# The criterion of issue 12 (`mitigations.TINY`), on every seed: `mixed` rises and then falls,
+# The reproduction's criterion (`curves.TINY`), on every seed: `mixed` rises and then falls,
 # while `c_only` does not fall.
 
 
@@ -45,7 +45,7 @@ def findings(summary: dict) -> dict:
             removed = fall_removed(_mean(mixed["fall_seeds"]), _mean(row["fall_seeds"]))
             if removed is not None:
                 out[f"{arm}_fall_removed"] = removed
-    if "dynamic_fall_removed" in out:  # issue 13's goal for dynamic curation
+    if "dynamic_fall_removed" in out:  # the goal for dynamic curation
         out["dynamic_meets_goal"] = meets_goal(out["dynamic_fall_removed"],
                                                out["dynamic_in_dist_minus_mixed"])
     mech = summary.get("mechanism")
