@@ -1,7 +1,8 @@
 """The one way knowflow intercepts attention: through transformers' attention interface.
 
-`intercepted(model)` switches the model to a registered attention function, `knowflow_sdpa`
-or `knowflow_eager`, that wraps the model's own implementation and restores it afterwards.
+`intercepted(model)` switches the model to a registered attention function, `knowflow_fused`
+(over SDPA) or `knowflow_eager`, that wraps the model's own implementation and restores it
+afterwards.
 A forward pass given `knowflow_plan=plan` (transformers passes extra keyword arguments down
 to the attention function) hands each layer's attention to `plan.attend`; without a plan the
 wrapped implementation runs unchanged. Two kinds of plan exist: the token trie's
@@ -41,10 +42,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
 
-_PREFIX = "knowflow_"
+# implementation wrapped -> the name it is registered under (a name holding "sdpa" would make
+# transformers check SDPA support, which eager-only models such as Gemma 2 refuse)
+_NAMES = {"sdpa": "knowflow_fused", "eager": "knowflow_eager"}
 RECOMPUTE_ABOVE = 1 << 30   # bytes of attention scores over all layers past which a key-bias
 #                            backward pass recomputes each layer's attention (one at a time)
-_BASES = ("sdpa", "eager")
 
 
 class Plan(Protocol):
@@ -157,7 +159,7 @@ def _attention(base: str):
 
 
 def _register(base: str) -> str:
-    name = _PREFIX + base
+    name = _NAMES[base]
     if name not in ALL_ATTENTION_FUNCTIONS:
         AttentionInterface.register(name, _attention(base))
         AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
@@ -171,10 +173,11 @@ def intercepted(model, base: str | None = None) -> Iterator[dict[int, int]]:
     (default: the model's own, SDPA for any other than eager)."""
     arch = arch_of(model)
     original = model.config._attn_implementation
-    if original and original.startswith(_PREFIX) and base in (None, original[len(_PREFIX):]):
+    if original in _NAMES.values() and base in (None, *[b for b, n in _NAMES.items()
+                                                         if n == original]):
         yield {id(a): i for i, a in enumerate(arch.attn)}  # nested use: already intercepted
         return
-    base = base or (original if original in _BASES else "sdpa")
+    base = base or (original if original in _NAMES else "sdpa")
     model.set_attn_implementation(_register(base))
     try:
         yield {id(a): i for i, a in enumerate(arch.attn)}
