@@ -44,7 +44,7 @@ from knowflow.explanation.run import explain as explain_answers
 from knowflow.lens.arch import arch_of, check_fits
 from knowflow.lens.checks import check_loaded
 from knowflow.lens.hub import ModelSource
-from knowflow.lens.load import load_model
+from knowflow.lens.load import resolve_model
 from knowflow.probes import ON_CONFLICT_ITEMS, PROBES, as_example, builtin_facts, load_examples
 from knowflow.probes.head_attention import example_attention
 from knowflow.probes.mass import mean_attention_mass
@@ -67,14 +67,6 @@ def _source(revision: str | None, trust_remote_code: bool, offline: bool) -> Mod
     source = ModelSource(revision, trust_remote_code, offline)
     source.validate()
     return source
-
-
-def _model(model, tokenizer, device: str, dtype: str, source: ModelSource | None = None):
-    """(model, tokenizer, the name the run folder records) for a name, a path or a model."""
-    if isinstance(model, (str, Path)):
-        loaded, tok = load_model(str(model), device=device, dtype=dtype, source=source)
-        return loaded, tok, str(model)
-    return model, tokenizer, type(model).__name__  # checked by _check_args
 
 
 def _check_args(model=None, tokenizer=None, data=None, **texts) -> None:
@@ -196,8 +188,8 @@ def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | 
     if prompt_format is not None and "prompt_format" in cls.__dataclass_fields__:
         overrides = {"prompt_format": prompt_format, **overrides}
     cfg = resolve_config(cls, config, overrides)
-    model, tokenizer, name = _model(model, tokenizer, device, dtype,
-                                    _source(revision, trust_remote_code, offline))
+    model, tokenizer, name = resolve_model(model, tokenizer, device=device, dtype=dtype,
+                                           source=_source(revision, trust_remote_code, offline))
     examples = probe_examples(kind, data, tokenizer, limit, kind == "attention",
                               prompt_format or "plain")
     return run_probe(kind, model, tokenizer, examples, cfg, name, _label(data), out_dir,
@@ -319,8 +311,8 @@ def curate(model="smollm2-135m-instruct", data=BUILTIN, *, config=None, tokenize
     cfg = resolve_config(CurateConfig, config, overrides)
     _check_args(model, tokenizer, data)
     rows = instruction_rows(data, seed)
-    model, tokenizer, _ = _model(model, tokenizer, device, dtype,
-                                 _source(revision, trust_remote_code, offline))
+    model, tokenizer, _ = resolve_model(model, tokenizer, device=device, dtype=dtype,
+                                        source=_source(revision, trust_remote_code, offline))
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     kept, scores = curate_examples(model, tokenizer, rows, cfg, progress)
     summary = {"n_rows": len(rows), "n_kept": len(kept),

@@ -21,17 +21,17 @@ def test_sft_bad_dtype_is_one_line(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("given,loaded", [("auto", "float32"), ("bfloat16", "bfloat16")])
-def test_sft_job_dtype_reaches_load_model(monkeypatch, tmp_path, given, loaded):
+def test_sft_job_dtype_reaches_the_model_load(monkeypatch, tmp_path, given, loaded):
     seen = {}
 
     class Stop(Exception):
         pass
 
-    def fake_load(name, device, dtype, source=None):
+    def fake_load(model, tokenizer=None, *, device, dtype, source=None):
         seen["dtype"] = dtype
         raise Stop
 
-    monkeypatch.setattr(sft_job, "load_model", fake_load)
+    monkeypatch.setattr(sft_job, "resolve_model", fake_load)
     with pytest.raises(Stop):
         sft_job.run_sft_job(SFTJobConfig(dtype=given), tmp_path)
     assert seen["dtype"] == loaded

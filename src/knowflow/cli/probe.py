@@ -84,11 +84,11 @@ def _config(cls, fields: dict, overrides: list[str] | None):
 def _load_model(common: _Common):
     import torch
 
-    from knowflow.lens.load import load_model
+    from knowflow.lens.load import resolve_model
 
     torch.set_num_threads(common.threads or usable_cpus())
-    return load_model(common.model, device=common.device, dtype=common.dtype,
-                      source=common.source)
+    return resolve_model(common.model, device=common.device, dtype=common.dtype,
+                         source=common.source)[:2]
 
 
 def _examples(common: _Common, tokenizer, with_context: bool, prompt_format: str = "plain"):

@@ -28,7 +28,7 @@ from pathlib import Path
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.data.prompts import resolve_format
-from knowflow.errors import ConfigError, DataError
+from knowflow.errors import DataError
 from knowflow.evaluation.conditions import Sweep, Swept
 from knowflow.evaluation.heads_calibration import calibrate as calibrate_heads
 from knowflow.evaluation.items import (
@@ -44,7 +44,7 @@ from knowflow.evaluation.options import MODES, EvalConfig, known_by, known_filte
 from knowflow.evaluation.strength import by_strength
 from knowflow.lens.batching import dist_rank, gather, launched_state, shard
 from knowflow.lens.hub import ModelSource
-from knowflow.lens.load import load_model
+from knowflow.lens.load import resolve_model
 from knowflow.lens.memory import check_budget, eval_bytes, fit_rows, shape_of
 from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.lens.scorer import LONG_PROMPT
@@ -122,14 +122,14 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     timings: dict[str, float] = {}
     launched = launched_state()  # torchrun / accelerate launch: this process's share
     rank, world = dist_rank()
-    if isinstance(model, (str, Path)):
-        loaded = time.perf_counter()
-        if launched is not None and device == "auto":
-            device = str(launched.device)
-        model, tokenizer = load_model(str(model), device=device, dtype=dtype, source=source)
+    loaded = time.perf_counter()
+    if launched is not None and device == "auto":
+        device = str(launched.device)
+    named = isinstance(model, (str, Path))
+    model, tokenizer, _ = resolve_model(model, tokenizer, device=device, dtype=dtype,
+                                        source=source)
+    if named:
         timings["load"] = time.perf_counter() - loaded
-    elif tokenizer is None:
-        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
     # auto: chat with a template, else plain; the config records the format used
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     _check_window(model, tokenizer, by_suite, cfg)  # before any run folder exists

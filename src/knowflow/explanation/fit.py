@@ -43,7 +43,7 @@ from knowflow.explanation.splitter import split_sentences
 from knowflow.explanation.target import explained_span
 from knowflow.lens.arch import arch_of
 from knowflow.lens.hub import ModelSource
-from knowflow.lens.load import load_model
+from knowflow.lens.load import resolve_model
 from knowflow.store.run_folder import Progress
 
 
@@ -157,7 +157,7 @@ def fit_model(model_name: str, cfg: FitConfig | None = None, *, device: str = "a
     cfg.validate()
     if progress is not None:
         progress(0, 1, "load model")
-    model, tokenizer = load_model(model_name, device=device, dtype=dtype, source=source)
+    model, tokenizer, _ = resolve_model(model_name, device=device, dtype=dtype, source=source)
     if progress is not None:
         progress(1, 1, "load model")
     est = fit_estimator(model, tokenizer, model_name, cfg, progress,

@@ -58,7 +58,7 @@ from knowflow.explanation.summary import summarize
 from knowflow.explanation.target import explained_span
 from knowflow.explanation.tokens import token_attribution
 from knowflow.lens.hub import ModelSource
-from knowflow.lens.load import load_model
+from knowflow.lens.load import resolve_model
 from knowflow.lens.memory import check_budget, eval_bytes, inference_bytes, shape_of
 from knowflow.lens.scorer import Score, score_continuations
 from knowflow.store.result import Result
@@ -83,14 +83,14 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
     if answer is not None and len(items) != 1:
         raise ConfigError("an answer explains one item; give --context and --question",
                           "answer")
-    name = model if isinstance(model, (str, Path)) else type(model).__name__
     start = time.perf_counter()                       # the run's time includes the load
-    if isinstance(model, (str, Path)):
+    named = isinstance(model, (str, Path))
+    if named:
         _report(progress, 0, 1, "load model")
-        model, tokenizer = load_model(str(model), device=device, dtype=dtype, source=source)
+    model, tokenizer, name = resolve_model(model, tokenizer, device=device, dtype=dtype,
+                                           source=source)
+    if named:
         _report(progress, 1, 1, "load model")
-    elif tokenizer is None:
-        raise ConfigError("a loaded model needs its tokenizer", "tokenizer")
     # auto: chat with a template, else plain; the config records the format used
     cfg = dataclasses.replace(cfg, prompt_format=resolve_format(cfg.prompt_format, tokenizer))
     estimator_name = str(name) if isinstance(name, (str, Path)) and str(name) != \

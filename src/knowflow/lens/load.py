@@ -19,11 +19,18 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from knowflow.errors import ConfigError, KnowflowError
-from knowflow.lens.checks import check_config, check_finite, check_tokenizer, check_weights
+from knowflow.lens.checks import (
+    check_config,
+    check_finite,
+    check_loaded,
+    check_tokenizer,
+    check_weights,
+)
 from knowflow.lens.hub import (
     ModelSource,
     check_remote_code,
@@ -367,6 +374,19 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     if device_map is not None:
         return model.eval(), tokenizer
     return model.to(dev).eval(), tokenizer
+
+
+def resolve_model(model, tokenizer=None, *, device: str = "auto", dtype: str = "auto",
+                  source: ModelSource | None = None) -> tuple[Any, Any, str]:
+    """(model, tokenizer, the name a run folder records) for what an entry point was given:
+    a name or a path loads with `load_model` (`device`, `dtype`, `source`); a model already
+    loaded is checked (`check_loaded`: a torch module with its weights, and its tokenizer)
+    and named by its class. The one way every entry point gets its model."""
+    if isinstance(model, (str, Path)):
+        loaded, tok = load_model(str(model), device=device, dtype=dtype, source=source)
+        return loaded, tok, str(model)
+    check_loaded(model, tokenizer)
+    return model, tokenizer, type(model).__name__
 
 
 def _placement(device_map: str | dict, max_memory: dict | None,

@@ -35,7 +35,7 @@ from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.arch import model_window
 from knowflow.lens.checks import check_pad_token
 from knowflow.lens.hub import ModelSource
-from knowflow.lens.load import load_model
+from knowflow.lens.load import resolve_model
 from knowflow.lens.memory import check_max_memory, check_step_memory
 from knowflow.store.run_folder import Progress
 from knowflow.store.staging import staged_dir
@@ -191,11 +191,10 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     cfg.validate()
     out_dir = Path(out_dir)
     rows = load_rows(cfg.data, cfg.mixture)  # a bad file fails before the model loads
-    if model is None:
-        # trainable weights stay float32 unless asked; the Trainer adds bf16 autocast on GPU
-        dtype = "float32" if cfg.dtype == "auto" else cfg.dtype
-        model, tokenizer = load_model(cfg.model, device=cfg.device, dtype=dtype,
-                                      source=cfg.source)
+    # trainable weights stay float32 unless asked; the Trainer adds bf16 autocast on GPU
+    model, tokenizer, _ = resolve_model(cfg.model if model is None else model, tokenizer,
+                                        device=cfg.device, source=cfg.source,
+                                        dtype="float32" if cfg.dtype == "auto" else cfg.dtype)
     check_pad_token(tokenizer, str(cfg.model))
     cfg = resolved(cfg, model, tokenizer)
     if cfg.sft.train == "lora":
