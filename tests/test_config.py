@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from knowflow.config import (
     apply_overrides,
-    bounded,
     config_from_dict,
     config_to_dict,
     flatten,
+    option,
     validate_config,
 )
 from knowflow.errors import ConfigError
@@ -132,19 +132,19 @@ def test_every_experiment_names_a_bad_nested_lr_by_its_dotted_path():
 
 
 def test_declared_field_constraints():
-    """`config.bounded`: the constraint is declared on the field and checked by
+    """`config.option`: the constraint is declared on the field and checked by
     validate_config with the field's dotted path, for tuples element by element; None (an
     optional field left unset) passes."""
     @dataclass(frozen=True)
     class Inner:
-        share: float = bounded(0.5, ge=0, lt=1)
-        mode: str = bounded("a", one_of=("a", "b"))
+        share: float = option(0.5, ge=0, lt=1)
+        mode: str = option("a", one_of=("a", "b"))
 
     @dataclass(frozen=True)
     class Outer:
         inner: Inner = field(default_factory=Inner)
-        every: tuple[int, ...] = bounded((1, 2), ge=1)
-        cut: float | None = bounded(None, gt=0)
+        every: tuple[int, ...] = option((1, 2), ge=1)
+        cut: float | None = option(None, gt=0)
 
     validate_config(Outer())
     cases = {"inner.share=1": ("inner.share", "must lie in [0, 1), got 1.0"),

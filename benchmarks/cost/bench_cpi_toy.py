@@ -20,7 +20,7 @@ def main(overrides: list[str]) -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = run_experiment("cpi-toy", overrides, runs_root=tmp)
+        result = run_experiment("cpi-toy", overrides, runs_dir=tmp)
         total = time.perf_counter() - start
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

@@ -28,7 +28,7 @@ def main(args: list[str]) -> None:
         if not warm:
             os.environ["KNOWFLOW_CACHE"] = os.path.join(tmp, "cache")
         start = time.perf_counter()
-        result = run_experiment("inversion-tiny", overrides, runs_root=os.path.join(tmp, "runs"))
+        result = run_experiment("inversion-tiny", overrides, runs_dir=os.path.join(tmp, "runs"))
         total = time.perf_counter() - start
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

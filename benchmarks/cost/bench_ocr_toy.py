@@ -37,7 +37,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = run_experiment("ocr-toy", {"workers": args.workers}, runs_root=tmp)
+        result = run_experiment("ocr-toy", {"workers": args.workers}, runs_dir=tmp)
         wall = time.perf_counter() - start
     train_s = result.seconds
     cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF,

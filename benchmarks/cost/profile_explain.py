@@ -39,7 +39,7 @@ def main() -> int:
 
     model, tok, items, prompts, _, answers = needle_setup(args.model, args.items, args.seed)
     chosen = list(range(args.first, min(args.last, len(items))))
-    cfg = ExplainConfig(n_ablations=args.ablations, n_holdout=0, seed=args.seed)
+    cfg = ExplainConfig(ablations=args.ablations, holdout=0, seed=args.seed)
 
     def attribute_all() -> None:
         for i in chosen:

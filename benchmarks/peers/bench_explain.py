@@ -154,7 +154,7 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
     if method in ("knowflow", "knowflow-flat", "knowflow-hier"):
         threshold = {"knowflow-flat": {"hierarchy_above": None},
                      "knowflow-hier": {"hierarchy_above": HIER_ABOVE}}.get(method, {})
-        cfg = ExplainConfig(n_ablations=count, n_holdout=0, top_k=(), prompt_format="chat",
+        cfg = ExplainConfig(ablations=count, holdout=0, top_k=(), prompt_format="chat",
                             **threshold)
         if hierarchical(cfg, len(case.sents)):
             attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
@@ -175,7 +175,7 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         fixes = int(method.partition("+")[2] or 0) if gradient else count
         cfg = ExplainConfig(attribution="gradient" if gradient else "learned",
                             gradient_masks=count if gradient else 0,
-                            learned_ablations=fixes, n_holdout=0, top_k=(),
+                            learned_ablations=fixes, holdout=0, top_k=(),
                             prompt_format="chat")
         attr = learned_attribute(model, tok, it, case.sents, case.led_ids, case.cont, 0.0,
                                  case.spans, est.tensor(), cfg, case.lead, est.features,
@@ -210,7 +210,7 @@ def reference(model, tok, case: Case, holdout: int, index: int):
     from knowflow.explanation.options import ExplainConfig
     from knowflow.explanation.surrogate import random_masks
 
-    cfg = ExplainConfig(n_holdout=0, prompt_format="chat")
+    cfg = ExplainConfig(holdout=0, prompt_format="chat")
     n = len(case.sents)
     held = random_masks(holdout, n, 0.5, torch.Generator().manual_seed(10_000 + index))
     both = torch.cat([held, torch.ones(1, n, dtype=torch.int64)])
@@ -432,7 +432,7 @@ def fit_both(args) -> None:
     model, tok = load_model(args.model, device="cpu", dtype="float32")
     examples, cost = [], 0.0
     for seed in seeds:
-        cfg = FitConfig(n_contexts=args.contexts, n_ablations=32, seed=seed,
+        cfg = FitConfig(contexts=args.contexts, ablations=32, seed=seed,
                         prompt_format="chat", features=args.features, world=args.world)
         path = out / f"examples-seed{seed}.pt"
         recipe = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "features"}

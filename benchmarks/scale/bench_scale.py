@@ -167,7 +167,7 @@ def run_job(job: str, model, tok, items, context: int, n: int) -> dict:
         flat = {"explain-flat": {"hierarchy_above": None},
                 "explain-hier": {"hierarchy_above": 24}}.get(job, {})
         explain(model, items[:n], tokenizer=tok, levels=("source", "sentences"),
-                attribution="ablation", n_ablations=8, n_holdout=4, max_new_tokens=8, **flat)
+                attribution="ablation", ablations=8, holdout=4, max_new_tokens=8, **flat)
     elif job == "knockout":
         from knowflow.probes.examples import builtin_facts
         from knowflow.probes.knockout import KnockoutConfig, knockout

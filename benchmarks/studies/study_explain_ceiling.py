@@ -104,7 +104,7 @@ def study(case, index: int) -> dict:
 
     model, tok = study.model
     it, n = case.item, len(case.sents)
-    cfg = ExplainConfig(n_ablations=64, n_holdout=0, top_k=(), prompt_format="chat")
+    cfg = ExplainConfig(ablations=64, holdout=0, top_k=(), prompt_format="chat")
     held, actual, _ = reference(model, tok, case, 32, index)
     answer = tok(case.cont, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([list(case.led_ids) + answer[:-1]])                 # (1, seq)

@@ -39,7 +39,7 @@ def study(case, index: int, documents: int) -> dict:
 
     model, tok = study.model
     it, n = case.item, len(case.sents)
-    cfg = ExplainConfig(n_ablations=64, n_holdout=0, top_k=(), prompt_format="chat")
+    cfg = ExplainConfig(ablations=64, holdout=0, top_k=(), prompt_format="chat")
     held, actual, _ = reference(model, tok, case, 32, index)
 
     def scored(masks: torch.Tensor) -> tuple[torch.Tensor, float]:

@@ -16,7 +16,7 @@ writes), `Result.load(dir)` and `.to_pandas()` (see knowflow.api):
     run = knowflow.finetune("smollm2-135m-instruct", "train.jsonl", sft={"steps": 50})
     knowflow.Result.load(run.out_dir).to_pandas()
     knowflow.list_suites(), knowflow.get_suite("cf-capitals", limit=5)
-    knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", runs_root="runs")
+    knowflow.list_experiments(); knowflow.run_experiment("cpi-toy", runs_dir="runs")
 
 `RelianceTracker` (an HF TrainerCallback) tracks context reliance during anyone's finetuning,
 on built-in suites or on your own items (`RelianceTracker(tokenizer, items=

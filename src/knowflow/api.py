@@ -18,7 +18,7 @@ Every entry point returns a `knowflow.store.result.Result`: records, summary and
 `.save(dir)` (the run folder `knowflow <command>` writes: config.json, the records,
 summary.json, figures/, report.html), `Result.load(dir)` and `.to_pandas()`, one row per
 record. `evaluate` and `probe` also take
-`out_dir=` (or `runs_root=`): the folder is then written as the run goes (config.json first,
+`out_dir=` (or `runs_dir=`): the folder is then written as the run goes (config.json first,
 removed if the run is refused) and finished with its figures and report, as the CLI does.
 """
 
@@ -99,7 +99,7 @@ def _fields(fields) -> dict[str, str] | None:
 
 def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer=None,
              device: str = "auto", dtype: str = "auto", out_dir: str | Path | None = None,
-             runs_root: str | Path | None = None, progress: Progress | None = None,
+             runs_dir: str | Path | None = None, progress: Progress | None = None,
              fields: dict[str, str] | None = None, preset: str | None = None,
              revision: str | None = None, trust_remote_code: bool = False,
              offline: bool = False, **overrides) -> EvalResult:
@@ -107,10 +107,10 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, config=None, tokenizer
     comma-separated string), data files, hub datasets (`"hf:ORG/NAME[:CONFIG][@SPLIT]"`), or
     `ConflictItem`s; None: the four built-in suites. `fields` maps the files' columns,
     `preset` names their published layout (`knowflow.data.presets`; else recognised).
-    With `out_dir`/`runs_root` the run folder is written and finished as the CLI's is."""
+    With `out_dir`/`runs_dir` the run folder is written and finished as the CLI's is."""
     _check_args(model, tokenizer, data)
     result = evaluate_model(model, data, tokenizer=tokenizer, config=config, device=device,
-                            dtype=dtype, out_dir=out_dir, runs_root=runs_root,
+                            dtype=dtype, out_dir=out_dir, runs_dir=runs_dir,
                             progress=progress, fields=_fields(fields), preset=preset,
                             source=_source(revision, trust_remote_code, offline),
                             finish=finish_eval, **overrides)
@@ -169,7 +169,7 @@ def probe_examples(kind: str, data, tokenizer, limit: int | None = None,
 def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | None = None,
           tokenizer=None, device: str = "auto", dtype: str = "auto", limit: int | None = None,
           prompt_format: str | None = None, out_dir: str | Path | None = None,
-          runs_root: str | Path | None = None, progress: Progress | None = None,
+          runs_dir: str | Path | None = None, progress: Progress | None = None,
           revision: str | None = None, trust_remote_code: bool = False, offline: bool = False,
           **overrides) -> Result:
     """Run one mechanistic probe (`knowflow probe <kind>`): `kind`, or the one whose config
@@ -193,7 +193,7 @@ def probe(model="smollm2-135m-instruct", data=None, *, config=None, kind: str | 
     examples = probe_examples(kind, data, tokenizer, limit, kind == "attention",
                               prompt_format or "plain")
     return run_probe(kind, model, tokenizer, examples, cfg, name, _label(data), out_dir,
-                     runs_root, progress)
+                     runs_dir, progress)
 
 
 def _label(data) -> str:
@@ -206,9 +206,9 @@ def _label(data) -> str:
 
 def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: str,
               data_label: str, out_dir: str | Path | None = None,
-              runs_root: str | Path | None = None, progress: Progress | None = None
+              runs_dir: str | Path | None = None, progress: Progress | None = None
               ) -> Result:
-    """Probe, then (with `out_dir` or `runs_root`) write and finish the run folder:
+    """Probe, then (with `out_dir` or `runs_dir`) write and finish the run folder:
     config.json first, then records.jsonl, figures, summary.json and report.html. Bad input
     found once the folder is made (a window larger than the model) or Ctrl-C removes it."""
     arch = arch_of(model)
@@ -233,10 +233,10 @@ def run_probe(kind: str, model, tokenizer, examples: Sequence, cfg, model_name: 
                                                              summary, cfg.prompt_format)
         return summary
 
-    if out_dir is None and runs_root is None:
+    if out_dir is None and runs_dir is None:
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
         return Result(records, summarize(records), config, command)
-    with start_run(config, command, runs_root=runs_root, out_dir=out_dir) as run:  # staged
+    with start_run(config, command, runs_dir=runs_dir, out_dir=out_dir) as run:  # staged
         records = fn(model, tokenizer, list(examples), cfg, progress=progress)
         result = Result(records, summarize(records), config, command)
         run.write_records(RECORDS, records)
@@ -341,11 +341,11 @@ def _input_paths(data) -> tuple[Path, ...]:
 
 # ---- finetune ---------------------------------------------------------------------------
 
-def finetune(model=None, data=None, *, config=None, runs_root: str | Path = "runs",
+def finetune(model=None, data=None, *, config=None, runs_dir: str | Path = "runs",
              resume: bool | str | Path = False, progress: Progress | None = None,
              **overrides) -> Result:
     """Finetune `model` on instruction `data` while tracking context reliance (`knowflow
-    sft`); the run folder goes to runs_root/sft/<timestamp>/. `model` is a name or path (the
+    sft`); the run folder goes to runs_dir/sft/<timestamp>/. `model` is a name or path (the
     job loads it; a loaded model trains with `knowflow.train.sft.train_model`), `data` an
     instruction file or "builtin"; None: `config`'s. `config` is an `SFTJobConfig`; overrides
     set its fields (sections as dicts: `sft={"steps": 5}`). One record per tracked step."""
@@ -357,7 +357,7 @@ def finetune(model=None, data=None, *, config=None, runs_root: str | Path = "run
         raise ConfigError(f"expected an instruction file or 'builtin', got "
                           f"{type(data).__name__} {data!r:.60}", "data")
     given = {k: str(v) for k, v in (("model", model), ("data", data)) if v is not None}
-    return run_experiment("sft", config=config, runs_root=runs_root, resume=resume,
+    return run_experiment("sft", config=config, runs_dir=runs_dir, resume=resume,
                           progress=progress, **given, **overrides)
 
 

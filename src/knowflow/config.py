@@ -5,7 +5,7 @@ field by its dotted path (`finetune.lr=0.5`); the value is parsed to the field's
 An unknown key or an unparsable value is a `ConfigError` naming the key. `validate_config`
 checks a whole config: the generic rules every config obeys (finite numbers, `eval_every` no
 larger than `steps`, at least one worker or thread, seeds not negative, learning rates
-positive), then the constraints declared on the fields themselves (`bounded`: a range or a
+positive), then the constraints declared on the fields themselves (`option`: a range or a
 set of names, checked for every config that has the field), then each section's own
 `validate()` for what spans several fields, with every error naming the field's full dotted
 path (`sft.lr`).
@@ -285,14 +285,29 @@ class Bounds:
         return f"must lie in {lo}, {hi}"
 
 
-def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None,
-            gt: float | None = None, le: float | None = None, lt: float | None = None,
-            one_of: Any = None) -> Any:
-    """A dataclass field with a declared constraint, e.g. `fraction: float = bounded(0.25,
-    gt=0, lt=1)` or `mode: str = bounded("none", one_of=MODES)`; `validate_config` checks it
-    (None passes: an optional field left unset), and each tuple element of a tuple field."""
-    rule = Bounds(ge, gt, le, lt, tuple(one_of) if one_of is not None else None)
-    return dataclasses.field(default=default, metadata={"bounds": rule})
+def option(default: Any = dataclasses.MISSING, help: str | None = None, *,
+           factory: Any = dataclasses.MISSING, ge: float | None = None, gt: float | None = None,
+           le: float | None = None, lt: float | None = None, one_of: Any = None,
+           flags: str | None = None) -> Any:
+    """A config field, declared with what the command line and the checks need to know.
+
+    `help`: the field is a command-line option of every command built from its config,
+    `--<name>` (underscores as dashes; a bool whose default is True: `--no-<name>`), of the
+    field's type and default, with this help (`knowflow.cli.flags`); without it, the field is
+    set with `--set` only. A constraint (`ge`/`gt`/`le`/`lt`: a range; `one_of`: a set of
+    names) is checked by `validate_config` (None passes: an optional field left unset), and on
+    each element of a tuple field, e.g. `fraction: float = option(0.25, "...", gt=0, lt=1)`.
+    `flags`: a nested section's prefix for its fields' options ("" for none: `--lr` sets
+    `sft.lr`; "track_": `--track-every` sets `track.every`); a section without it has none."""
+    metadata: dict[str, Any] = {}
+    if help is not None:
+        metadata["help"] = help
+    if flags is not None:
+        metadata["flags"] = flags
+    if (ge, gt, le, lt, one_of) != (None,) * 5:
+        metadata["bounds"] = Bounds(ge, gt, le, lt, tuple(one_of) if one_of is not None
+                                    else None)
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
 def _declared_checks(cfg: Any, prefix: str) -> None:

@@ -51,7 +51,7 @@ def test_the_api_saves_the_folder_the_command_writes(tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     torch.set_num_threads(1)
     res = knowflow.explain(str(tiny_model_dir), CONTEXT, "Where is Rome?", "Italy",
-                           n_ablations=8, n_holdout=4, device="cpu")
+                           ablations=8, holdout=4, device="cpu")
     api = res.save(tmp_path / "api")
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(api).as_posix() for p in api.rglob("*")
@@ -78,7 +78,7 @@ def test_the_api_saves_the_folder_the_command_writes(tiny_model_dir, tmp_path):
     (["--context", "A long one. " * 200, "--question", "Q?"], "longer than the model's window"),
     (["--context", CONTEXT], "--question"),
     (["--context", CONTEXT, "--question", "Q?", "--suite", "needle-cf"], "exactly one"),
-    (["--suite", "needle-cf", "--ablations", "2"], "n_ablations"),
+    (["--suite", "needle-cf", "--ablations", "2"], "ablations"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tiny_model_dir, tmp_path, args,
                                                           needle):

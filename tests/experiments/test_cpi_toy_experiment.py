@@ -21,7 +21,7 @@ SUMMARY_KEYS = {"mc_start", "mc_peak", "mc_peak_step", "mc_final", "steps"}
 
 
 def test_tiny_run_writes_the_whole_contract(tmp_path):
-    result = run_experiment("cpi-toy", TINY, runs_root=tmp_path)
+    result = run_experiment("cpi-toy", TINY, runs_dir=tmp_path)
     run_dir = result.out_dir
     assert run_dir.parent == tmp_path / "cpi-toy"
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
@@ -75,9 +75,9 @@ def _check_schema_names(summary: dict, records: list[dict]) -> None:
 
 def test_same_seed_same_numbers_and_workers_do_not_matter(tmp_path):
     cfg = {**TINY, "parts": "inversion,train_v"}
-    one = run_experiment("cpi-toy", cfg, runs_root=tmp_path / "a")
-    two = run_experiment("cpi-toy", {**cfg, "workers": 2}, runs_root=tmp_path / "b")
-    other = run_experiment("cpi-toy", {**cfg, "seed": 1}, runs_root=tmp_path / "c")
+    one = run_experiment("cpi-toy", cfg, runs_dir=tmp_path / "a")
+    two = run_experiment("cpi-toy", {**cfg, "workers": 2}, runs_dir=tmp_path / "b")
+    other = run_experiment("cpi-toy", {**cfg, "seed": 1}, runs_dir=tmp_path / "c")
     first = (one.out_dir / "metrics.jsonl").read_text()
     assert first == (two.out_dir / "metrics.jsonl").read_text()
     assert first != (other.out_dir / "metrics.jsonl").read_text()
@@ -85,7 +85,7 @@ def test_same_seed_same_numbers_and_workers_do_not_matter(tmp_path):
 
 def test_resume_recomputes_only_what_is_missing(tmp_path):
     cfg = {**TINY, "parts": "inversion,c_only"}
-    done = run_experiment("cpi-toy", cfg, runs_root=tmp_path)
+    done = run_experiment("cpi-toy", cfg, runs_dir=tmp_path)
     expected = (done.out_dir / "metrics.jsonl").read_text()
     # simulate an interruption after the first arm: no summary, one checkpoint lost
     (done.out_dir / "summary.json").unlink()
@@ -94,12 +94,12 @@ def test_resume_recomputes_only_what_is_missing(tmp_path):
     assert len(checkpoints) == 2
     checkpoints[0].unlink()
     kept = checkpoints[1].stat().st_mtime_ns
-    resumed = run_experiment("cpi-toy", runs_root=tmp_path, resume=True)
+    resumed = run_experiment("cpi-toy", runs_dir=tmp_path, resume=True)
     assert resumed.out_dir == done.out_dir
     assert checkpoints[1].stat().st_mtime_ns == kept  # loaded, not recomputed
     assert (done.out_dir / "metrics.jsonl").read_text() == expected
     with pytest.raises(ConfigError, match="no unfinished run"):
-        run_experiment("cpi-toy", runs_root=tmp_path, resume=True)
+        run_experiment("cpi-toy", runs_dir=tmp_path, resume=True)
 
 
 @pytest.mark.parametrize("override, field", [
@@ -119,7 +119,7 @@ def test_impossible_configs_are_rejected_naming_the_field(override, field):
 
 def test_default_config_shows_the_inversion_and_no_fall_without_c_plus_s(tmp_path):
     """The experiment's claims for parts (1) and (2) at the default size."""
-    result = run_experiment("cpi-toy", {"parts": "inversion,c_only"}, runs_root=tmp_path)
+    result = run_experiment("cpi-toy", {"parts": "inversion,c_only"}, runs_dir=tmp_path)
     inv, c_only = result.summary["inversion"], result.summary["c_only"]
     assert inv["mc_peak"] - inv["mc_final"] >= 0.10
     assert inv["mc_peak"] > inv["mc_start"]

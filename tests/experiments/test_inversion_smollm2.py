@@ -19,7 +19,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
             "track.every=1", "track.limit=2", "track.batch_size=2", "sft.max_length=512",
             "arms=lora,full,curated,qk_only,augmented,dynamic", "dynamic.every=1",
             "indist_n=2", "curate_drop=0.25", "dynamic.fraction=0.25", "dynamic.threshold=none"]
-    result = run_experiment("inversion-smollm2", sets, runs_root=tmp_path)
+    result = run_experiment("inversion-smollm2", sets, runs_dir=tmp_path)
     summary = read_json(result.out_dir / "summary.json")
     records = read_jsonl(result.out_dir / "metrics.jsonl")
     for arm in ("lora", "full", "curated", "qk_only", "augmented", "dynamic"):
@@ -66,7 +66,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
 
 def test_bad_config_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match="arms"):
-        run_experiment("inversion-smollm2", ["arms=lora,bogus"], runs_root=tmp_path)
+        run_experiment("inversion-smollm2", ["arms=lora,bogus"], runs_dir=tmp_path)
     with pytest.raises(ConfigError, match="track.prompt_format"):
-        run_experiment("inversion-smollm2", ["sft.prompt_format=chat"], runs_root=tmp_path)
+        run_experiment("inversion-smollm2", ["sft.prompt_format=chat"], runs_dir=tmp_path)
     assert not list(tmp_path.rglob("*.json"))

@@ -57,7 +57,7 @@ def test_snapshots_are_the_recorded_models(tmp_path):
 
 
 def test_run_writes_per_seed_records(tmp_path):
-    res = run_experiment("inversion-tiny-heads", TINY, runs_root=tmp_path / "runs")
+    res = run_experiment("inversion-tiny-heads", TINY, runs_dir=tmp_path / "runs")
     (seed,) = read_jsonl(res.out_dir / "metrics.jsonl")
     assert seed["seed"] == 0 and seed["overlap"] <= len(seed["context_heads"])
     st = seed["steering"]

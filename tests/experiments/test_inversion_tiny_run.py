@@ -155,7 +155,7 @@ def test_tiny_run_writes_every_record(tmp_path):
     # no loss threshold: this barely pretrained model answers nothing from memory
     result = run_experiment("inversion-tiny", {**TINY, "arms": ",".join(ARMS),
                                                "dynamic.threshold": "none"},
-                            runs_root=tmp_path / "runs")
+                            runs_dir=tmp_path / "runs")
     run_dir = result.out_dir
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html"):
         assert (run_dir / name).is_file(), name
@@ -205,7 +205,7 @@ def test_tiny_run_writes_every_record(tmp_path):
 
 def test_resumed_run_gives_the_same_metrics(tmp_path):
     cfg = {**TINY, "arms": "mixed,c_only", "seeds": "0"}
-    done = run_experiment("inversion-tiny", cfg, runs_root=tmp_path)
+    done = run_experiment("inversion-tiny", cfg, runs_dir=tmp_path)
     expected = (done.out_dir / "metrics.jsonl").read_text()
     (done.out_dir / "summary.json").unlink()
     (done.out_dir / "metrics.jsonl").unlink()
@@ -213,7 +213,7 @@ def test_resumed_run_gives_the_same_metrics(tmp_path):
     assert [p.name for p in saved] == ["c_only-seed0.json", "mixed-seed0.json"]
     saved[0].unlink()
     kept = saved[1].stat().st_mtime_ns
-    resumed = run_experiment("inversion-tiny", runs_root=tmp_path, resume=True)
+    resumed = run_experiment("inversion-tiny", runs_dir=tmp_path, resume=True)
     assert resumed.out_dir == done.out_dir
     assert saved[1].stat().st_mtime_ns == kept
     assert (done.out_dir / "metrics.jsonl").read_text() == expected
@@ -257,7 +257,7 @@ def test_defaults_are_the_documented_study_and_validate_rejects_broken_variants(
 def test_phase_study_writes_every_cell(tmp_path):
     cfg = {**TINY, "study": "phase", "phase.cs_shares": "0,0.5", "phase.reliabilities": "0.5,0.9",
            "phase.seeds": "0,1", "phase.toy_steps": 5}
-    result = run_experiment("inversion-tiny", cfg, runs_root=tmp_path)
+    result = run_experiment("inversion-tiny", cfg, runs_dir=tmp_path)
     phase = result.summary["phase"]
     for model in ("tiny", "toy"):
         cells = {(r["cs_share"], r["reliability"]) for r in phase[model]}
@@ -282,7 +282,7 @@ def test_two_cold_runs_write_identical_summaries_and_records(tmp_path, monkeypat
     runs = []
     for name in ("a", "b"):
         monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / name / "cache"))  # cold each time
-        runs.append(run_experiment("inversion-tiny", cfg, runs_root=tmp_path / name).out_dir)
+        runs.append(run_experiment("inversion-tiny", cfg, runs_dir=tmp_path / name).out_dir)
     for file in ("summary.json", "metrics.jsonl"):
         assert (runs[0] / file).read_bytes() == (runs[1] / file).read_bytes(), file
 

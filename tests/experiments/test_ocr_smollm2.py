@@ -26,7 +26,7 @@ from knowflow.store.readers import read_jsonl
 def test_three_step_run_writes_every_record(tmp_path):
     cfg = smoke_config()
     overrides = {k: v for k, v in flatten(config_to_dict(cfg)).items()}
-    result = run_experiment("ocr-smollm2", overrides, runs_root=tmp_path)
+    result = run_experiment("ocr-smollm2", overrides, runs_dir=tmp_path)
     run_dir = result.out_dir
     records = read_jsonl(run_dir / METRICS)
     assert [r["step"] for r in records] == [0, 1, 2, 3]

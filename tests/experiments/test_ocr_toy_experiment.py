@@ -17,7 +17,7 @@ METRICS = ("train_fact_loss", "train_impl_loss", "test_impl_loss", "test_impl_ac
 
 
 def test_main_study_writes_every_file(tmp_path):
-    result = run_experiment("ocr-toy", TINY, runs_root=tmp_path)
+    result = run_experiment("ocr-toy", TINY, runs_dir=tmp_path)
     run_dir = result.out_dir
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.html",
                  "ov_blocks.npz", "figures/1_training.png", "figures/2_wov_blocks.png"):
@@ -49,7 +49,7 @@ def test_other_studies(tmp_path, study, figure, table):
                  "sweep.ranks": "2,8", "sweep.fractions": "0.25,0.5"}
     if study == "rank_sweep":
         overrides["workers"] = 2  # three parts: the process-pool path
-    result = run_experiment("ocr-toy", overrides, runs_root=tmp_path)
+    result = run_experiment("ocr-toy", overrides, runs_dir=tmp_path)
     assert (result.out_dir / "figures" / figure).exists()
     summary = result.summary
     assert "factorized" in summary and "merged" in summary and table in summary

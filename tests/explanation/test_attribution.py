@@ -28,7 +28,7 @@ ITEM = ConflictItem(id="i", suite="s", context="Paris is in France. The sky is b
 def test_batched_ablations_equal_one_at_a_time(lm):
     model, tok = lm
     sents = split_sentences(ITEM.context)
-    cfg = ExplainConfig(n_ablations=12, n_holdout=0, batch_size=5)
+    cfg = ExplainConfig(ablations=12, holdout=0, batch_size=5)
     masks, _ = ablation_masks(len(sents), cfg, "k")
     masks = torch.cat([masks, torch.zeros(1, len(sents), dtype=torch.int64),
                        torch.ones(1, len(sents), dtype=torch.int64)])
@@ -121,7 +121,7 @@ def test_config_rejects_impossible_values():
     from knowflow.config import validate_config
     from knowflow.errors import ConfigError
 
-    for field, value in (("n_ablations", 4), ("keep_prob", 1.0), ("target", "x"),
+    for field, value in (("ablations", 4), ("keep_prob", 1.0), ("target", "x"),
                          ("levels", ("sentences",)), ("levels", ("source", "mechanism")),
                          ("levels", ("source", "one_pass"))):
         with pytest.raises(ConfigError, match=field):

@@ -17,7 +17,7 @@ CONTEXT = "Paris is in France. The sky is blue today. Rome is in Italy."
 def test_one_context_gives_one_full_record_and_saves_a_run_folder(lm, tmp_path):
     model, tok = lm
     res = knowflow.explain(model, CONTEXT, "Where is Rome?", " Italy", tokenizer=tok,
-                           n_ablations=12, n_holdout=6, max_new_tokens=3)
+                           ablations=12, holdout=6, max_new_tokens=3)
     (rec,) = res.records
     for key in ("verdict", "answer", "answer_no_context", "logprob_context",
                 "logprob_no_context", "sentences", "top_sentence", "mechanism", "lds"):
@@ -43,7 +43,7 @@ def test_the_one_pass_score_is_computed_only_when_asked(lm):
     without it no record, sentence or summary carries it (null in the summary); with it the
     same ablation result gains it."""
     model, tok = lm
-    run = dict(tokenizer=tok, n_ablations=8, n_holdout=4, max_new_tokens=3)
+    run = dict(tokenizer=tok, ablations=8, holdout=4, max_new_tokens=3)
     plain = knowflow.explain(model, "needle-cf", limit=1, levels=("source", "sentences"),
                              **run)
     asked = knowflow.explain(model, "needle-cf", limit=1,
@@ -77,8 +77,8 @@ def test_to_pandas_is_one_flat_row_per_item():
 
 def test_a_suite_is_explained_and_checked_against_its_labels(lm):
     model, tok = lm
-    res = knowflow.explain(model, "needle-cf", tokenizer=tok, limit=2, n_ablations=8,
-                           n_holdout=0, levels=("source", "sentences"), max_new_tokens=2)
+    res = knowflow.explain(model, "needle-cf", tokenizer=tok, limit=2, ablations=8,
+                           holdout=0, levels=("source", "sentences"), max_new_tokens=2)
     assert len(res.records) == 2
     for rec in res.records:
         assert rec["needle"] is not None and "top_hit" in rec and "mechanism" not in rec

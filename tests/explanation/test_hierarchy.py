@@ -32,7 +32,7 @@ def _setup(lm, top_documents: int):
     """(sentences, config, the full context's log-probability of " Italy")."""
     model, tok = lm
     sents = split_sentences(ITEM.context)
-    cfg = ExplainConfig(n_ablations=10, n_holdout=6, document_ablations=8,
+    cfg = ExplainConfig(ablations=10, holdout=6, document_ablations=8,
                         top_documents=top_documents, prompt_format="chat")
     full = score_masks(model, tok, ITEM, sents, torch.ones(1, len(sents), dtype=torch.long),
                        " Italy", cfg)
@@ -82,7 +82,7 @@ def test_chunked_scoring_bounds_each_pass_and_changes_no_score(lm):
     assert [list(r) for r in prompt_chunks([30, 5], 8, 12)] == [[0], [1]]   # one prompt at least
     model, tok = lm
     sents = split_sentences(ITEM.context)
-    masks, _ = ablation_masks(len(sents), ExplainConfig(n_ablations=9), "c")
+    masks, _ = ablation_masks(len(sents), ExplainConfig(ablations=9), "c")
     whole = score_masks(model, tok, ITEM, sents, masks, " Italy",
                         ExplainConfig(prompt_format="chat"))
     pieces = score_masks(model, tok, ITEM, sents, masks, " Italy",
@@ -94,7 +94,7 @@ def test_explain_attributes_a_context_past_the_threshold_hierarchically(lm):
     import knowflow
 
     model, tok = lm
-    res = knowflow.explain(model, [ITEM], tokenizer=tok, n_ablations=8, n_holdout=4,
+    res = knowflow.explain(model, [ITEM], tokenizer=tok, ablations=8, holdout=4,
                            document_ablations=8, top_documents=1, hierarchy_above=4,
                            max_new_tokens=3, levels=("source", "sentences"))
     (rec,) = res.records

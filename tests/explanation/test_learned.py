@@ -131,7 +131,7 @@ def test_learned_scores_equal_a_hand_computation_from_captured_activations(lm):
 def test_an_estimator_round_trips_and_is_refused_for_other_weights(lm, tmp_path,
                                                                    make_tiny_llama):
     model, tok = lm
-    est = fit_estimator(model, tok, "tiny", FitConfig(n_contexts=4, n_ablations=8,
+    est = fit_estimator(model, tok, "tiny", FitConfig(contexts=4, ablations=8,
                                                       max_new_tokens=3))
     prov = est.provenance
     assert len(est.weights) == model.config.num_hidden_layers * \

@@ -72,7 +72,7 @@ def test_per_token_scores_add_up_to_the_whole_continuation(lm):
     model, tok = lm
     item = _item()
     sents = split_sentences(item.context)
-    cfg = ExplainConfig(n_ablations=8, score_chunk=3, prompt_format="chat")
+    cfg = ExplainConfig(ablations=8, score_chunk=3, prompt_format="chat")
     masks, _ = ablation_masks(len(sents), cfg, "k")
     prefixes, _ = token_prefixes(tok, " in Rome")
     many = score_masks(model, tok, item, sents, masks, prefixes, cfg)     # (8, tokens)
@@ -85,7 +85,7 @@ def test_per_token_scores_add_up_to_the_whole_continuation(lm):
 def test_levels_tokens_attributes_every_generated_token(lm):
     model, tok = lm
     res = knowflow.explain(model, "Paris is in France. The sky is blue. Rome is in Italy.",
-                           "Where is Rome?", tokenizer=tok, n_ablations=8, n_holdout=0,
+                           "Where is Rome?", tokenizer=tok, ablations=8, holdout=0,
                            max_new_tokens=4, levels=("source", "sentences", "tokens"))
     (rec,) = res.records
     assert "".join(t["token"] for t in rec["tokens"]).strip() == rec["answer"].strip()
@@ -98,7 +98,7 @@ def test_progress_is_reported_from_the_model_load_on(tiny_model_dir):
     progress line appears before any slow work."""
     heard = []
     knowflow.explain(str(tiny_model_dir), "Paris is in France. Rome is in Italy.",
-                     "Where is Rome?", n_ablations=8, n_holdout=0, max_new_tokens=2,
+                     "Where is Rome?", ablations=8, holdout=0, max_new_tokens=2,
                      levels=("source", "sentences"), device="cpu",
                      progress=lambda done, total, stage: heard.append((stage, done, total)))
     stages = list(dict.fromkeys(s for s, _, _ in heard))

@@ -25,9 +25,9 @@ def runs(tmp_path_factory, tiny_model_dir):
                       method="greedy,cad", out_dir=root / "eval", device="cpu")
     knowflow.probe(model, "cf-capitals", kind="heads", limit=3, out_dir=root / "heads",
                    device="cpu")
-    knowflow.explain(model, "cf-capitals", limit=1, offset=1, n_ablations=8, n_holdout=4,
+    knowflow.explain(model, "cf-capitals", limit=1, offset=1, ablations=8, holdout=4,
                      device="cpu").save(root / "explain")
-    knowflow.finetune(model, None, runs_root=root / "sftruns", device="cpu", save_model=False,
+    knowflow.finetune(model, None, runs_dir=root / "sftruns", device="cpu", save_model=False,
                       **{"sft.steps": 2, "sft.batch_size": 4, "track.every": 1,
                          "track.limit": 2, "sft.max_length": 512, "mixture.size": 16})
     (sft,) = (root / "sftruns" / "sft").iterdir()

@@ -89,7 +89,7 @@ def test_curate_and_augment_round_trip(tiny_lm, tok, rows, tmp_path):
 def test_run_experiment_round_trips_as_a_copy_of_its_folder(tmp_path):
     tiny = {"world.n_answers": 12, "world.n_heldout_answers": 3, "world.n_test": 10,
             "mixture.n_c": 6, "mixture.n_cs": 10, "finetune.steps": 20, "workers": 1}
-    res = knowflow.run_experiment("cpi-toy", tiny, runs_root=tmp_path / "runs", parts="c_only")
+    res = knowflow.run_experiment("cpi-toy", tiny, runs_dir=tmp_path / "runs", parts="c_only")
     assert res.command == "cpi-toy" and res.out_dir.parent == tmp_path / "runs" / "cpi-toy"
     back = _round_trip(Result.load(res.out_dir), tmp_path / "copy")
     assert {p.name for p in (tmp_path / "copy").iterdir()} >= \
@@ -99,7 +99,7 @@ def test_run_experiment_round_trips_as_a_copy_of_its_folder(tmp_path):
 
 @pytest.mark.slow
 def test_finetune_is_the_sft_job_and_round_trips(tiny_model_dir, tmp_path):
-    res = knowflow.finetune(str(tiny_model_dir), "builtin", runs_root=tmp_path / "runs",
+    res = knowflow.finetune(str(tiny_model_dir), "builtin", runs_dir=tmp_path / "runs",
                             save_model=False, mixture={"size": 16},
                             sft={"steps": 2, "batch_size": 4, "train": "full",
                                  "prompt_format": "plain"},

@@ -34,7 +34,7 @@ def _tree(root) -> list[str]:
 
 
 def test_start_run_writes_config_first_then_records_and_summary(tmp_path):
-    run = start_run({"a": 1}, "eval", runs_root=tmp_path / "runs")
+    run = start_run({"a": 1}, "eval", runs_dir=tmp_path / "runs")
     # staged: a hidden folder beside the target, renamed into place when complete
     assert run.path.parent == tmp_path / "runs" / "eval" and run.path.name.startswith(".")
     assert run.target.parent == run.path.parent and not run.target.exists()
@@ -59,7 +59,7 @@ def test_start_run_writes_config_first_then_records_and_summary(tmp_path):
 def test_a_refused_new_run_leaves_nothing(tmp_path):
     before = _tree(tmp_path)
     with pytest.raises(DataError), start_run({"a": 1}, "probe-knockout",
-                                             runs_root=tmp_path / "runs" / "deep") as run:
+                                             runs_dir=tmp_path / "runs" / "deep") as run:
         run.write_records(RECORDS, [{"x": 1}])
         raise DataError("items.jsonl", "bad input found late")
     assert _tree(tmp_path) == before  # the run folder and the folders made for it are gone
@@ -106,7 +106,7 @@ def test_an_out_folder_of_the_users_or_another_commands_is_refused(tmp_path, set
 
 
 def test_no_output_replaces_an_input_a_run_file_a_device_or_another_output(tmp_path):
-    run = start_run({}, "cpi-toy", runs_root=tmp_path)
+    run = start_run({}, "cpi-toy", runs_dir=tmp_path)
     run.commit()
     data = tmp_path / "x.scores.jsonl"
     data.write_text("{}\n")
@@ -139,7 +139,7 @@ def test_two_processes_cannot_write_one_run_folder(tmp_path):
 
 
 def test_resume_names_the_run_it_was_given_and_an_edited_config(tmp_path):
-    run = start_run({"seed": 0}, "sft", runs_root=tmp_path)
+    run = start_run({"seed": 0}, "sft", runs_dir=tmp_path)
     run.commit()
     with pytest.raises(DataError, match="this is a `sft` run, not a `cpi-toy` run"):
         check_identity(run.path, "cpi-toy")
@@ -153,26 +153,26 @@ def test_a_resumable_run_is_kept_only_with_a_checkpoint_and_never_after_a_refusa
     root = tmp_path / "runs"
     for exc in (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
                 DataError("x", "late"), RuntimeError("a bug"), KeyboardInterrupt()):
-        with pytest.raises(type(exc)), start_run({}, "x", runs_root=root,
+        with pytest.raises(type(exc)), start_run({}, "x", runs_dir=root,
                                                  resumable=True) as run:
             raise exc  # no checkpoint yet: nothing to resume
         assert not root.exists() and not run.kept
     for exc in (RuntimeError("a bug"), KeyboardInterrupt(), OSError(28, "No space left")):
-        with pytest.raises(type(exc)), start_run({}, "x", runs_root=root,
+        with pytest.raises(type(exc)), start_run({}, "x", runs_dir=root,
                                                  resumable=True) as run:
             atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
             raise exc
         assert run.kept and run.path.parent == root / "x" and not run.path.name.startswith(".")
         assert json.loads((run.path / IDENTITY).read_text())["in_progress"] is True
         assert latest_unfinished(root, "x") == run.path
-    with pytest.raises(DataError), start_run({}, "y", runs_root=root, resumable=True) as run:
+    with pytest.raises(DataError), start_run({}, "y", runs_dir=root, resumable=True) as run:
         atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
         raise DataError("x", "bad input found late")  # a refusal: never kept
     assert not (root / "y").exists()
 
 
 def test_a_resumed_run_is_never_removed_and_loses_its_mark_when_complete(tmp_path):
-    with pytest.raises(KeyboardInterrupt), start_run({}, "x", runs_root=tmp_path,
+    with pytest.raises(KeyboardInterrupt), start_run({}, "x", runs_dir=tmp_path,
                                                      resumable=True) as run:
         atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
         raise KeyboardInterrupt

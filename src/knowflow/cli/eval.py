@@ -132,7 +132,7 @@ def eval_cmd(
         # the library writes and finishes the run folder, as knowflow.evaluate(out_dir=) does
         result = evaluate(model, [*(suite.split(",") if suite else []), *(data or [])] or None,
                           config=cfg, fields=mapping, preset=preset, device=device,
-                          dtype=dtype, out_dir=out, runs_root=None if out else Path("runs"),
+                          dtype=dtype, out_dir=out, runs_dir=None if out else Path("runs"),
                           progress=progress, revision=revision,
                           trust_remote_code=trust_remote_code, offline=offline)
     if result.out_dir is None:  # not rank 0 of a multi-process launch: rank 0 reports
@@ -166,7 +166,7 @@ def _eval_from_lm_eval(samples: list[Path], out: Path | None, seed: int, clash) 
         raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
                           "--from-lm-eval", "drop --suite/--data")
     _check_out(out, samples)
-    result = from_lm_eval(samples, out_dir=out, runs_root=None if out else Path("runs"),
+    result = from_lm_eval(samples, out_dir=out, runs_dir=None if out else Path("runs"),
                           seed=seed, finish=finish_eval)
     report = result.out_dir / "report.html"
     print_eval(result.summary)

@@ -82,7 +82,7 @@ def run_cmd(
     check_threads(threads)
     check_run_dir(run_dir, resume)
     set_threads(threads)
-    result = run_experiment(name, set_ or [], runs_root=runs_dir,
+    result = run_experiment(name, set_ or [], runs_dir=runs_dir,
                             resume=(run_dir or True) if resume else False)
     print_summary(result.summary, get_experiment(name).columns)
     print_paths(result.out_dir, result.out_dir / REPORT, result.seconds)

@@ -112,7 +112,7 @@ def explain_cmd(
     check_seed(seed)
     cfg = resolve_config(ExplainConfig, ExplainConfig(
         target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
-        n_ablations=ablations, n_holdout=holdout, limit=limit, offset=offset,
+        ablations=ablations, holdout=holdout, limit=limit, offset=offset,
         prompt_format=prompt_format, attribution=attribution,
         seed=seed, max_memory=max_memory), set_)
     source = _source(context, question, answer, data, suite)
@@ -129,7 +129,7 @@ def explain_cmd(
                          preset=preset, device=device, dtype=dtype, progress=progress,
                          revision=revision, trust_remote_code=trust_remote_code,
                          offline=offline)
-    run_dir = result.save(out, runs_root=runs_dir)
+    run_dir = result.save(out, runs_dir=runs_dir)
     report = run_dir / "report.html"
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
@@ -147,7 +147,7 @@ def _fit(model: str, source, contexts: int, ablations: int, prompt_format: str, 
 
     check_threads(threads)
     check_seed(seed)
-    cfg = FitConfig(n_contexts=contexts, n_ablations=ablations, prompt_format=prompt_format,
+    cfg = FitConfig(contexts=contexts, ablations=ablations, prompt_format=prompt_format,
                     seed=seed)
     cfg.validate()
     check_device(device)

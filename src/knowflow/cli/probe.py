@@ -148,7 +148,7 @@ def _write(kind: str, common: _Common, cfg, model, tokenizer, examples, label: s
 
     with Bars(f"probe {kind}") as progress:
         return run_probe(kind, model, tokenizer, examples, cfg, common.model, label,
-                         out_dir=common.out, runs_root=common.runs_dir, progress=progress)
+                         out_dir=common.out, runs_dir=common.runs_dir, progress=progress)
 
 
 def _curve_table(summary: dict, title: str) -> None:

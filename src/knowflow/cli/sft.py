@@ -140,7 +140,7 @@ def sft_cmd(
     check_run_dir(run_dir, resume)
     set_threads(threads)
     with Bars("finetuning") as progress:
-        result = run_experiment("sft", overrides, runs_root=runs_dir,
+        result = run_experiment("sft", overrides, runs_dir=runs_dir,
                                 resume=(run_dir or True) if resume else False,
                                 progress=progress)
     s = result.summary

@@ -97,7 +97,7 @@ def _result(summary: dict, by_suite: dict[str, list[dict]], config: dict,
 
 def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
              config: EvalConfig | None = None, device: str = "auto", dtype: str = "auto",
-             out_dir: str | Path | None = None, runs_root: str | Path | None = None,
+             out_dir: str | Path | None = None, runs_dir: str | Path | None = None,
              progress: Progress | None = None, fields: dict[str, str] | None = None,
              preset: str | None = None, source: ModelSource | None = None,
              finish: Finisher | None = None, **overrides) -> EvalResult:
@@ -109,7 +109,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
     fields.
 
     Writes `config.json` (before scoring), `items.jsonl` and `summary.json` to `out_dir`, or
-    to a fresh `runs_root/eval/<timestamp>/`, then `finish(result, run)` (the figures and page);
+    to a fresh `runs_dir/eval/<timestamp>/`, then `finish(result, run)` (the figures and page);
     with neither, nothing is written. The folder is staged (`RunFolder`): it appears
     only once complete, and any failure leaves `out_dir` as it was.
     """
@@ -149,7 +149,7 @@ def evaluate(model="smollm2-135m-instruct", data=None, *, tokenizer=None,
               "fields": dict(fields or {}), "preset": preset,
               "presets": {n: q["preset"] for n, q in quality.items() if "preset" in q},
               **({"heads_calibration": heads_calibration} if heads_calibration else {})}
-    run = _start(config, out_dir, runs_root) if rank == 0 else None  # rank 0 writes
+    run = _start(config, out_dir, runs_dir) if rank == 0 else None  # rank 0 writes
     records: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     known = known_by(cfg) if known_filter(cfg) else "off"  # what the "known" block rests on
@@ -230,11 +230,11 @@ def _check_memory(model, tokenizer, by_suite: dict[str, list[ConflictItem]], cfg
                  what=f"prompts of up to {longest} tokens + {new} answer tokens")
 
 
-def _start(config: dict, out_dir: str | Path | None, runs_root: str | Path | None
+def _start(config: dict, out_dir: str | Path | None, runs_dir: str | Path | None
            ) -> RunFolder | None:
-    if out_dir is None and runs_root is None:
+    if out_dir is None and runs_dir is None:
         return None
-    return start_run(config, "eval", runs_root=runs_root, out_dir=out_dir)
+    return start_run(config, "eval", runs_dir=runs_dir, out_dir=out_dir)
 
 
 def _write_items(run: RunFolder, records: list[dict], summary: dict,
@@ -247,7 +247,7 @@ def _write_items(run: RunFolder, records: list[dict], summary: dict,
 
 
 def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = None,
-                 runs_root: str | Path | None = None, n_bootstrap: int = 1000,
+                 runs_dir: str | Path | None = None, n_bootstrap: int = 1000,
                  seed: int = 0, finish: Finisher | None = None
                  ) -> EvalResult:
     """knowflow's log-likelihood metrics from lm-eval `--log_samples` files of tasks written
@@ -262,7 +262,7 @@ def from_lm_eval(samples: Sequence[str | Path], out_dir: str | Path | None = Non
     config = {"from_lm_eval": [str(p) for p in samples], "suites": list(records),
               "scoring": "loglik", "n_bootstrap": n_bootstrap, "seed": seed}
     result = _result(summary, records, config, None, 0.0)
-    run = _start(config, out_dir, runs_root)
+    run = _start(config, out_dir, runs_dir)
     if run is not None:
         with run:  # staged: see RunFolder
             _write_items(run, result.records, summary)

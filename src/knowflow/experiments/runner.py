@@ -79,9 +79,9 @@ def _saved_data(cfg: Any, run_dir: Path) -> Any:
 
 
 def run_experiment(name: str, overrides: list[str] | dict | None = None, *, config: Any = None,
-                   runs_root: str | Path = "runs", resume: bool | str | Path = False,
+                   runs_dir: str | Path = "runs", resume: bool | str | Path = False,
                    progress: Progress | None = None, **fields: Any) -> Result:
-    """Run experiment `name` and write its run directory runs_root/<name>/<timestamp>/. No
+    """Run experiment `name` and write its run directory runs_dir/<name>/<timestamp>/. No
     model or data: the experiment builds its own, from `config` (its config class), with
     `overrides` ("key=value" strings, the CLI's --set, or a dict) and `fields` applied.
 
@@ -100,7 +100,7 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
         if overrides or fields or config is not None:
             raise ConfigError("--resume continues a run with its saved config",
                               hint="drop --set and the other options")
-        run_dir = latest_unfinished(Path(runs_root), name) if resume is True else Path(resume)
+        run_dir = latest_unfinished(Path(runs_dir), name) if resume is True else Path(resume)
         cfg = _resumed_config(exp, run_dir)
         if exp.check is not None:  # a check that takes the run also checks its checkpoints
             exp.check(cfg, run_dir=run_dir) if "run_dir" in inspect.signature(
@@ -111,8 +111,8 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
         cfg = build_config(name, overrides, config, **fields)
         if exp.check is not None:
             exp.check(cfg)
-        check_out_dir(Path(runs_root) / name, what="runs folder")
-        run = start_run(config_to_dict(cfg), name, runs_root=runs_root, resumable=True)
+        check_out_dir(Path(runs_dir) / name, what="runs folder")
+        run = start_run(config_to_dict(cfg), name, runs_dir=runs_dir, resumable=True)
     start = time.perf_counter()
     # `progress(done, total)` reaches experiments whose run function takes it
     try:

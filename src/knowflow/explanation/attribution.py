@@ -105,14 +105,14 @@ def item_generator(cfg: ExplainConfig, key: str) -> torch.Generator:
 
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,
                                                                            torch.Tensor]:
-    """(fit masks (n_ablations, sentences), held-out masks (n_holdout, sentences)), drawn from
+    """(fit masks (ablations, sentences), held-out masks (holdout, sentences)), drawn from
     a generator seeded by the config's seed and the item's key."""
     gen = item_generator(cfg, key)
     if cfg.design == "balanced":
-        fit = balanced_masks(cfg.n_ablations, n_sentences, cfg.keep_prob, gen)
-        return fit, random_masks(cfg.n_holdout, n_sentences, cfg.keep_prob, gen)
-    masks = random_masks(cfg.n_ablations + cfg.n_holdout, n_sentences, cfg.keep_prob, gen)
-    return masks[:cfg.n_ablations], masks[cfg.n_ablations:]
+        fit = balanced_masks(cfg.ablations, n_sentences, cfg.keep_prob, gen)
+        return fit, random_masks(cfg.holdout, n_sentences, cfg.keep_prob, gen)
+    masks = random_masks(cfg.ablations + cfg.holdout, n_sentences, cfg.keep_prob, gen)
+    return masks[:cfg.ablations], masks[cfg.ablations:]
 
 
 def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],

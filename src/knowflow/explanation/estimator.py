@@ -177,6 +177,6 @@ def attribution_note(name: str, cfg: ExplainConfig, est: Estimator | None) -> st
                 f"on {prov.get('n_contexts', '?')} generated contexts, held-out LDS "
                 f"{'-' if lds is None else f'{lds:.2f}'})")
     if cfg.attribution == "ablation":
-        return f"attribution: ablation ({cfg.n_ablations} ablations)"
-    return (f"attribution: ablation ({cfg.n_ablations} ablations); no learned estimator for "
+        return f"attribution: ablation ({cfg.ablations} ablations)"
+    return (f"attribution: ablation ({cfg.ablations} ablations); no learned estimator for "
             f"{name!r}: `knowflow explain fit --model {name}` fits one")

@@ -3,13 +3,13 @@ generated training contexts (`contexts.py`) and save it beside the model's cache
 (`estimator.py`).
 
 Per training context: the model's greedy answer, its span (`target.explained_span`, as
-explain weighs it), the span's log-probability under `n_ablations` random ablations (scored
+explain weighs it), the span's log-probability under `ablations` random ablations (scored
 over the token trie, as explain's ablation attribution) and the per-head features of the
 full context (`features`: one forward pass; `soft`, the default, and `total` add one
 backward pass). The last
 `heldout` share of the contexts chooses the ridge penalty and gives the fit quality (their
 mean LDS). The cost is that of explaining each
-training context by ablation once: about `n_contexts` x the ablation time of one item.
+training context by ablation once: about `contexts` x the ablation time of one item.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ from knowflow.store.run_folder import Progress
 
 @dataclass(frozen=True)
 class FitConfig:
-    n_contexts: int = 48                 # generated training contexts
-    n_ablations: int = 32                # ablations per context
+    RENAMED = {"n_contexts": "contexts", "n_ablations": "ablations"}  # earlier versions' keys
+
+    contexts: int = 48                   # generated training contexts
+    ablations: int = 32                # ablations per context
     heldout: float = 0.25                # share of contexts that choose the penalty
     multi_document: float = 0.5          # share of multi-document contexts
     world: float = 0.5                   # share of real-fact contexts (contexts.py)
@@ -63,8 +65,8 @@ class FitConfig:
         return tuple(self.features.split("+"))
 
     def validate(self) -> None:
-        require(self.n_contexts >= 4, "n_contexts", "must be at least 4")
-        require(self.n_ablations >= 8, "n_ablations", "must be at least 8")
+        require(self.contexts >= 4, "contexts", "must be at least 4")
+        require(self.ablations >= 8, "ablations", "must be at least 8")
         require(0.0 < self.heldout < 1.0, "heldout", "must lie strictly between 0 and 1")
         require(0.0 <= self.multi_document <= 1.0, "multi_document", "must lie in [0, 1]")
         require(0.0 <= self.world <= 1.0, "world", "must lie in [0, 1]")
@@ -87,12 +89,12 @@ def iter_fit_examples(model, tokenizer, cfg: FitConfig, progress: Progress | Non
                       ) -> Iterator[FitExample]:
     """`fit_examples` one context at a time (a caller may keep each as it comes)."""
     fmt = resolve_format(cfg.prompt_format, tokenizer)
-    items = training_items(cfg.n_contexts, cfg.seed, cfg.multi_document, cfg.world)
+    items = training_items(cfg.contexts, cfg.seed, cfg.multi_document, cfg.world)
     prompts = [rendered(it, tokenizer, fmt) for it in items]
     said = generate(model, tokenizer, encode(tokenizer, prompts), batch_size=8,
                     max_new_tokens=cfg.max_new_tokens, progress=progress,
                     stage="generate answers")
-    ecfg = ExplainConfig(n_ablations=cfg.n_ablations, n_holdout=0, prompt_format=fmt,
+    ecfg = ExplainConfig(ablations=cfg.ablations, holdout=0, prompt_format=fmt,
                          seed=cfg.seed)
     for i, (it, prompt, answer) in enumerate(zip(items, prompts, said, strict=True)):
         if progress is not None:
@@ -134,7 +136,7 @@ def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = Non
         "training_data": DESCRIPTION, "fit_config": dataclasses.asdict(cfg),
         "fitted": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "n_contexts": len(examples), "n_train": cut, "n_heldout": len(examples) - cut,
-        "ablations_used": cfg.n_ablations * len(examples),
+        "ablations_used": cfg.ablations * len(examples),
         "ridge": fit.ridge, "heldout_lds": fit.heldout_lds, "train_lds": fit.train_lds,
         "fit_seconds": time.perf_counter() - clock, "fit_cpu_seconds": time.process_time() - cpu,
         "method": "ridge regression of ablated log-probabilities on masks x per-head "
@@ -142,7 +144,7 @@ def fit_estimator(model, tokenizer, model_name: str, cfg: FitConfig | None = Non
                   "towards 1 per head's signed effect, 0 otherwise (explanation/learned.py)"}
     weights = tuple(float(w) for w in fit.weights)
     if not all(torch.isfinite(fit.weights)):
-        raise ConfigError("the fit gave non-finite weights", "n_contexts",
+        raise ConfigError("the fit gave non-finite weights", "contexts",
                           "fit on more contexts")
     return Estimator(weights, arch.n_layers, arch.n_heads, provenance, cfg.kinds())
 

@@ -9,7 +9,7 @@ prompts grow with the context; here most prompts are kept short, in two stages:
    sentences. `document_ablations` random masks over the units (each unit kept whole or
    removed whole) are scored and a lasso surrogate gives each unit a weight.
 2. *Sentences.* The `top_documents` units with the largest weights are kept for the second
-   stage: `n_ablations` masks over their sentences, with the other units removed (stage 1
+   stage: `ablations` masks over their sentences, with the other units removed (stage 1
    found they matter least; removing them keeps these prompts as short as the top units,
    which is what makes the stage cheap), give each of those sentences a weight.
 3. *One scale.* Stage 2 measured its sentences in a shortened context, where one sentence
@@ -20,9 +20,9 @@ prompts grow with the context; here most prompts are kept short, in two stages:
    stage 1 knows no more about them. So every sentence has a weight on one scale, and a
    mask that keeps or removes whole units is predicted as stage 1 predicts it.
 
-The LDS is measured on `n_holdout` random masks over all the sentences of the whole context,
+The LDS is measured on `holdout` random masks over all the sentences of the whole context,
 the same held-out distribution as the flat method's (so the two LDS compare). The number of
-ablations is `document_ablations + n_ablations + n_holdout` whatever the context's length;
+ablations is `document_ablations + ablations + holdout` whatever the context's length;
 stage 1's and the held-out prompts grow with the context, stage 2's with the top units. The
 scoring is chunked by tokens (`score_masks`), so memory grows with the chunk. When
 `top_documents` keeps every unit there is no stage 1: the result is the flat attribution.
@@ -90,7 +90,7 @@ def hierarchical_attribute(model, tokenizer, item: ConflictItem,
     seed = int(hashlib.sha256(f"{cfg.seed}:documents:{key}".encode()).hexdigest()[:15], 16)
     gen = torch.Generator().manual_seed(seed)
     doc_masks = random_masks(cfg.document_ablations, n_units, cfg.keep_prob, gen)  # (a, u)
-    fit_m, held = ablation_masks(n, cfg, key)       # held: over every sentence (n_holdout, n)
+    fit_m, held = ablation_masks(n, cfg, key)       # held: over every sentence (holdout, n)
     doc_and_held = torch.cat([doc_masks[:, unit], held])                          # (a + h, n)
     scored = score_masks(model, tokenizer, item, sentences, doc_and_held, continuation, cfg,
                          lead, progress)

@@ -196,7 +196,7 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
                       ) -> Attribution:
     """The learned attribution of one answer (one forward pass; with
     `cfg.learned_ablations`, that many scored ablations correct it), with the same checks as
-    the ablation's: the LDS on `cfg.n_holdout` held-out ablations (the same masks the ablation
+    the ablation's: the LDS on `cfg.holdout` held-out ablations (the same masks the ablation
     attribution holds out) and the top-k drops. `prompt_ids` end with `lead`; `label` names
     the method in the record (learned, or gradient for unit weights)."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]

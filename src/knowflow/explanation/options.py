@@ -21,6 +21,8 @@ DESIGNS = ("random", "balanced")
 
 @dataclass(frozen=True)
 class ExplainConfig:
+    RENAMED = {"n_ablations": "ablations", "n_holdout": "holdout"}  # keys of earlier versions
+
     target: Target = "generated"        # the answer explained: the model's own, or an item's
     levels: tuple[str, ...] = DEFAULT_LEVELS  # what to compute (source always; tokens:
     #                                      per-token attribution of the whole generation;
@@ -41,13 +43,13 @@ class ExplainConfig:
     #                                      (learned.corrected_scores; 0: one pass only)
     gradient_masks: int = 0              # gradient: `soft` averaged over this many
     #                                      antithetic half masks (even; 0: one point, keep 1/2)
-    n_ablations: int = 64                # random sentence subsets the surrogate is fitted on
+    ablations: int = 64                # random sentence subsets the surrogate is fitted on
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
     #                                      "balanced" (each sentence kept in exactly keep_prob
     #                                      of them, orthogonal columns where possible: see
     #                                      surrogate.balanced_masks)
-    n_holdout: int = 16                  # further subsets for the LDS (0: no LDS)
+    holdout: int = 16                  # further subsets for the LDS (0: no LDS)
     top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
     cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
     # mechanism
@@ -88,17 +90,17 @@ class ExplainConfig:
         if self.cv_folds < 2:  # one fold would hold out every ablation and fit on none
             raise ConfigError(f"must be at least 2, got {self.cv_folds}", "cv_folds",
                               "k-fold cross-validation fits on all folds but the held-out one")
-        for name in ("max_new_tokens", "n_ablations", "window", "batch_size",
+        for name in ("max_new_tokens", "ablations", "window", "batch_size",
                      "score_chunk", "score_tokens", "hierarchy_above", "top_documents",
                      "block_sentences"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError("must be at least 1", name)
         check_max_memory(self.max_memory)
-        for name in ("n_ablations", "document_ablations"):
+        for name in ("ablations", "document_ablations"):
             if getattr(self, name) < 8:
                 raise ConfigError("a surrogate needs at least 8 ablations", name)
-        if not 0 <= self.learned_ablations <= self.n_ablations:
-            raise ConfigError(f"must lie in [0, n_ablations = {self.n_ablations}]",
+        if not 0 <= self.learned_ablations <= self.ablations:
+            raise ConfigError(f"must lie in [0, ablations = {self.ablations}]",
                               "learned_ablations")
         if self.gradient_masks < 0 or self.gradient_masks % 2:
             raise ConfigError(f"must be an even number (masks come in pairs), got "
@@ -107,7 +109,7 @@ class ExplainConfig:
         if self.gradient_masks and self.attribution != "gradient":
             raise ConfigError("applies to --attribution gradient only (an estimator is fitted "
                               "on the one point's features)", "gradient_masks")
-        for name in ("n_holdout", "n_heads"):
+        for name in ("holdout", "n_heads"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", name)
         if self.attribution not in METHODS:

@@ -84,13 +84,13 @@ class Result:
     seconds: float = 0.0
     inputs: tuple[Path, ...] = field(default=(), repr=False, compare=False)  # files read
 
-    def save(self, out_dir: str | Path | None = None, *, runs_root: str | Path = "runs"
+    def save(self, out_dir: str | Path | None = None, *, runs_dir: str | Path = "runs"
              ) -> Path:
         """Write the run folder `knowflow <command>` writes to `out_dir` (default: a fresh
-        `runs_root/<command>/<timestamp>/`); returns it. The folder is staged
+        `runs_dir/<command>/<timestamp>/`); returns it. The folder is staged
         (`RunFolder`): any failure while writing leaves `out_dir` as it was."""
         source = self.out_dir
-        with start_run(self.config, self.command, runs_root=runs_root, out_dir=out_dir,
+        with start_run(self.config, self.command, runs_dir=runs_dir, out_dir=out_dir,
                        inputs=self.inputs) as run:  # staged: in place once complete
             self._write(run)
             finish: Finisher | None = _named(FINISHERS, self.command)

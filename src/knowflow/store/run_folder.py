@@ -52,10 +52,10 @@ class Progress(Protocol):
     def __call__(self, done: int, total: int, stage: str = "") -> None: ...
 
 
-def new_run_name(runs_root: Path, experiment: str) -> Path:
-    """The path of a fresh `runs_root/experiment/<timestamp>` run (not made: a staged run
+def new_run_name(runs_dir: Path, experiment: str) -> Path:
+    """The path of a fresh `runs_dir/experiment/<timestamp>` run (not made: a staged run
     takes it, or the next free `-<n>` name, when complete: `store.staging.publish`)."""
-    return Path(runs_root) / experiment / time.strftime("%Y%m%d-%H%M%S")
+    return Path(runs_dir) / experiment / time.strftime("%Y%m%d-%H%M%S")
 
 
 def _remove_made(path: Path, existed: set[Path]) -> None:
@@ -246,19 +246,19 @@ def checkpoint_saved(run_dir: str | Path) -> None:
 
 
 
-def start_run(config: dict, name: str, runs_root: str | Path | None = None,
+def start_run(config: dict, name: str, runs_dir: str | Path | None = None,
               out_dir: str | Path | None = None, inputs=(), resumable: bool = False
               ) -> RunFolder:
     """A new, staged run folder (see `RunFolder`), claimed, with its `config.json` and
     `run.json` written, that becomes `out_dir` (see `store.outputs.check_out_dir` for what it may
-    hold, never a folder holding one of `inputs`) or a fresh `runs_root/name/<timestamp>/`
+    hold, never a folder holding one of `inputs`) or a fresh `runs_dir/name/<timestamp>/`
     when complete. `resumable`: an experiment's run, kept after a failure once it holds a
     checkpoint."""
     if out_dir is not None:
         target = Path(out_dir)
         check_out_dir(target, name, inputs)
     else:
-        target = new_run_name(Path(runs_root or "runs"), name)
+        target = new_run_name(Path(runs_dir or "runs"), name)
     existed = _existing(target.parent)
     run = RunFolder(stage_dir(target), existed, claimed=True, target=target,
                     resumable=resumable, replace=out_dir is not None)
@@ -279,10 +279,10 @@ def start_run(config: dict, name: str, runs_root: str | Path | None = None,
 
 
 
-def latest_unfinished(runs_root: Path, experiment: str) -> Path:
+def latest_unfinished(runs_dir: Path, experiment: str) -> Path:
     """The newest run of `experiment` that has a config and is not finished (for --resume);
     never a staging folder (hidden) of a run being written."""
-    base = Path(runs_root) / experiment
+    base = Path(runs_dir) / experiment
     candidates = sorted(
         (p for p in base.glob("*") if not p.name.startswith(".") and (p / CONFIG).exists()
          and not is_finished(p)),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from knowflow.config import bounded, validate_config
+from knowflow.config import option, validate_config
 from knowflow.data.facts import Instruction
 from knowflow.data.instruction_rows import IGNORE, encode
 from knowflow.data.prompts import FORMATS
@@ -59,10 +59,10 @@ def register_no_context(data_type: type) -> Callable:
 
 @dataclass(frozen=True)
 class CurateConfig:
-    drop: float = bounded(0.25, ge=0, lt=1)    # share of examples dropped
-    by: str = bounded("no_context_loss", one_of=BY)  # the paper's rule, or "criticality"
-    prompt_format: str = bounded("auto", one_of=FORMATS)
-    batch_size: int = bounded(8, ge=1)
+    drop: float = option(0.25, ge=0, lt=1)    # share of examples dropped
+    by: str = option("no_context_loss", one_of=BY)  # the paper's rule, or "criticality"
+    prompt_format: str = option("auto", one_of=FORMATS)
+    batch_size: int = option(8, ge=1)
 
 
 @torch.no_grad()

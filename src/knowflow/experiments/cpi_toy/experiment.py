@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from knowflow.config import bounded, require
+from knowflow.config import option, require
 from knowflow.evaluation.curves import THEORY, named_curve
 from knowflow.experiments.cpi_toy.figures import plot_cpi_toy
 from knowflow.experiments.cpi_toy.model import (
@@ -56,13 +56,13 @@ PARTS = ("inversion", "c_only", "with_s", "train_v", "mitigations")
 
 @dataclass(frozen=True)
 class ToyWorldConfig:
-    n_answers: int = bounded(50, ge=3)  # |A|: context / answer tokens
+    n_answers: int = option(50, ge=3)  # |A|: context / answer tokens
     n_heldout_answers: int = 10  # answers used only as counterfactual test contexts
-    n_test: int = bounded(100, ge=1)  # held-out memorized subjects, each with a conflicting context
-    delta_c: float = bounded(0.6, gt=0, lt=1)  # pretrained: P(c | value of context token c)
-    delta_m: float = bounded(0.95, gt=0, lt=1)  # pretrained: P(fact | value of memorized subject)
+    n_test: int = option(100, ge=1)  # held-out memorized subjects, each with a conflicting context
+    delta_c: float = option(0.6, gt=0, lt=1)  # pretrained: P(c | value of context token c)
+    delta_m: float = option(0.95, gt=0, lt=1)  # pretrained: P(fact | value of memorized subject)
     pretrain: Literal["constructed", "trained"] = "constructed"  # how W_V is obtained
-    pretrain_steps: int = bounded(2000, ge=1)  # for pretrain=trained (full-batch Adam on D_pre)
+    pretrain_steps: int = option(2000, ge=1)  # for pretrain=trained (full-batch Adam on D_pre)
     pretrain_lr: float = 0.05
 
 
@@ -71,21 +71,21 @@ class MixtureCounts:
     """The finetuning mixture as counts of each kind (the theory model's points)."""
 
     # context-critical: unmemorized subject, answer only in the context
-    n_c: int = bounded(60, ge=0)
-    n_cs: int = bounded(140, ge=0)  # memorized subject, the context agrees with its fact
-    n_s_seen: int = bounded(0, ge=0)  # no context, memorized fact
-    n_s_unseen: int = bounded(0, ge=0)  # no context, a fact the pretrained model does not know
+    n_c: int = option(60, ge=0)
+    n_cs: int = option(140, ge=0)  # memorized subject, the context agrees with its fact
+    n_s_seen: int = option(0, ge=0)  # no context, memorized fact
+    n_s_unseen: int = option(0, ge=0)  # no context, a fact the pretrained model does not know
     # counterfactual augmentation: memorized subject, conflicting context
-    n_aug: int = bounded(0, ge=0)
+    n_aug: int = option(0, ge=0)
 
 
 @dataclass(frozen=True)
 class PartsConfig:
     # part 3: S points (memorized facts) added to the mixture
-    with_s_points: int = bounded(100, ge=0)
-    aug_points: int = bounded(60, ge=0)  # part 5: counterfactual-augmentation points added
+    with_s_points: int = option(100, ge=0)
+    aug_points: int = option(60, ge=0)  # part 5: counterfactual-augmentation points added
     # part 5: share dropped (lowest no-context loss); paper: 25%
-    filter_fraction: float = bounded(0.25, ge=0, lt=1)
+    filter_fraction: float = option(0.25, ge=0, lt=1)
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class CpiToyConfig:
     RENAMED = renamed_to_dynamic("part.dynamic_")
 
     def validate(self) -> None:
-        """What spans several fields; each field's own range is declared on it (`bounded`),
+        """What spans several fields; each field's own range is declared on it (`option`),
         and the sections are checked by `validate_config` before this."""
         w, m = self.world, self.mixture
         require(len(self.parts) > 0, "parts", "choose at least one part")

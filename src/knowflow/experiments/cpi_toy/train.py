@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
-from knowflow.config import bounded
+from knowflow.config import option
 from knowflow.experiments.cpi_toy.model import OneLayerCPI
 from knowflow.experiments.cpi_toy.world import CS, KIND_NAMES, ToyData, theta_directions
 from knowflow.experiments.cpi_toy.world import C as KIND_C
@@ -29,12 +29,12 @@ POSITIONS = {"context": 0, "subject": 1, "relation": 2}  # input layout [c, s, r
 
 @dataclass(frozen=True)
 class ToyFinetuneConfig:
-    steps: int = bounded(1000, ge=1)
+    steps: int = option(1000, ge=1)
     lr: float = 4.0
     optimizer: Literal["gd", "adam"] = "gd"
-    eval_every: int = bounded(1, ge=1)
+    eval_every: int = option(1, ge=1)
     # W_V's learning rate relative to W_KQ's (when W_V trains)
-    value_lr_scale: float = bounded(1.0, gt=0)
+    value_lr_scale: float = option(1.0, gt=0)
 
 
 def gradient_projections(model: OneLayerCPI, grad_wkq: torch.Tensor) -> tuple[float, float]:

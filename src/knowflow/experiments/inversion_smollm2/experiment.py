@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowflow.config import bounded, require
+from knowflow.config import option, require
 from knowflow.data.instruction_rows import save_instructions
 from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_rows
 from knowflow.data.prompts import instruction_prompt
@@ -67,15 +67,15 @@ class InversionSmolConfig:
     model: str = "smollm2-135m-instruct"
     arms: tuple[str, ...] = DEFAULT_ARMS
     # how the mitigation arms train: lora, full or qk_only
-    base: str = bounded("lora", one_of=MODES)
+    base: str = option("lora", one_of=MODES)
     workers: int = 2                  # one process per arm (each one torch thread)
-    qk_lr: float = bounded(1e-4, gt=0)  # qk_only trains full-rank weights: a smaller step
-    full_lr: float = bounded(2e-5, gt=0)  # so does full finetuning
+    qk_lr: float = option(1e-4, gt=0)  # qk_only trains full-rank weights: a smaller step
+    full_lr: float = option(2e-5, gt=0)  # so does full finetuning
     # static filter: share dropped once, before finetuning
-    curate_drop: float = bounded(0.5, gt=0, lt=1)
-    augment_ratio: float = bounded(0.25, gt=0)
+    curate_drop: float = option(0.5, gt=0, lt=1)
+    augment_ratio: float = option(0.25, gt=0)
     dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
-    indist_n: int = bounded(24, ge=0)  # held-out C rows and C+S rows each (0: none)
+    indist_n: int = option(24, ge=0)  # held-out C rows and C+S rows each (0: none)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(
         train="lora", lr=1e-3, steps=300, batch_size=4, prompt_format="plain", save_every=50,
         log_every=5))
@@ -86,7 +86,7 @@ class InversionSmolConfig:
         scoring="both", attention=False))
 
     def validate(self) -> None:
-        """What spans several fields; each field's own range is declared on it (`bounded`;
+        """What spans several fields; each field's own range is declared on it (`option`;
         `workers` by the generic rules), checked by `validate_config` before this."""
         require(bool(self.arms), "arms", "name at least one arm")
         for arm in self.arms:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from knowflow.config import bounded, require
+from knowflow.config import option, require
 from knowflow.experiments.inversion_tiny.curves import arm_summary, mean_curve
 from knowflow.experiments.inversion_tiny.figures import plot_inversion_tiny
 from knowflow.experiments.inversion_tiny.findings import findings, mechanism_summary
@@ -70,9 +70,9 @@ ARMS, DEFAULT_ARMS = TINY_ARMS, TINY_DEFAULT_ARMS  # (`--set arms=...,dynamic` a
 
 @dataclass(frozen=True)
 class TinyTrackConfig:
-    every: int = bounded(20, ge=1)  # evaluate every N finetuning steps (and at 0 and the end)
+    every: int = option(20, ge=1)  # evaluate every N finetuning steps (and at 0 and the end)
     # training examples (evenly spaced) whose loss each record has
-    train_examples: int = bounded(480, ge=1)
+    train_examples: int = option(480, ge=1)
     mechanism_arms: tuple[str, ...] = ("mixed",)  # arms that also record gradient projections
 
 
@@ -89,14 +89,14 @@ class InversionTinyConfig:
     arms: tuple[str, ...] = DEFAULT_ARMS
     workers: int = 2  # processes; each uses one torch thread
     # `filtered`: share dropped (lowest no-context loss)
-    filter_fraction: float = bounded(0.25, ge=0, lt=1)
+    filter_fraction: float = option(0.25, ge=0, lt=1)
     # the `dynamic` arm: every `every` steps, of the rows still in, at most `fraction` with
     # the lowest no-context loss under the current model, only those below `threshold`, are
     # left out (`readmit`: until the next re-scoring; `batch_size` is unused: the tiny model
     # scores all rows at once)
     dynamic: DynamicCurationConfig = field(default_factory=dynamic_arm)
     # `augmented`: counterfactual examples added, as a share of size
-    aug_share: float = bounded(0.25, ge=0)
+    aug_share: float = option(0.25, ge=0)
     world: TinyWorldConfig = field(default_factory=TinyWorldConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -108,7 +108,7 @@ class InversionTinyConfig:
     RENAMED = renamed_to_dynamic("curate_")
 
     def validate(self) -> None:
-        """What spans several fields; each field's own range is declared on it (`bounded`),
+        """What spans several fields; each field's own range is declared on it (`option`),
         and the sections (world, model, pretrain, mixture, sft, track, dynamic, phase) are
         checked by `validate_config` before this."""
         w, m, p = self.world, self.model, self.pretrain

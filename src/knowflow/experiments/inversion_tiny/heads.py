@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from knowflow.config import bounded, require
+from knowflow.config import option, require
 from knowflow.evaluation.steer_heads import HeadSteering, steered
 from knowflow.experiments.inversion_tiny.experiment import InversionTinyConfig
 from knowflow.experiments.inversion_tiny.jobs import arm_setup
@@ -57,11 +57,11 @@ from knowflow.train.sft import train_model
 class InversionTinyHeadsConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     tiny: InversionTinyConfig = field(default_factory=InversionTinyConfig)  # world, model, sft
-    tracking_r: float = bounded(0.5, ge=-1, le=1)  # tracking heads: r(ctx attention, cf acc)
-    ks: tuple[int, ...] = bounded((1, 2, 4), ge=1)  # context heads steered
-    gammas: tuple[float, ...] = bounded((1.5, 2.0, 3.0, 4.0), ge=0)
-    max_in_dist_loss: float = bounded(0.05, ge=0, le=1)
-    n_bootstrap: int = bounded(1000, ge=1)
+    tracking_r: float = option(0.5, ge=-1, le=1)  # tracking heads: r(ctx attention, cf acc)
+    ks: tuple[int, ...] = option((1, 2, 4), ge=1)  # context heads steered
+    gammas: tuple[float, ...] = option((1.5, 2.0, 3.0, 4.0), ge=0)
+    max_in_dist_loss: float = option(0.05, ge=0, le=1)
+    n_bootstrap: int = option(1000, ge=1)
 
     def validate(self) -> None:
         """What spans several fields; the ranges are declared on the fields and the `tiny`

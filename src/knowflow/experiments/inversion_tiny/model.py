@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from knowflow.config import bounded
+from knowflow.config import option
 from knowflow.experiments.inversion_tiny.world import BOS, EOS, PAD, UNK, Example, no_context
 from knowflow.lens.batching import right_pad
 from knowflow.train.criticality import register_no_context
@@ -28,10 +28,10 @@ from knowflow.train.criticality import register_no_context
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    layers: int = bounded(2, ge=1)
-    heads: int = bounded(4, ge=1)
-    d_model: int = bounded(64, ge=1)
-    d_ff: int = bounded(256, ge=1)
+    layers: int = option(2, ge=1)
+    heads: int = option(4, ge=1)
+    d_model: int = option(64, ge=1)
+    d_ff: int = option(256, ge=1)
 
 
 def make_model(model_cfg: TinyModelConfig, vocab_size: int, max_len: int, seed: int,

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from knowflow.config import bounded
+from knowflow.config import option
 from knowflow.experiments.inversion_tiny.model import (
     TinyModelConfig,
     build_tokenizer,
@@ -64,22 +64,22 @@ SHIPPED = Path(__file__).resolve().parent / "tiny-pretrained"
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = bounded(4000, ge=1)  # fixed budget (no early stop)
+    steps: int = option(4000, ge=1)  # fixed budget (no early stop)
     batch_size: int = 32
     lr: float = 1e-3
     warmup: int = 100
-    facts_per_doc: int = bounded(3, ge=2)
-    lookup_share: float = bounded(0.5, ge=0, le=1)  # share of documents that end in a lookup
+    facts_per_doc: int = option(3, ge=2)
+    lookup_share: float = option(0.5, ge=0, le=1)  # share of documents that end in a lookup
     lookup_facts: int = 2  # statements in a lookup (the last repeats one of the others)
     # share of lookup statements about memorized subjects
-    lookup_memorized: float = bounded(1.0, ge=0, le=1)
+    lookup_memorized: float = option(1.0, ge=0, le=1)
     # P(the repeat states the value read earlier): delta_C
-    lookup_reliability: float = bounded(0.9, ge=0, le=1)
+    lookup_reliability: float = option(0.9, ge=0, le=1)
     quiz_share: float = 0.3  # share of lookups about memorized subjects ending in a quiz line
     # warn if recall of memorized facts ends below this
-    recall_target: float = bounded(0.98, ge=0, le=1)
-    lookup_target: float = bounded(0.95, ge=0, le=1)  # ... or lookup accuracy ends below this
-    eval_every: int = bounded(100, ge=1)
+    recall_target: float = option(0.98, ge=0, le=1)
+    lookup_target: float = option(0.95, ge=0, le=1)  # ... or lookup accuracy ends below this
+    eval_every: int = option(100, ge=1)
     shipped: bool = True  # use the checkpoint shipped with knowflow when one matches (not hashed)
 
 

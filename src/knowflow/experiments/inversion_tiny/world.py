@@ -33,7 +33,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from knowflow.config import bounded, require
+from knowflow.config import option, require
 from knowflow.data.instructions import MixtureShares
 
 BOS, PAD, UNK, EOS = "<bos>", "<pad>", "<unk>", "<eos>"
@@ -45,15 +45,15 @@ GROUPS = ("mem_train", "mem_eval", "unk_train", "unk_eval", "scratch")
 
 @dataclass(frozen=True)
 class TinyWorldConfig:
-    n_relations: int = bounded(2, ge=1)
-    n_values: int = bounded(40, ge=2)
-    mem_train: int = bounded(120, ge=1)  # memorized subjects used in finetuning
-    mem_eval: int = bounded(60, ge=1)  # memorized subjects for counterfactual / held-out evaluation
-    unk_train: int = bounded(120, ge=1)  # unknown subjects for C examples
-    unk_eval: int = bounded(60, ge=1)  # unknown subjects for held-out C evaluation
+    n_relations: int = option(2, ge=1)
+    n_values: int = option(40, ge=2)
+    mem_train: int = option(120, ge=1)  # memorized subjects used in finetuning
+    mem_eval: int = option(60, ge=1)  # memorized subjects for counterfactual / held-out evaluation
+    unk_train: int = option(120, ge=1)  # unknown subjects for C examples
+    unk_eval: int = option(60, ge=1)  # unknown subjects for held-out C evaluation
     scratch: int = 60  # subjects of the lookup documents
     # statements in a finetuning context (1 = the target only)
-    context_facts: int = bounded(1, ge=1)
+    context_facts: int = option(1, ge=1)
 
 
 @dataclass(frozen=True)
