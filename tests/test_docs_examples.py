@@ -54,11 +54,11 @@ def test_tables_and_figures_come_from_the_run_folder_the_block_names(tmp_path):
     (folder / "figures" / "a.png").write_bytes(b"not the docs' figure")
     arm = {"seeds": [0, 1], "cf_acc_start_seeds": [0.0, 0.1], "cf_acc_peak_seeds": [0.7, 0.8],
            "cf_acc_peak_step_seeds": [20, 40], "cf_acc_final_seeds": [0.5, 0.4],
-           "fall_seeds": [0.2, 0.4], "fall_ci95": [0.1, 0.5]}
+           "cf_acc_fall_seeds": [0.2, 0.4], "cf_acc_fall_ci95": [0.1, 0.5]}
     (folder / "summary.json").write_text(json.dumps(
-        {"mixed": arm, "filtered": {**arm, "fall_seeds": [0.1, 0.2]},
+        {"mixed": arm, "filtered": {**arm, "cf_acc_fall_seeds": [0.1, 0.2]},
          "findings": {"filtered_fall_removed": 0.5, "filtered_reduces_fall_every_seed": True,
-                      "filtered_in_dist_minus_mixed": 0.004}}))
+                      "filtered_indist_minus_mixed": 0.004}}))
     page = tmp_path / "page.md"
     page.write_text("\n".join([
         "<!-- docs-example: slow -->", "```", "$ knowflow run x",

@@ -86,7 +86,7 @@ def test_family_eval(family_dir, tmp_path):
     for r in records:
         assert math.isfinite(r["loglik_margin"]) if "loglik_margin" in r else True
     summary = read_json(out / "summary.json")["cf-capitals"]
-    assert 0.0 <= summary["loglik"]["counterfactual_accuracy"] <= 1.0
+    assert 0.0 <= summary["loglik"]["cf_acc"] <= 1.0
     assert all(r["suite"] == "cf-capitals" for r in records)
     assert all(math.isfinite(r["loglik_counterfactual_logprob"])
                and math.isfinite(r["loglik_parametric_logprob"]) for r in records)

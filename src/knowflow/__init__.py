@@ -7,7 +7,7 @@ Result has `.records`, `.summary`, `.config`, `.save(dir)` (the run folder the c
 writes), `Result.load(dir)` and `.to_pandas()` (see knowflow.api):
 
     res = knowflow.evaluate("smollm2-135m-instruct", "cf-capitals", scoring="loglik")
-    res.summary["cf-capitals"]["loglik"]["counterfactual_accuracy"]; res.to_pandas()
+    res.summary["cf-capitals"]["loglik"]["cf_acc"]; res.to_pandas()
     res = knowflow.evaluate(model, "cf-capitals", tokenizer=tokenizer, out_dir="runs/e")
     ko = knowflow.probe(model, "cf-capitals", tokenizer=tokenizer,
                         config=knowflow.KnockoutConfig(window=3))

@@ -70,7 +70,7 @@ def test_eval_page_has_the_item_table_and_both_methods(pages, runs):
     assert "figures/methods.png" in page and "figures/context_vs_memory.png" in page
     summary = read_json(runs["eval"] / "summary.json")
     shares = summary["cf-capitals"]["loglik"]
-    assert f"{shares['counterfactual_accuracy']:.3f} (" in page  # a value with its interval
+    assert f"{shares['cf_acc']:.3f} (" in page  # a value with its interval
 
 
 def test_heads_page_ranks_the_heads_the_summary_ranks(pages, runs):

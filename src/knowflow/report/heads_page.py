@@ -10,7 +10,7 @@ from pathlib import Path
 
 from knowflow.report.names import with_interval
 from knowflow.report.page import esc, run_figures, table
-from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 
 CAPTIONS = {"heads.png": "change in log p(cf) − log p(param) when one head is removed, per "
                          "layer and head, one panel per ablation, one colour scale: red "
@@ -92,7 +92,7 @@ def attention_section(example: dict | None) -> str:
 
 def heads_body(run_dir: Path) -> str:
     """The section of a heads probe run, after its finding."""
-    summary = read_json(Path(run_dir) / "summary.json")
+    summary = read_result(run_dir, "summary.json")
     parts = run_figures(run_dir, CAPTIONS)
     rank_by = summary.get("rank_by", "mean")
     half = summary.get("half_effect_heads") or {}

@@ -40,6 +40,7 @@ from knowflow.report.tracker_run import (
 from knowflow.store.files import atomic_write_text
 from knowflow.store.identity import CONFIG, METRICS, SUMMARY, run_command
 from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 from knowflow.store.staging import target_of
 
 NO_VERDICT = "the summary states no finding of its own; its measurements follow"
@@ -88,7 +89,7 @@ def load_run(run_dir: str | Path) -> RunView:
     if not (run_dir / CONFIG).exists():
         raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG}) nor a "
                         f"RelianceTracker folder (no {METRICS})")
-    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else None
+    summary = read_result(run_dir, SUMMARY) if (run_dir / SUMMARY).exists() else None
     config = read_json(run_dir / CONFIG)
     return RunView(run_dir, run_name(run_dir, config), config, summary)
 

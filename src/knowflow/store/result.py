@@ -35,8 +35,8 @@ from knowflow.store.identity import (
     SUMMARY,
     run_command,
 )
-from knowflow.store.readers import read_json, read_jsonl
-from knowflow.store.run_folder import RunFolder, start_run
+from knowflow.store.readers import read_json
+from knowflow.store.run_folder import RunFolder, read_result, start_run
 
 # command (a family ends in "-": "probe-") -> its records file; any other: an experiment's
 RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
@@ -142,8 +142,8 @@ class Result:
         records = run_dir / records_file(command)
         summary = run_dir / SUMMARY
         target = _named(CLASSES, command) or Result
-        return target(records=read_jsonl(records) if records.exists() else [],
-                      summary=read_json(summary) if summary.exists() else {},
+        return target(records=read_result(run_dir, records.name) if records.exists() else [],
+                      summary=read_result(run_dir, SUMMARY) if summary.exists() else {},
                       config=read_json(run_dir / CONFIG), command=command, out_dir=run_dir,
                       **target._read_rest(run_dir))
 

@@ -36,10 +36,12 @@ from knowflow.store.identity import (
     config_hash,
     is_finished,
     own_files,
+    run_command,
 )
+from knowflow.store.keys import current
 from knowflow.store.lock import claim, release
 from knowflow.store.outputs import check_out_dir
-from knowflow.store.readers import read_json
+from knowflow.store.readers import read_json, read_jsonl
 from knowflow.store.staging import publish, remove, stage_dir
 
 
@@ -293,6 +295,20 @@ def latest_unfinished(runs_dir: Path, experiment: str) -> Path:
     return candidates[-1]
 
 
+def read_result(run_dir: str | Path, name: str, hint: str | None = None) -> Any:
+    """A result file of a run folder (`summary.json`, a records file, `conditions.json`,
+    `phase.json`; JSONL by its suffix) with every key under its current name
+    (`store.keys.current`): a folder written before a quantity was renamed reads as a new one."""
+    path = Path(run_dir) / name
+    data = read_jsonl(path, hint) if path.suffix == ".jsonl" else read_json(path, hint)
+    return current(data, run_command(_run_of(path)))
+
+
+def _run_of(path: Path) -> Path:
+    """The run folder holding result file `path` (a checkpoint piece sits one level down)."""
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
 class PartStore:
     """Atomic checkpoints of finished pieces of a run: `checkpoints/<key>.json`, each holding
     that piece's records and summary. On `--resume`, saved pieces are loaded, not recomputed."""
@@ -305,7 +321,7 @@ class PartStore:
         if not path.exists():
             return None
         hint = f"delete {path} to recompute just that piece, then --resume"
-        saved = read_json(path, hint=hint)
+        saved = current(read_json(path, hint=hint), run_command(self.dir.parent))
         if not (isinstance(saved, dict) and isinstance(saved.get("records"), list)
                 and isinstance(saved.get("summary"), dict)
                 and all(isinstance(r, dict) for r in saved["records"])):

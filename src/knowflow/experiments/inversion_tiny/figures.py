@@ -65,7 +65,7 @@ def cf_figure(arms: Curves):
             line.set_gid(f"{name}/seed{seed}")
         top = max(range(len(mean)), key=mean.__getitem__)
         own = [seed_series(recs, "cf_acc")[1] for recs in seeds.values()]
-        fall = sum(max(v) - v[-1] for v in own) / len(own)  # the summary's `fall`
+        fall = sum(max(v) - v[-1] for v in own) / len(own)  # the summary's `cf_acc_fall`
         line, = a.plot(steps, mean, color=color, linewidth=2.6, zorder=3,
                        label=f"{name} ({len(seeds)} seeds): fall {fall:.2f}")
         line.set_gid(f"{name}/mean")

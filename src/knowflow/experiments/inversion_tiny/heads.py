@@ -177,7 +177,7 @@ def steer_final(model, tokenizer, peak_model, evals: dict, ranked: list[tuple[in
     return {"heads": [list(h) for h in best.heads], "gamma": best.gamma,
             "cf_peak": peak, "cf_final": final, "cf_steered": steered_acc,
             "fall_undone": (steered_acc - final) / fall if fall > 0 else None,
-            "in_dist_final": base_in, "in_dist_steered": accuracy(model, tokenizer, in_dist,
+            "indist_final": base_in, "indist_steered": accuracy(model, tokenizer, in_dist,
                                                                   best),
             "n_calibration": len(cal), "n_held_out": len(held)}
 
@@ -221,5 +221,5 @@ def run(cfg: InversionTinyHeadsConfig, out_dir: Path) -> Summary:
             "mean_overlap": _mean(r["overlap"] for r in per_seed),
             "mean_jaccard": _mean(r["jaccard"] for r in per_seed),
             "mean_fall_undone": _mean(r["steering"]["fall_undone"] for r in per_seed),
-            "mean_in_dist_change": _mean(r["steering"]["in_dist_steered"]
-                                         - r["steering"]["in_dist_final"] for r in per_seed)}
+            "mean_indist_change": _mean(r["steering"]["indist_steered"]
+                                        - r["steering"]["indist_final"] for r in per_seed)}

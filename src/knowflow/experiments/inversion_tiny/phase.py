@@ -61,7 +61,7 @@ def run_phase(cfg, out_dir: Path) -> dict:
         curves[x, r, s] = [rec["cf_acc"] for rec in recs]
         records += [{**rec, "model": "tiny", "cs_share": x, "reliability": r, "seed": s}
                     for rec in recs]
-    tiny = phase_summary(curves, steps, cfg.phase)
+    tiny = phase_summary(curves, steps, cfg.phase, "cf_acc")
     toy_records, toy = toy_phase(cfg.phase, cfg.workers)
     atomic_write_jsonl(out_dir / METRICS, records + toy_records)
     agree = agreement(tiny, toy)
