@@ -1,7 +1,7 @@
 """Layers point one way: every module under src/knowflow imports, and no package imports one
 above it.
 
-The order is the flow of data in DESIGN.md, lowest first:
+The order is the flow of data (docs/layout.md), lowest first:
 
     foundation (errors, config, store: what a run writes and reads; import only each other)
     data         facts, items, prompts, instruction rows, suites, loaders: what everything reads

@@ -71,7 +71,7 @@ def cell_fall(row: dict) -> float:
     return row[f"{row['metric']}_fall"]
 
 
-def agreement(a: Sequence[dict], b: Sequence[dict]) -> dict:
+def diagram_agreement(a: Sequence[dict], b: Sequence[dict]) -> dict:
     """Cells where two diagrams agree (both invert or both do not), and where they differ."""
     index = {(row["cs_share"], row["reliability"]): row for row in b}
     same, differ = 0, []

@@ -38,8 +38,10 @@ _CF_ACC = ((re.compile(r"^(rise|fall)(_seeds)?$"), r"cf_acc_\1\2"),
            (re.compile(rf"^{_ARMS}_(rise|fall)$"), r"\1_cf_acc_\2"))
 # cpi-toy's parts follow M_C
 _MC = ((re.compile(r"^(inversion|c_only)_fall$"), r"\1_mc_fall"),)
+# inversion-tiny-heads' steering: counterfactual accuracy on the held-out half
+_STEERING = ((re.compile(r"^cf_(peak|final|steered)$"), r"cf_acc_\1"),)
 _BY_COMMAND = {"inversion-tiny": _CF_ACC, "inversion-injected": _CF_ACC,
-               "inversion-smollm2": _CF_ACC, "cpi-toy": _MC}
+               "inversion-smollm2": _CF_ACC, "cpi-toy": _MC, "inversion-tiny-heads": _STEERING}
 # a nested curve under its scoring's old name (inversion-injected's per-seed rows)
 _NESTED = {"loglik": "cf_acc", "gen": "cf_acc_gen"}
 # a phase-diagram cell: its curve's metric by the diagram it belongs to
