@@ -50,6 +50,8 @@ from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.batching import dist_rank, gather, shard
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
+from knowflow.store.files import atomic_write_json
+from knowflow.store.identity import TRACKER
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
 
@@ -144,6 +146,7 @@ class TrackerConfig:
     dtype: str = "auto"              # evaluation precision: auto (bfloat16 autocast where the
                                      # device multiplies bf16 natively, about 2x faster on such
                                      # CPUs; else float32), float32 or bfloat16
+    label: str = ""                  # the run's name in reports (the arm: "lora", "curated")
 
     def validate(self) -> None:
         if self.every < 1:
@@ -286,6 +289,16 @@ class RelianceTracker(EvalCallback):
         mass = attention_mass(model, self.tokenizer, examples,
                               AttentionMassConfig(self.cfg.batch_size)) if examples else []
         return [m["layer_mean"] for m, keep in zip(mass, real_flags, strict=True) if keep]
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Say, once, what is tracked (`tracker.json`: the model, the tracked data, the label),
+        so a report names the run by them rather than by its folder."""
+        if self.out_dir is not None and state.is_world_process_zero and model is not None:
+            atomic_write_json(self.out_dir / TRACKER, {
+                "model": str(getattr(model.config, "name_or_path", "") or
+                             type(model).__name__),
+                "data": list(self.items), "label": self.cfg.label})
+        return super().on_train_begin(args, state, control, model=model, **kwargs)
 
     def on_record(self, record: dict, model, state, control) -> None:
         """Mark the peak, keep its model if asked, stop after `stop_drop` below it."""
