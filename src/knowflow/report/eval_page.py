@@ -104,7 +104,7 @@ def finding(run_dir: Path) -> str:
             + " (95% Wilson intervals).")
 
 
-def _suite_table(summary: dict) -> str:
+def suite_table(summary: dict) -> str:
     keys = ("n", "cf_acc", "param_acc", "known_share",
             "memorization_ratio", "garbled_share")
     shown = [k for k in keys if any(k in m for s in summary.values() if isinstance(s, dict)
@@ -213,7 +213,7 @@ def eval_body(run_dir: Path) -> tuple[str, str]:
     run_dir = Path(run_dir)
     summary = read_result(run_dir, "summary.json")
     parts = run_figures(run_dir, CAPTIONS)
-    parts.append("<h3>Per suite</h3>" + _suite_table(summary)
+    parts.append("<h3>Per suite</h3>" + suite_table(summary)
                  + f'<p class="note">{LEGEND}</p>')
     if (run_dir / "conditions.json").exists():
         parts.append("<h3>Per decoding method (all suites)</h3>"

@@ -45,6 +45,9 @@ RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
 FINISHERS = {"eval": "knowflow.report.finish:finish_eval",
              "explain": "knowflow.report.finish:finish_explain",
              "probe-": "knowflow.report.finish:finish_probe"}
+# what a notebook shows of a Result and of one of its records (`_repr_html_`)
+VIEWS = {"result": "knowflow.report.notebook:result_html",
+         "item": "knowflow.report.notebook:item_html"}
 # command -> "module:class" its run folder loads as (any other: Result)
 CLASSES = {"eval": "knowflow.evaluation.run:EvalResult", "curate": "knowflow.api:CurateResult"}
 Finisher = Callable[["Result", RunFolder], None]
@@ -151,3 +154,24 @@ class Result:
     def _read_rest(cls, run_dir: Path) -> dict:
         """A subclass's own fields, read from its folder."""
         return {}
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the run's finding, its headline numbers and tables (an
+        eval's metrics per suite, an explain run's cards, a heads probe's ranked heads)."""
+        return _named(VIEWS, "result")(self)
+
+    def item(self, index: int) -> Record:
+        """Record `index`, shown in a notebook as its own view (an explained answer: its
+        context shaded by attribution, its verdict and numbers)."""
+        return Record(self.records[index], self.command)
+
+
+class Record(dict):
+    """One record of a Result: a plain dict that a notebook shows as its own view."""
+
+    def __init__(self, record: dict, command: str):
+        super().__init__(record)
+        self.command = command
+
+    def _repr_html_(self) -> str:
+        return _named(VIEWS, "item")(dict(self), self.command)
