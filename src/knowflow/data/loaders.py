@@ -36,7 +36,7 @@ from knowflow.data.answer_text import answer_problem, clean_answer, unique_alias
 from knowflow.data.conditions import AGREEING, with_condition_contexts
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import hub_table, is_hub, parse_spec
-from knowflow.data.presets import get_preset
+from knowflow.data.presets import check_columns, get_preset
 from knowflow.data.quality import warn_duplicate_keys
 from knowflow.data.tables import (
     QA_FIELDS,
@@ -110,8 +110,11 @@ def _read_items(path: Path | str, fields: dict[str, str], preset
         suite = path.stem if path.is_file() else path.name
         rows, (kind, mapping, used) = _file_rows(path, fields, preset)
     items = []
+    need = get_preset(used) if used else None  # each record holds the columns it reads
     for i, (line, rec) in enumerate(rows):
         where, at = (f"{path}, row {line}", None) if tabular else (path, line)
+        if need is not None and isinstance(rec, dict):
+            check_columns(where, need, list(rec), line=at, mapping=mapping, record=True)
         if kind == "memotrap":
             items.append(_memotrap_item(where, at, _cells(where, at, rec, mapping), suite, i))
         else:
@@ -138,9 +141,10 @@ def _file_rows(path: Path, fields: dict[str, str], preset):
         raise DataError(path, "no records")
     columns = list(first[1]) if isinstance(first[1], dict) else []
     if fields or preset:
-        return _chain(first, rows), resolve_columns(path, columns, fields, preset=preset)
+        return _chain(first, rows), resolve_columns(path, columns, fields, header_line=first[0],
+                                                    preset=preset)
     found = None if {"answer", "counterfactual_answer"} & set(columns) else \
-        known_layout(path, columns)
+        known_layout(path, columns, line=first[0])
     return _chain(first, rows), found or ("json", {}, None)
 
 
