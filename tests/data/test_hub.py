@@ -44,17 +44,18 @@ def test_malformed_spec_is_one_data_error(text):
         load_items(text)
 
 
-def test_missing_datasets_names_the_extra(monkeypatch):
+def test_missing_datasets_is_one_line(monkeypatch):
+    """datasets is one of knowflow's dependencies; a broken install says how to mend it."""
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(DataError, match=r"^hf:org/name: reading a hub dataset needs the "
-                                        r"datasets package; pip install 'knowflow\[data\]'"):
+                                        r"datasets package, one of knowflow's dependencies; "
+                                        r"pip install datasets \(or reinstall knowflow\)$"):
         load_items("hf:org/name")
 
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory):
     """A HF_HOME whose datasets cache holds three tiny hub datasets, as if downloaded."""
-    pytest.importorskip("datasets")
     from knowflow.data.hub_cache import lay_out_hub_dataset
 
     home = tmp_path_factory.mktemp("hf-home")
@@ -171,7 +172,6 @@ def test_python_api_reads_a_hub_dataset(hf_home, tiny_model_dir, tmp_path):
 
 def test_demo_script_lays_out_nq_swap_mini(tmp_path):
     """benchmarks/data/hub_dataset_demo.py: the dataset the closing transcript evaluates."""
-    pytest.importorskip("datasets")
     script = Path(__file__).parents[2] / "benchmarks" / "data" / "hub_dataset_demo.py"
     home = tmp_path / "home"
     made = subprocess.run([sys.executable, str(script), str(home)], capture_output=True,

@@ -91,8 +91,8 @@ def test_clasheval_numbers_and_unmodified_rows():
 
 
 def test_preset_parquet(tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     rows = [json.loads(line) for line in (LAYOUTS / "clasheval.jsonl").read_text().splitlines()]
     rows = [{**r, "answer_mod": float(r["answer_mod"]),  # a float column, as numbers come
              "answer_original": float(r["answer_original"])} for r in rows[:2]]

@@ -67,8 +67,9 @@ def hub_table(spec: HubSpec):
     try:
         import datasets
     except ImportError:
-        raise DataError(spec, "reading a hub dataset needs the datasets package",
-                        hint="pip install 'knowflow[data]'") from None
+        raise DataError(spec, "reading a hub dataset needs the datasets package, one of "
+                        "knowflow's dependencies", hint="pip install datasets (or reinstall "
+                        "knowflow)") from None
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity_error()  # its cache notes; download bars stay on
     try:

@@ -67,8 +67,9 @@ def table_rows(path: Path) -> tuple[list[str], Rows]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise DataError(path, "reading parquet needs pyarrow",
-                            hint="pip install 'knowflow[data]'") from None
+            raise DataError(path, "reading parquet needs pyarrow, one of knowflow's "
+                            "dependencies", hint="pip install pyarrow (or reinstall "
+                            "knowflow)") from None
         try:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
@@ -98,8 +99,9 @@ def _disk_table(path: Path):
     try:
         from datasets import load_from_disk
     except ImportError:
-        raise DataError(path, "reading a save_to_disk folder needs the datasets package",
-                        hint="pip install 'knowflow[data]'") from None
+        raise DataError(path, "reading a save_to_disk folder needs the datasets package, one "
+                        "of knowflow's dependencies", hint="pip install datasets (or reinstall "
+                        "knowflow)") from None
     try:
         return load_from_disk(str(path)).data
     except Exception as exc:  # damaged arrow files, version mismatches, ...
