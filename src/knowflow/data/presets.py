@@ -6,8 +6,9 @@ memory's answer, or MemoTrap's prompt/classes/answer_index) and the optional one
 present (NQ-Swap's original passage as the agreeing context). Given no `--preset` and no
 `--fields`, a file whose columns hold every required column of exactly one preset is read
 with that preset; the loader reports which (`preset` in the data-quality counts, which
-`knowflow eval` records in its config and summary). Each layout, its source and why FaithEval
-is left out are listed in docs/commands/eval.md ("Benchmarks by name").
+`knowflow eval` records in its config and summary). Where each benchmark is published, and the
+name that reads it (`--data nq-swap`), is `benchmarks.py`'s registry; each layout, its source and
+why FaithEval is left out are listed in docs/commands/eval-data.md ("Benchmarks by name").
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ class Preset:
     columns: dict[str, str]
     kind: str = "qa"
     optional: dict[str, str] = field(default_factory=dict)
-    hub: str = ""  # where the benchmark is published: hf:ORG/NAME[:CONFIG][@SPLIT]
 
     def mapping(self, have: set[str]) -> dict[str, str]:
         """knowflow field -> column: the required columns and the optional ones present."""
@@ -37,10 +37,9 @@ class Preset:
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("nq-swap", {"context": "sub_context", "question": "question",
                        "answer": "sub_answer", "memory_answer": "org_answer"},
-           optional={"agreeing_context": "org_context"}, hub="hf:pminervini/NQ-Swap@dev"),
+           optional={"agreeing_context": "org_context"}),
     Preset("conflictqa", {"context": "counter_memory", "question": "question",
-                          "answer": "counter_answer", "memory_answer": "memory_answer"},
-           hub="hf:osunlp/ConflictQA:ConflictQA-popQA-chatgpt@test"),
+                          "answer": "counter_answer", "memory_answer": "memory_answer"}),
     Preset("memotrap", {"prompt": "prompt", "classes": "classes",
                         "answer_index": "answer_index"}, kind="memotrap"),
     Preset("clasheval", {"context": "context_mod", "question": "question",
