@@ -90,6 +90,15 @@ EVAL_CASES = [
     C(f"{EVAL.replace('items.jsonl', 'wrongtype.jsonl')}", 2, "expected a string"),
     C(f"{EVAL.replace('items.jsonl', 'same.jsonl')}", 2, "every item's answer equals"),
     C(f"{EVAL.replace('items.jsonl', 'nocols.csv')}", 2, "missing column"),
+    C(f"{EVAL.replace('items.jsonl', 'nqswap-noorg.jsonl')}", 2, "line 1: field 'org_answer': "
+      "the nq-swap preset (recognised from sub_context, sub_answer) needs column org_answer "
+      "(the memory answer)"),
+    C(f"{EVAL.replace('items.jsonl', 'nqswap-noorg.jsonl')} --preset nq-swap", 2,
+      "field 'org_answer': the nq-swap preset needs column org_answer"),
+    C(f"{EVAL.replace('items.jsonl', 'nq-swapp')}", 2, "nq-swapp: no such file, nor a "
+      "benchmark name (nq-swap, conflictqa, memotrap, clasheval); did you mean nq-swap?"),
+    C(f"{EVAL.replace('items.jsonl', 'clasheval')}", 2, "clasheval: no hub copy of this "
+      "benchmark is registered; download dataset.pqt"),
     C(f"{EVAL.replace('items.jsonl', 'adir')}", 2, "adir: no such file"),
     C(f"{EVAL.replace('items.jsonl', 'good.jsonl')}", 2, "good.jsonl, line 1: field 'context'"),
     C(f"{EVAL.replace('items.jsonl', 'notalist.json')}", 2, "expected an object"),
