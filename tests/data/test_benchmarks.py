@@ -166,3 +166,12 @@ def test_a_hub_copy_kept_as_a_loading_script_names_the_file_to_download(monkeypa
         "(Dataset scripts are no longer supported, but found ConflictQA.py); download "
         "conflictQA-popQA-chatgpt.json from the osunlp/ConflictQA repository; --data reads it "
         "with the conflictqa preset")
+
+
+def test_a_tracked_entry_may_be_a_benchmark_name(tmp_path, monkeypatch):
+    """`sft --track nq-swap` (and `RelianceTracker` suites) take the name as data, not as a
+    built-in suite, while a built-in suite stays one."""
+    from knowflow.train.tracker import is_data
+
+    monkeypatch.chdir(tmp_path)
+    assert is_data("nq-swap") and is_data("hf:org/name") and not is_data("cf-capitals")

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import is_hub
 from knowflow.data.loaders import load_items as read_items
 from knowflow.data.suites import get_suite, sample
 from knowflow.data.tables import parse_fields
@@ -88,9 +89,9 @@ def evaluation_precision(model, dtype: str):
 
 
 def is_data(entry: str | Path) -> bool:
-    """Whether a tracked entry names data (an existing file or folder, or an `hf:` dataset)
-    rather than a built-in suite."""
-    return isinstance(entry, Path) or str(entry).startswith("hf:") or Path(entry).exists()
+    """Whether a tracked entry names data (an existing file or folder, an `hf:` dataset or a
+    benchmark's name) rather than a built-in suite."""
+    return isinstance(entry, Path) or is_hub(entry) or Path(entry).exists()
 
 
 def load_items(path: str | Path, fields: Mapping[str, str] | str | None = None, *,
