@@ -26,6 +26,8 @@ import re
 from pathlib import Path
 
 from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.lens.arch import FAMILIES
+from knowflow.lens.hub import json_object
 from knowflow.store.readers import read_json
 
 # config.json sizes that must be integers (transformers' names, old and new)
@@ -94,8 +96,8 @@ def check_causal(config: dict, where: str) -> None:
     names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
     causal, known, encoders = _architectures()
     if names and not causal.intersection(names) and known.intersection(names):
-        raise KnowflowError(f"{where}: a {names[0]}, not a causal language "
-                            "model (knowflow reads next-token predictions)",
+        raise KnowflowError(f"{where}: a {names[0]}, not a causal language model (knowflow "
+                            "reads next-token predictions)",
                             "give a decoder-only model (a ...ForCausalLM)")
     text = _text_config(config)
     model_type = text.get("model_type")
@@ -178,8 +180,6 @@ def check_shapes(folder: Path, config: dict) -> None:
     and fills those the weights lack with random ones)."""
     from safetensors import safe_open
 
-    from knowflow.lens.arch import FAMILIES
-
     family = FAMILIES.get(config.get("model_type"))  # a plain causal LM, not a part of one
     if family is None:
         return
@@ -217,11 +217,8 @@ def check_tokenizer_files(folder: Path) -> None:
     if any(_VOCABULARY.match(p.name) for p in folder.iterdir()):
         return
     config = folder / "tokenizer_config.json"
-    if config.is_file():
-        from knowflow.lens.hub import json_object
-
-        if json_object(config, TOKENIZER_HINT).get("auto_map"):
-            return
+    if config.is_file() and json_object(config, TOKENIZER_HINT).get("auto_map"):
+        return
     raise KnowflowError(f"{folder}: no tokenizer files (tokenizer.json, tokenizer.model, "
                         "vocab.json, ...): the model was saved without its tokenizer",
                         TOKENIZER_HINT)
