@@ -360,6 +360,35 @@ RUN_CASES = [
     C("run", 2, "Missing argument", usage=True),
 ]
 
+# model folders saved or edited the ways a new user's are (`files.write_models`): each refused
+# from its files (config, index, safetensors headers, tokenizer files) or its tokenizer before
+# the weights load, naming the file and the fix
+MODEL_CASES = [
+    C("sft --model models/no-tokenizer-gpt2 --data good.jsonl --steps 1 --no-track "
+      "--runs-dir out", 2, "models/no-tokenizer-gpt2: no tokenizer files (tokenizer.json, "
+      "tokenizer.model, vocab.json, ...): the model was saved without its tokenizer"),
+    C("eval --model models/empty-weights --data items.jsonl --out out", 2,
+      "models/empty-weights/model.safetensors: damaged weights file (the file is empty)"),
+    C("curate --model models/added-tokens --data good.jsonl --out kept.jsonl", 2,
+      "models/added-tokens: the tokenizer has token ids up to 261, but the model embeds only "
+      "260"),
+    C("export lm-eval --model models/template-raises --out ex --suite cf-capitals --limit 2 "
+      "--prompt-format chat", 2, "models/template-raises/chat_template.jinja: its chat "
+      "template fails on a two-turn conversation (TemplateError: no system role)"),
+    C("eval --model models/template-empty --data items.jsonl --out out", 2,
+      "models/template-empty/chat_template.jinja: its chat template renders a conversation to "
+      "nothing"),
+    C("explain --model models/bert --data items.jsonl --out out", 2,
+      "models/bert/config.json: a bert encoder (is_decoder is not true"),
+    C("probe knockout --model models/nan --runs-dir out", 2,
+      "weight model.layers.0.mlp.up_proj.weight holds NaN or infinite values"),
+    C("eval --model models/empty-index --data items.jsonl --out out", 2,
+      "models/empty-index/model.safetensors.index.json: the weight_map is empty"),
+    C("probe heads --model models/wrong-embedding --runs-dir out", 2,
+      "models/wrong-embedding/model.safetensors: tensor model.embed_tokens.weight is 300 x 64, "
+      "but config.json gives 260 x 64 (vocab_size x hidden size)"),
+]
+
 REPORT_CASES = [
     C("report nowhere", 2, "nowhere: no such run folder"),
     C("report afile", 2, "afile: a file, not a run folder"),
@@ -483,7 +512,7 @@ CLASS_CASES = {
 CLASS_CASES = {name: [dataclasses.replace(c, klass=name) for c in cs]
                for name, cs in CLASS_CASES.items()}
 CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES
-         + ANSWER_TEXT_CASES + OPTION_CASES + RUN_CASES
+         + ANSWER_TEXT_CASES + OPTION_CASES + MODEL_CASES + RUN_CASES
          + REPORT_CASES + CONFIG_CASES + [c for cs in CLASS_CASES.values() for c in cs])
 
 

@@ -212,6 +212,23 @@ def model_configs(name: str, source: ModelSource, reason: str | None = None
                            reason=reason)))
 
 
+def hub_weights(name: str, source: ModelSource) -> Path:
+    """The snapshot folder of hub model `name` in the Hugging Face cache, holding its config
+    and safetensors weights: the index and each file it names, or model.safetensors (from the
+    cache, or downloaded now when online, as the load would download them next), so that the
+    folder's checks read the files the load will."""
+    config = hub_file(name, "config.json", source)
+    index = hub_file(name, "model.safetensors.index.json", source, required=False)
+    weight_map = _read(index).get("weight_map") if index is not None else None
+    if isinstance(weight_map, dict):
+        for shard in sorted({f for f in weight_map.values() if isinstance(f, str)}):
+            if ".." not in Path(shard).parts:  # only files inside the repository
+                hub_file(name, shard, source, required=False)
+    elif index is None:
+        hub_file(name, "model.safetensors", source, required=False)
+    return config.parent
+
+
 def hub_reachable(name: str, source: ModelSource) -> bool:
     """One quick request (no retries) for the model's config.json: False when the Hub cannot
     be reached at all (no network, a firewall); an HTTP answer of any kind counts as reached."""

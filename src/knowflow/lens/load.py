@@ -25,17 +25,25 @@ import torch
 
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.checks import (
+    TOKENIZER_HINT,
+    check_causal,
     check_config,
     check_finite,
     check_loaded,
+    check_shapes,
     check_tokenizer,
+    check_tokenizer_files,
+    check_weight_index,
     check_weights,
+    vocab_rows,
 )
 from knowflow.lens.hub import (
     ModelSource,
     check_remote_code,
     fetch_command,
+    hub_file,
     hub_mode,
+    hub_weights,
     json_object,
     looks_like_path,
     model_configs,
@@ -100,9 +108,13 @@ def check_device(device: str) -> torch.device | None:
 def check_model(name: str, source: ModelSource | None = None) -> None:
     """Fail now, before any work, if model `name` cannot be loaded: a missing folder, a hub id
     neither cached nor downloadable, a revision it lacks, code it would run without
-    `trust_remote_code`. Cheap: reads config files (for a hub id, fetches only config.json and
-    tokenizer_config.json)."""
-    _resolve(name, source or ModelSource(), warn=False)  # the load says what it falls back to
+    `trust_remote_code`, and the checks of `lens/checks.py` that read no tensor and load
+    nothing (config.json; a local folder's weights index, safetensors headers and tokenizer
+    files). Cheap: for a hub id, fetches only config.json and tokenizer_config.json."""
+    weights, adapter, source = _resolve(name, source or ModelSource(), warn=False)
+    if weights != SMOLLM2:  # converted, and checked, when it loads
+        with hub_mode(source):
+            _checked_files(weights, adapter, source)
 
 
 def _resolve(name: str, source: ModelSource, warn: bool = True
@@ -285,18 +297,39 @@ def _pretrained_kwargs(weights: Path | str, source: ModelSource) -> dict:
     return source.pretrained_kwargs()
 
 
-def _checked_config(weights: Path | str, source: ModelSource) -> dict:
-    """config.json of the weights to load, after the checks of `lens/checks.py` that need no
-    load (its sizes and architecture; a local folder's weight files)."""
-    if isinstance(weights, Path):
-        path = weights / "config.json"
-        config = json_object(path, "the model's config.json is damaged; save it again")
-        check_config(config, str(path))
-        check_weights(weights)
+def _checked_files(weights: Path | str, adapter: Path | None, source: ModelSource) -> dict:
+    """config.json of the weights to load, after the checks of `lens/checks.py` that load
+    nothing: its sizes and architecture; a local folder's weights (index, headers, shapes)
+    and tokenizer files (a hub model's are checked once they are in the cache)."""
+    if not isinstance(weights, Path):
+        config = model_configs(weights, source)[0]
+        where = f"model {weights!r}: config.json"
+        check_config(config, where)
+        check_causal(config, where)
         return config
-    config = model_configs(weights, source)[0]
-    check_config(config, f"model {weights!r}: config.json")
+    path = weights / "config.json"
+    config = json_object(path, "the model's config.json is damaged; save it again")
+    check_config(config, str(path))
+    check_causal(config, str(path))
+    _check_folder(weights, config, _own_tokenizer(adapter) is None)
     return config
+
+
+def _check_folder(folder: Path, config: dict, tokenizer: bool) -> None:
+    """The checks of a model folder's files (a local folder or a hub snapshot): the weights
+    index, the safetensors files and their shapes, and (`tokenizer`: the tokenizer loads from
+    this folder) its tokenizer files."""
+    check_weight_index(folder)
+    check_weights(folder)
+    check_shapes(folder, config)
+    if tokenizer:
+        check_tokenizer_files(folder)
+
+
+def _own_tokenizer(adapter: Path | None) -> Path | None:
+    """The LoRA adapter folder when it saved its own tokenizer (which then loads), else None."""
+    return adapter if adapter is not None and (adapter / "tokenizer_config.json").is_file() \
+        else None
 
 
 def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
@@ -310,21 +343,46 @@ def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
 
 def load_tokenizer(name: str = SMOLLM2, source: ModelSource | None = None):
     """The tokenizer of model `name` alone (a LoRA adapter's own, if it saved one), resolved
-    and checked as `load_model` resolves the model."""
+    and checked as `load_model` resolves and checks the model (its weights are not read)."""
     source = source or ModelSource()
     weights, adapter, base_source = _resolve(name, source)
     with _hub_progress(), hub_mode(base_source), _load_errors(name, base_source):
-        return _tokenizer(weights, adapter, base_source)
+        return _checked_tokenizer(weights, adapter, base_source)[1]
+
+
+def _checked_tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource
+                       ) -> tuple[dict, Any]:
+    """(config.json, the tokenizer) of the weights to load, each checked (`lens/checks.py`;
+    a hub model's tokenizer files in its snapshot, once the tokenizer has fetched them)."""
+    if weights == SMOLLM2:
+        weights = _smollm2_folder()
+    config = _checked_files(weights, adapter, source)
+    try:
+        tokenizer, failed = _tokenizer(weights, adapter, source), None
+    except ValueError as exc:  # e.g. no vocabulary file to build it from
+        if "trust_remote_code" in str(exc):
+            raise
+        tokenizer, failed = None, " ".join(str(exc).split())[:160] or type(exc).__name__
+    folder = _own_tokenizer(adapter) or weights
+    if not isinstance(folder, Path):
+        folder = hub_file(str(weights), "config.json", source).parent
+        check_tokenizer_files(folder)
+    if failed is not None:
+        raise KnowflowError(f"{folder}: the tokenizer cannot be loaded ({failed})",
+                            TOKENIZER_HINT)
+    template = folder / "chat_template.jinja"
+    check_tokenizer(tokenizer, vocab_rows(config), str(folder), str(
+        template if template.is_file() else folder / "tokenizer_config.json"))
+    return config, tokenizer
 
 
 def _tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource):
+    """The tokenizer of the adapter (if it saved one) or of the weights."""
     from transformers import AutoTokenizer
 
-    if adapter is not None and (adapter / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(adapter, trust_remote_code=source.trust_remote_code,
-                                             local_files_only=True)
-    if weights == SMOLLM2:
-        weights = _smollm2_folder()
+    if _own_tokenizer(adapter) is not None:
+        return AutoTokenizer.from_pretrained(adapter, local_files_only=True,
+                                             trust_remote_code=source.trust_remote_code)
     return AutoTokenizer.from_pretrained(weights, **_pretrained_kwargs(weights, source))
 
 
@@ -353,9 +411,9 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     with _hub_progress(), hub_mode(source), _load_errors(name, source):
         if weights == SMOLLM2:
             weights = _smollm2_folder()
-        config = _checked_config(weights, source)
-        tokenizer = _tokenizer(weights, adapter, source)
-        check_tokenizer(tokenizer, config, name)
+        config, tokenizer = _checked_tokenizer(weights, adapter, source)
+        if not isinstance(weights, Path):  # a hub model: its snapshot, as a local folder
+            _check_folder(hub_weights(weights, source), config, tokenizer=False)
         kwargs = dict(dtype=resolve_dtype(dtype, dev), **_model_kwargs(weights, source))
         if device_map is not None:
             kwargs.update(_placement(device_map, max_memory, offload_folder))
@@ -368,7 +426,7 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
             model = AutoModelForCausalLM.from_pretrained(weights, **kwargs)
     if adapter is not None:
         model = _with_adapter(model, adapter)
-    check_finite(model, name)
+    check_finite(model, f"model {name!r}")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if device_map is not None:
@@ -434,6 +492,13 @@ def _load_errors(name: str, source: ModelSource):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise KnowflowError(f"model {name!r}: config.json: {first}",
                             "fix config.json, or save the model again") from None
+    except RuntimeError as exc:
+        if "ignore_mismatched_sizes" not in str(exc):  # not transformers' size report
+            raise
+        raise KnowflowError(f"model {name!r}: a weight's shape disagrees with config.json "
+                            "(transformers' load report, above, names it)",
+                            "save the model and its config.json together (save_pretrained), "
+                            "or fix config.json") from None
     except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
         text = str(exc).strip()
         if "trust_remote_code" in text:
