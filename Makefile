@@ -45,6 +45,7 @@ $(EXTRAS): $(STAMP)
 # With the extras: the examples show --report-to tensorboard.
 docs-examples: $(EXTRAS)
 	$(BIN)/python benchmarks/docs/docs_examples.py
+	$(BIN)/python benchmarks/docs/notebooks.py
 
 test-all: setup $(EXTRAS)
 	$(BIN)/pytest -m ""

@@ -173,3 +173,23 @@ def test_masking_hides_the_trainers_closing_timings_not_its_loss():
     docs_examples = load_benchmark("docs/docs_examples")
     line = "{'train_runtime': '67.12', 'train_steps_per_second': '0.894', 'train_loss': '9.316'}"
     assert docs_examples.mask(line) == "{<time>, <time>, 'train_loss': '9.316'}"
+
+
+def test_a_notebook_cell_keeps_its_print_and_its_result_html():
+    """benchmarks/docs/notebooks.py: what a cell prints is a stream, its last value a result
+    with the object's own HTML beside its plain text, as a notebook front end keeps them."""
+    notebooks = load_benchmark("docs/notebooks")
+
+    class Shown:
+        def __repr__(self):
+            return "Shown()"
+
+        def _repr_html_(self):
+            return "<b>shown</b>"
+
+    namespace = {"Shown": Shown}
+    out = notebooks.run_cell("print('hi')\nx = 1.23456\nShown()", namespace, lambda v: v)
+    assert out[0] == {"name": "stdout", "output_type": "stream", "text": ["hi\n"]}
+    assert out[1]["data"] == {"text/plain": ["Shown()"], "text/html": ["<b>shown</b>"]}
+    assert namespace["x"] == 1.23456
+    assert notebooks.run_cell("y = 2", namespace, lambda v: v) == []

@@ -256,7 +256,7 @@ def instruction_rows(data, seed: int = 0) -> list[Instruction]:
             for i, r in enumerate(data, start=1)]
 
 
-@dataclass
+@dataclass(repr=False)
 class CurateResult(Result):
     """`curate`'s Result: every row's scores (`loss_with_context`, `loss_without_context`,
     `criticality`, `dropped`) as records, and the rows kept (to finetune on)."""

@@ -56,7 +56,7 @@ from knowflow.store.run_folder import Progress, RunFolder, read_result, start_ru
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(repr=False)
 class EvalResult(Result):
     """An eval's Result: `records` are the flat per-item records items.jsonl holds, `summary`
     {suite: {"generate"|"loglik": metrics}}; `by_suite` keeps the nested records per suite,

@@ -75,7 +75,7 @@ def _named(table: dict[str, str], command: str):
     return getattr(importlib.import_module(module), attr)
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     """One run's records, summary and config; see the module docstring."""
 
@@ -154,6 +154,16 @@ class Result:
     def _read_rest(cls, run_dir: Path) -> dict:
         """A subclass's own fields, read from its folder."""
         return {}
+
+    def __repr__(self) -> str:
+        """One line, whatever the run's size: the class, the command, how many records, the
+        summary's first keys and the folder (`.records`, `.summary` hold the rest)."""
+        keys = list(self.summary)
+        shown = ", ".join(map(str, keys[:5])) + (f", ... ({len(keys)} keys)" if len(keys) > 5
+                                                  else "")
+        n = len(self.records)
+        return (f"{type(self).__name__}({self.command!r}, {n} record{'s' * (n != 1)}, "
+                f"summary: {shown or 'empty'}, out_dir={self.out_dir})")
 
     def _repr_html_(self) -> str:
         """What a notebook shows: the run's finding, its headline numbers and tables (an
