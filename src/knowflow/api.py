@@ -359,7 +359,7 @@ def _input_paths(data) -> tuple[Path, ...]:
 
 # ---- report -----------------------------------------------------------------------------
 
-def report(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
+def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
            ) -> tuple[Path, dict[Path, str]]:
     """One self-contained report.html of `run_dirs` (`knowflow report`; default: RUN_DIR/
     report.html for one run, ./report.html for many). A folder a RelianceTracker wrote
@@ -413,4 +413,4 @@ def run_experiment(name: str, overrides: list[str] | dict | None = None, *, conf
 
 
 __all__ = ["CurateResult", "EvalResult", "Result", "augment", "curate", "evaluate", "explain",
-           "finetune", "from_lm_eval", "probe", "report", "run_experiment"]
+           "finetune", "from_lm_eval", "probe", "report_runs", "run_experiment"]

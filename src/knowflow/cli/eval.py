@@ -35,7 +35,7 @@ def eval_cmd(model, data, cfg, run, threads) -> None:
     with Bars("eval") as progress:  # the library writes and finishes the run folder
         result = evaluate(model.model, data.sources, config=cfg, fields=data.table.mapping,
                           preset=data.table.preset, out=run.out, runs_dir=run.runs_dir,
-                          progress=progress, **model.load)
+                          progress=progress, **model.load_keywords)
     if result.out_dir is not None:  # else not rank 0 of a multi-process launch: rank 0 reports
         _show(result, cfg.prompt_format)
 

@@ -89,9 +89,9 @@ def report_cmd(run_dirs: Annotated[list[Path], typer.Argument(
     """Write a self-contained report.html (figures embedded, config, summary tables); several
     runs' reliance curves overlaid. A folder a RelianceTracker wrote (metrics.jsonl, no
     config.json) gets its curves, intervals, peak, fall and verdict."""
-    from knowflow.api import report
+    from knowflow.api import report_runs
 
-    path, verdicts = report(run_dirs, out=page.out)
+    path, verdicts = report_runs(run_dirs, out=page.out)
     for folder, verdict in verdicts.items():
         console.print(f"{folder}: {verdict}", highlight=False)
     console.print(f"report: {path}", highlight=False)

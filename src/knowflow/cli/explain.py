@@ -44,7 +44,7 @@ def explain_cmd(model, data, cfg, run, threads) -> None:
     with Bars("explain") as progress, _hidden_on_error(progress):
         result = explain(model.model, data.source, data.question, data.answer, config=cfg,
                          fields=data.table.mapping, preset=data.table.preset, out=run.out,
-                         runs_dir=run.runs_dir, progress=progress, **model.load)
+                         runs_dir=run.runs_dir, progress=progress, **model.load_keywords)
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
     console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)

@@ -80,7 +80,8 @@ def probe_command(kind: str) -> Command:
         threads.apply()
         with Bars(f"probe {kind}") as progress:
             result = probe(model.model, data.source, kind=kind, config=cfg, limit=data.limit,
-                           out=run.out, runs_dir=run.runs_dir, progress=progress, **model.load)
+                           out=run.out, runs_dir=run.runs_dir, progress=progress,
+                           **model.load_keywords)
         show(result, cfg)
         print_paths(result.out_dir, result.out_dir / "report.html")
 

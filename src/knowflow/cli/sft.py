@@ -87,7 +87,7 @@ def curate_cmd(data, out, model, cfg, threads) -> None:
     threads.apply()
     with Bars("scoring") as progress:  # writes OUT, OUT.scores.jsonl and OUT.png
         result = curate(model.model, data.data, config=cfg, out=out.out, progress=progress,
-                        **model.load)
+                        **model.load_keywords)
     scores = result.records
     table = Table("kind", "examples", "dropped", "mean loss with ctx", "mean loss without",
                   "mean criticality")

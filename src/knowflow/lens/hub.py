@@ -99,7 +99,7 @@ class ModelOptions(ModelName):
         check_device(self.device)
 
     @property
-    def load(self) -> dict:
+    def load_keywords(self) -> dict:
         """The keywords every `knowflow.api` entry point takes for loading it."""
         return {"device": self.device, "dtype": self.dtype, **dataclasses.asdict(self.source)}
 
