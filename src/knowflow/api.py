@@ -65,8 +65,8 @@ from knowflow.probes.run import (
 )
 from knowflow.report.curation import curation_figure
 from knowflow.report.finish import finish_eval, finish_probe
-from knowflow.report.html import write_report
-from knowflow.report.tracker_run import read_tracker_records, tracker_figure, tracker_summary
+from knowflow.report.html import load_run, write_report
+from knowflow.report.tracker_run import read_tracker_records, tracker_figure
 from knowflow.store.checks import check_run_folders
 from knowflow.store.files import atomic_write_jsonl, file_group
 from knowflow.store.identity import CONFIG
@@ -364,8 +364,8 @@ def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
     """One self-contained report.html of `run_dirs` (`knowflow report`; default: RUN_DIR/
     report.html for one run, ./report.html for many). A folder a RelianceTracker wrote
     (metrics.jsonl, no config.json) gets its curves drawn first. Every folder and the page's
-    path are checked before anything is written. Returns (the page, {tracker folder: its
-    verdict})."""
+    path are checked before anything is written. Returns (the page, {folder: what it ran on
+    (where it says) and its verdict, as the page's first lines give them})."""
     run_dirs = [Path(d) for d in run_dirs]
     target = Path(out) if out is not None else \
         (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
@@ -376,7 +376,9 @@ def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
     for folder, recs in records.items():
         tracker_figure(folder, recs)
     page = write_report(run_dirs, target)
-    return page, {d: tracker_summary(recs)["findings"]["verdict"] for d, recs in records.items()}
+    views = [load_run(d) for d in run_dirs]
+    return page, {d: (f"({v.about}) " if v.about else "") + v.verdict
+                  for d, v in zip(run_dirs, views, strict=True)}
 
 
 # ---- finetune ---------------------------------------------------------------------------

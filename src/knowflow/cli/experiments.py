@@ -14,13 +14,27 @@ from knowflow.cli.flags import SET_HELP, command
 
 
 def list_cmd() -> None:
-    """List the registered experiments."""
+    """List the registered experiments, the built-in suites and the benchmarks `--data` takes
+    by name (with where each comes from and its size where recorded)."""
+    from knowflow.data.benchmarks import list_benchmarks
+    from knowflow.data.suites import list_suites
     from knowflow.experiments.registry import list_experiments
 
     table = Table("experiment", "what it does")
     for exp in list_experiments():
         table.add_row(exp.name, exp.description)
     console.print(table)
+    suites = Table("suite (--suite)", "what it holds")
+    for name, description in list_suites().items():
+        suites.add_row(name, description)
+    console.print(suites)
+    benchmarks = Table("benchmark (--data NAME)", "read from", "preset", "rows", "published in",
+                       caption="rows: '-' where no count is recorded; a run's summary counts "
+                               "its items (n)")
+    for row in list_benchmarks():
+        benchmarks.add_row(str(row["name"]), str(row["hub"] or "files (see the error it gives)"),
+                           str(row["preset"]), str(row["rows"] or "-"), str(row["source"]))
+    console.print(benchmarks)
 
 
 def config_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:

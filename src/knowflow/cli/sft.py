@@ -39,8 +39,8 @@ def _fmt(v) -> str:
 
 
 def _sft_table(s: dict) -> None:
-    table = Table("steps", "train loss", "cf acc start", "cf acc peak (step)", "cf acc final",
-                  "param acc final", "attn ctx start", "attn ctx final", "seconds")
+    table = Table("steps", "train_loss", "cf_acc_start", "cf_acc_peak (step)", "cf_acc_final",
+                  "param_acc_final", "attn_context_start", "attn_context_final", "seconds")
     table.add_row(str(s["steps"]), _fmt(s["train_loss"]), _fmt(s.get("cf_acc_start")),
                   f"{_fmt(s.get('cf_acc_peak'))} ({s.get('cf_acc_peak_step', '-')})",
                   _fmt(s.get("cf_acc_final")), _fmt(s.get("param_acc_final")),
