@@ -196,7 +196,9 @@ class RelianceTracker(EvalCallback):
         cfg.validate()
         super().__init__(self.measure, cfg.every, out_dir)
         self.tokenizer, self.cfg = tokenizer, cfg
-        self.items = by_suite(items) if items is not None else \
+        # items given are sampled to `limit` per suite as the tracked suites and files are
+        self.items = {suite: sample(its, cfg.limit, cfg.seed, suite)
+                      for suite, its in by_suite(items).items()} if items is not None else \
             tracked_items(cfg.suites, cfg.fields, cfg.limit, cfg.seed, cfg.preset or None)
         if not any(self.items.values()):
             raise ConfigError("no evaluation items", "track.suites")
