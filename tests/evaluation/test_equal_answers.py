@@ -40,7 +40,7 @@ def test_case_only_rows_scored_by_loglik_skipped_by_generation(tmp_path, tiny_mo
     assert equal == [True, True, True, False, False]
     assert not any(r["loglik"]["equal_answers"] for r in recs)
     gen, ll = res.summary["memotrap_case"]["generate"], res.summary["memotrap_case"]["loglik"]
-    assert ll["n"] == 5 and "n_skipped_equal_answers" not in ll
+    assert ll["n"] == 5 and ll["n_skipped_equal_answers"] == 0
     assert gen["n"] == 2 and gen["n_skipped_equal_answers"] == 3
     # the generation metrics are those of the two distinguishable rows alone
     kept = [r for r in recs if not r["generate"]["equal_answers"]]

@@ -10,7 +10,7 @@ percentile-bootstrap interval over items. The "known" block repeats the metrics 
 whose memorized answer the model produces without the context. Items whose two answers are
 one for the scoring (`equal_answers`: under generation, equal after normalisation, as " End."
 and " end." are; under log-likelihood, the same continuation) are left out of that scoring's
-metrics, and `n_skipped_equal_answers` counts them; `n` is the number of items scored.
+metrics, and `n_skipped_equal_answers` counts them (0 when none); `n` is the number of items scored.
 Under generation the summary also gives the share of each answer class (`outcome_context`,
 ..., `outcome_cut_off`; `outcomes.py`) with Wilson intervals.
 """
@@ -79,8 +79,7 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
     out = _block(columns(records), n_boot, seed)
     if mode == "generate" and records and all("outcome" in r[mode] for r in records):
         out.update(outcome_shares([r[mode]["outcome"] for r in records]))  # Wilson intervals
-    if skipped:
-        out["n_skipped_equal_answers"] = skipped
+    out["n_skipped_equal_answers"] = skipped
     flags = [r.get("known") for r in records]
     if records and all(f is not None for f in flags):
         known = [r for r in records if r["known"]]
