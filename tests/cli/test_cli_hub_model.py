@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,22 @@ def test_other_commands_take_the_same_model_flags(in_process_cache, tmp_path, mo
     bad = CliRunner().invoke(app, [*command, "--model", REPO, "--revision", "v9", "--offline"])
     assert bad.exit_code == 2
     assert "hf download knowflow-test/tiny-llama --revision v9" in bad.output.replace("\n", "")
+
+
+def test_sft_on_a_hub_id_offline_saves_its_adapter_without_peft_asking_the_hub(
+        in_process_cache, tmp_path, monkeypatch):
+    """Saving a LoRA adapter offline, peft cannot ask the hub whether the base's vocabulary
+    changed and warned at every save (a checkpoint, the model); knowflow never resizes it."""
+    monkeypatch.chdir(tmp_path)
+    rows = [{"instruction": f"Where does Vol{i} live?", "input": f"Vol{i} lives in Kem{i}.",
+             "output": f"Kem{i}", "kind": "C"} for i in range(4)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(app, ["sft", "--model", REPO, "--offline", "--data",
+                                          "train.jsonl", "--steps", "1", "--batch-size", "4",
+                                          "--no-track", "--runs-dir", "runs"])
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs" / "sft").iterdir()
+    assert (run / "model" / "adapter_config.json").exists()
+    assert not [w for w in said if "Could not find a config file" in str(w.message)]

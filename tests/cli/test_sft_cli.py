@@ -250,3 +250,19 @@ def test_sft_says_when_and_why_it_stopped(tmp_path, monkeypatch):
     res = runner.invoke(app, ["sft", "--stop-drop", "0.2", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert why in " ".join(res.output.split())
+
+
+def test_a_tracked_files_data_warning_is_said_once(tmp_path, model_dir, data_file, caplog):
+    """The tracked file is read to check it before the run and again by the tracker; its
+    one same-answer row is warned about once."""
+    rows = [{"question": f"Where does Vol{i} live?", "context": f"Vol{i} lives in Kem{i}.",
+             "counterfactual_answer": f"Kem{i}", "parametric_answer": f"Dor{i}" if i else
+             "Kem0", "subject": f"Vol{i}"} for i in range(4)]
+    tracked = tmp_path / "tracked.jsonl"
+    tracked.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
+                              "--steps", "1", "--batch-size", "4", "--track", str(tracked),
+                              "--track-every", "1", "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    said = [r for r in caplog.records if "skipped 1 item(s) whose answer equals" in r.message]
+    assert len(said) == 1, [r.message for r in caplog.records]

@@ -11,12 +11,27 @@ Each check logs one warning line with a count; the count also goes into the run'
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from knowflow.errors import DataError
 from knowflow.store.readers import decode_json, jsonl_lines
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def checks_only() -> Iterator[None]:
+    """A file read only to check it before a run (its items are read again by the run that
+    uses them): the data-quality warnings are left to that read, so each is said once."""
+    parent = logging.getLogger("knowflow.data")  # the loaders' and these checks' loggers
+    level = parent.level
+    parent.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        parent.setLevel(level)
 
 
 def _hook(found: set[int], where: int):

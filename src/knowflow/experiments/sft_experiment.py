@@ -8,7 +8,7 @@ from pathlib import Path
 
 from knowflow.config import require
 from knowflow.data.instruction_rows import read_instruction_file
-from knowflow.data.quality import warn_duplicate_keys
+from knowflow.data.quality import checks_only, warn_duplicate_keys
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
@@ -42,7 +42,8 @@ def check(cfg: SFTJobConfig, run_dir: Path | None = None) -> None:
         require(len(t.suites) > 0, "track.suites", "name at least one suite (or --no-track)")
         files = [s for s in t.suites if is_data(s)]
         if files:  # a malformed tracked file fails here, before the run folder exists
-            tracked_items(files, t.fields, t.limit, t.seed, t.preset or None)
+            with checks_only():
+                tracked_items(files, t.fields, t.limit, t.seed, t.preset or None)
     else:
         require(not t.keep_peak, "track.keep_peak",
                 "--keep-peak needs tracking; drop --no-track or --keep-peak")

@@ -23,7 +23,8 @@ Decoupled weight decay would still shrink it, so that combination is refused
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -155,6 +156,18 @@ def check_targets(model: nn.Module, targets: Sequence[str]) -> None:
     if unknown:
         raise ConfigError(f"unknown target module {unknown[0]!r} for {type(model).__name__} "
                           f"(linear layers: {', '.join(sorted(known))})", "lora_targets")
+
+
+@contextmanager
+def unchanged_vocabulary() -> Iterator[None]:
+    """Saving a LoRA adapter: peft asks the hub whether the base model's vocabulary changed, and
+    offline (or for a base it cannot reach) warns at every save that it assumes it did not.
+    knowflow never resizes the embeddings, so the vocabulary is the base's and the assumption
+    holds; the warning is left out."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Could not find a config file in .* vocabulary",
+                                UserWarning)
+        yield
 
 
 def prepare_trainable(model: nn.Module, cfg: TrainableConfig) -> nn.Module:

@@ -31,7 +31,7 @@ from knowflow.data.instruction_rows import (
 from knowflow.data.instructions import MixtureConfig, heldout_items
 from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
-from knowflow.lens.adapt import check_targets, lora_targets
+from knowflow.lens.adapt import check_targets, lora_targets, unchanged_vocabulary
 from knowflow.lens.arch import model_window
 from knowflow.lens.checks import check_pad_token
 from knowflow.lens.hub import (
@@ -226,12 +226,13 @@ def run_sft_job(cfg: SFTJobConfig, out_dir: str | Path, progress: Progress | Non
     if progress is not None:
         callbacks.append(StepProgress(progress))
     start = time.time()
-    with logger_folders(cfg.report_to, out_dir):
+    with logger_folders(cfg.report_to, out_dir), unchanged_vocabulary():
         result = train_model(model, tokenizer, encoded, cfg.sft, out_dir, callbacks,
                              resume=True, report_to=[n for n in cfg.report_to if n != "none"])
     seconds = time.time() - start
     if cfg.save_model:
-        with staged_dir(out_dir / "model", complete="config.json") as folder:
+        with staged_dir(out_dir / "model", complete="config.json") as folder, \
+                unchanged_vocabulary():
             result.model.save_pretrained(folder)
             tokenizer.save_pretrained(folder)
     summary = {"steps": result.steps, **logged_loss(result.log_history, cfg.sft),
