@@ -23,7 +23,7 @@ from knowflow.errors import KnowflowError
 
 
 def _sections() -> dict[str, type]:
-    from knowflow.data.options import ExplainData
+    from knowflow.data.inputs import ExplainData
     from knowflow.explanation.options import ExplainConfig
     from knowflow.lens.device import Threads
     from knowflow.lens.hub import ModelOptions

@@ -7,7 +7,7 @@ from knowflow.cli.flags import command
 
 
 def _sections() -> dict[str, type]:
-    from knowflow.data.options import SuiteData
+    from knowflow.data.inputs import SuiteData
     from knowflow.evaluation.lm_eval_task import ExportConfig
     from knowflow.lens.hub import ModelName
 

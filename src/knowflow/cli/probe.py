@@ -64,7 +64,7 @@ def probe_command(kind: str) -> Command:
     doc, show = VIEWS[kind]
 
     def sections() -> dict[str, type]:
-        from knowflow.data.options import ItemData, PromptData
+        from knowflow.data.inputs import ItemData, PromptData
         from knowflow.lens.device import Threads
         from knowflow.lens.hub import ModelOptions
         from knowflow.probes import ON_CONFLICT_ITEMS, PROBES

@@ -69,7 +69,7 @@ def _sft_notes(result) -> None:
 
 
 def _curate_sections() -> dict[str, type]:
-    from knowflow.data.options import InstructionData
+    from knowflow.data.inputs import InstructionData
     from knowflow.lens.device import Threads
     from knowflow.lens.hub import ModelOptions
     from knowflow.store.run_folder import OutFile
@@ -107,7 +107,7 @@ def curate_cmd(data, out, model, cfg, threads) -> None:
 
 
 def _augment_sections() -> dict[str, type]:
-    from knowflow.data.options import InstructionData
+    from knowflow.data.inputs import InstructionData
     from knowflow.store.run_folder import OutFile
     from knowflow.train.augment import AugmentConfig
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from knowflow.config import option
 from knowflow.data.facts import ConflictItem
+from knowflow.data.inputs import SuiteData
 from knowflow.data.loaders import json_records
-from knowflow.data.options import SuiteData
 from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptConfig, render, resolve_format
 from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.items import choice, load_suites

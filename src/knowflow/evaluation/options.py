@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from knowflow.config import option
-from knowflow.data.options import SuiteData
+from knowflow.data.inputs import SuiteData
 from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptFormat
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import BETA, BETA_METHODS, methods_of, parse_alphas, parse_betas

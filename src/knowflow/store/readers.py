@@ -293,10 +293,3 @@ def csv_rows(path: str | Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
             start = reader.line_num + 1
 
     return header, rows()
-
-
-def read_records(path: str | Path) -> Iterator[tuple[int, object]]:
-    """(line number, record) of a CSV, JSONL or JSON-list file (by its suffix)."""
-    if Path(path).suffix.lower() == ".csv":
-        return csv_rows(path)[1]
-    return json_records(path)

@@ -54,34 +54,3 @@ def plot_inversion_injected(run_dir: Path) -> list[Path]:
         axes[1, 0].legend(fontsize=7)
     return [save(fig, Path(run_dir) / "figures" / "inversion_injected.png")]
 
-
-def seed_rows(summary: dict) -> list[dict]:
-    """One flat row per (arm, strength, seed) job of a summary: the counterfactual curve
-    under both scorings, held-out C and C+S accuracy, recall and the times."""
-    out = []
-    for key, row in summary.get("per_seed", {}).items():
-        arm, extra, seed = key.rsplit("-", 2)
-        flat = {"arm": arm, "strength": extra, "seed": seed.removeprefix("seed")}
-        for name in ("cf_acc", "cf_acc_gen"):
-            curve = row.get(name, {})
-            flat.update({f"{name}_{k}": curve[k] for k in
-                         ("start", "peak", "peak_step", "final", "rise", "fall") if k in curve})
-        for k in ("c_acc_gen_final", "cs_acc_gen_final", "c_acc_final", "cs_acc_final",
-                  "recall_acc_start", "recall_acc_final", "stage1_recall", "seconds",
-                  "cpu_seconds"):
-            flat[k] = row.get(k)
-        for when in ("start", "end"):
-            audit = row.get(f"audit_{when}", {})
-            flat.update({f"audit_{when}_{k}": v for k, v in audit.items() if k != "n"})
-        out.append(flat)
-    return out
-
-
-def markdown_table(rows: list[dict], columns: tuple[str, ...]) -> str:
-    """`rows` as a Markdown table of `columns` (floats to 3 decimals)."""
-    def cell(v) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else "-" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
