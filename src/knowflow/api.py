@@ -56,7 +56,7 @@ from knowflow.lens.checks import check_loaded
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import check_model, resolve_model
 from knowflow.probes import PROBES
-from knowflow.probes.run_probe import (
+from knowflow.probes.by_name import (
     check_probe_data,
     probe_examples,
     probe_inputs,
