@@ -143,6 +143,11 @@ def test_runs_are_named_by_model_data_and_arm(tmp_path, drawn):
     ('[1, 2]\n', "line 1: must be a JSON object, got a list"),
     ('{"step": 0, "cf_acc": NaN}\n', "line 1: field 'cf_acc': must be a finite number"),
     ('{"step": 0, "cf_acc": 0.5, "n": true}\n', "line 1: field 'n': must be an integer"),
+    # numbers past what a float holds exactly: refused where they are read, not in a figure
+    ('{"step": 0, "cf_acc": 0.5}\n{"step": 1' + "0" * 400 + ', "cf_acc": 0.2}\n',
+     "line 2: field 'step': must be a whole number from 0 to 9007199254740992, got 1000"),
+    ('{"step": 0, "cf_acc": 0.5, "n": 1' + "0" * 30 + '}\n',
+     "line 1: field 'n': must be a whole number from 1 to 9007199254740992"),
     ("\n", "no records"),
 ])
 def test_bad_folders_name_the_file_line_and_field(tmp_path, content, where):

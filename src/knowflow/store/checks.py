@@ -18,6 +18,8 @@ from knowflow.store.schemas import (
     JSON_OBJECT,
     MetricRecord,
     RunIdentity,
+    TrainerState,
+    check,
     read_checked,
     read_checked_lines,
     result_schemas,
@@ -113,6 +115,8 @@ def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:
         return
     if not ok:
         raise DataError(path, f"not a knowflow checkpoint (expected {what})", hint=hint)
+    if path.name == "trainer_state.json":
+        check(TrainerState, data, path, hint=hint)
 
 
 def _safetensors_complete(path: Path) -> bool:

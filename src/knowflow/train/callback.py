@@ -29,7 +29,7 @@ from transformers.trainer_callback import CallbackHandler
 
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.identity import METRICS
-from knowflow.store.readers import read_jsonl
+from knowflow.store.schemas import StepRecord, read_checked_lines
 
 Evaluator = Callable[[object], dict]
 
@@ -87,7 +87,9 @@ class EvalCallback(TrainerCallback):
         """On resume: keep the saved records up to the resumed step (later ones were lost)."""
         path = self.out_dir / METRICS if self.out_dir is not None else None
         if step > 0 and path is not None and path.exists():
-            self.records = [r for r in read_jsonl(path) if r["step"] <= step]
+            hint = "delete the damaged lines (or the file, to record from this step on)"
+            self.records = [r.model_dump() for r in read_checked_lines(path, StepRecord, hint)
+                            if r.step <= step]
         elif step == 0:
             self.records = []
 
