@@ -42,7 +42,7 @@ from knowflow.store.keys import current
 from knowflow.store.lock import claim, release
 from knowflow.store.outputs import check_out_dir
 from knowflow.store.readers import read_json, read_jsonl
-from knowflow.store.staging import publish, remove, stage_dir
+from knowflow.store.staging import publish, remove, stage_dir, sweep
 
 
 class Progress(Protocol):
@@ -283,15 +283,25 @@ def start_run(config: dict, name: str, runs_dir: str | Path | None = None,
 
 def latest_unfinished(runs_dir: Path, experiment: str) -> Path:
     """The newest run of `experiment` that has a config and is not finished (for --resume);
-    never a staging folder (hidden) of a run being written."""
+    never a staging folder (hidden) of a run being written. The staging folders of killed
+    runs are removed first (`staging.sweep`): killed before their first checkpoint, they hold
+    nothing to resume, and the refusal says so."""
     base = Path(runs_dir) / experiment
+    swept = sweep(base) if base.is_dir() else []
     candidates = sorted(
         (p for p in base.glob("*") if not p.name.startswith(".") and (p / CONFIG).exists()
          and not is_finished(p)),
         key=lambda p: p.name,
     ) if base.is_dir() else []
     if not candidates:
-        raise ConfigError(f"--resume: no unfinished run of {experiment!r} under {base}")
+        killed = ""
+        if swept:
+            names = ", ".join(p.name for p in swept)
+            killed = (f"; the staging folder of a run killed before its first checkpoint "
+                      f"({names}) was found and removed: it held no checkpoint, so nothing "
+                      "was lost")
+        raise ConfigError(f"--resume: no unfinished run of {experiment!r} under {base}"
+                          f"{killed}", hint="start a fresh run (without --resume)")
     return candidates[-1]
 
 

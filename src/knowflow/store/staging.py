@@ -98,13 +98,16 @@ def remove(stage: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-def sweep(folder: Path) -> None:
+def sweep(folder: Path) -> list[Path]:
     """Remove staging folders in `folder` that no live process holds (left by a killed
-    one), and put back a folder moved aside for a replacement that never came."""
+    one), and put back a folder moved aside for a replacement that never came. Returns the
+    staging folders removed (a killed writer's work: it held no checkpoint, or it would have
+    been published)."""
     try:
         entries = list(Path(folder).iterdir())
     except OSError:
-        return
+        return []
+    removed = []
     for path in entries:
         if STAGING.match(path.name) and path.is_symlink():  # a published run's staging name
             if not is_claimed(path):
@@ -112,12 +115,14 @@ def sweep(folder: Path) -> None:
         elif STAGING.match(path.name) and path.is_dir() and not is_claimed(path) and \
                 ((path / LOCK).exists() or _empty_and_old(path)):
             shutil.rmtree(path, ignore_errors=True)  # its writer died (its lock is left)
+            removed.append(path)
         elif (match := OLD.match(path.name)) and path.is_dir() and \
                 [p.name for p in path.iterdir()] == [match["name"]]:
             moved, target = path / match["name"], path.parent / match["name"]
             if not target.exists():
                 os.replace(moved, target)
             shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def _empty_and_old(path: Path) -> bool:
