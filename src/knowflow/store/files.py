@@ -10,8 +10,10 @@ refused), so a failed write leaves nothing at all.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -66,10 +68,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         remove_made(made)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(path)  # a failed write(2)/fsync names no file: name the target
+        if isinstance(exc, OSError) and (exc.filename is None or _temp_of(exc.filename, path)):
+            exc.filename = str(path)  # a failed write(2)/fsync names no file, mkstemp its own
         raise
     return path
+
+
+def _temp_of(name: str | bytes, path: Path) -> bool:
+    """Whether `name` is a temp file of `path` (`.<name>.<8 chars>.tmp`)."""
+    name = Path(os.fsdecode(name))
+    return name.parent == path.parent and name.name.startswith(f".{path.name}.") and \
+        name.suffix == ".tmp"
 
 
 def make_parents(path: Path) -> list[Path]:
@@ -108,6 +117,59 @@ def _replaceable(path: Path) -> None:
     if not stat.S_ISREG(mode):
         raise KnowflowError(f"{path}: exists and is not a regular file; knowflow does not "
                             "write over it", "give the path of a new or an ordinary file")
+
+
+# How other libraries' writers (safetensors, torch's zip writer) report a full disk in an
+# error of their own type
+_FULL_DISK_WORDS = ("no space left on device", "os error 28", "disk quota exceeded",
+                    "file write failed")
+FULL_MARGIN = 2**20  # bytes left on a file system that a failed writer has filled
+
+
+def full_disk(exc: BaseException, path: str | Path) -> OSError | None:
+    """`exc`, raised by another library's writer (`save_pretrained`, the Trainer's checkpoint,
+    `torch.save`) while it wrote under `path`, as the OSError(ENOSPC) it stands for, naming
+    `path`; None when it is something else. safetensors says "No space left on device (os
+    error 28)"; torch's zip writer says "file write failed", or only "unexpected pos" with
+    the disk left full: a RuntimeError from a writer on a file system with less than
+    `FULL_MARGIN` bytes left is taken for a full disk. Call it before the written files are
+    removed (they are what filled the disk)."""
+    if isinstance(exc, OSError):
+        if exc.filename is None:
+            exc.filename = str(path)
+        return exc if exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    if isinstance(exc, KnowflowError) or not isinstance(exc, Exception):
+        return None
+    text = str(exc).lower()
+    said = any(word in text for word in _FULL_DISK_WORDS)
+    writer = isinstance(exc, RuntimeError) or type(exc).__module__.startswith("safetensors")
+    if said or (writer and _free(Path(path)) < FULL_MARGIN):
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        full.__cause__ = exc
+        return full
+    return None
+
+
+def _free(path: Path) -> float:
+    """Bytes left on the file system holding `path` (its nearest existing folder)."""
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(folder).free
+    return float("inf")
+
+
+@contextmanager
+def written_by_others(path: str | Path) -> Iterator[None]:
+    """Around another library's writes under `path`: a full disk it reports in its own words
+    is raised as OSError(ENOSPC) naming `path` (`full_disk`), the one error every boundary
+    knows."""
+    try:
+        yield
+    except Exception as exc:
+        full = full_disk(exc, path)
+        if full is None or full is exc:
+            raise
+        raise full from exc
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
