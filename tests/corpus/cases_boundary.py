@@ -123,7 +123,7 @@ BOUNDARY_CASES = [
       "'top_k': must be at most the model's vocabulary size"),
     C("run ocr-toy --set model.init_scale=1e30 --set seeds=[0] --set train.steps=2 "
       "--set train.eval_every=1 --runs-dir out", 2,
-      "'model.init_scale': the initial weights give non-finite logits"),
+      "'model.init_scale': must lie in (0, 1000], got 1e+30"),
     C("run ocr-toy --set train.lr=1e30 --set seeds=[0] --set train.steps=2 "  # not the init
       "--set train.eval_every=1 --runs-dir out", 2, "'train.lr': training diverged by step 1"),
 ]
