@@ -29,6 +29,7 @@ from transformers.trainer_callback import CallbackHandler
 
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.identity import METRICS
+from knowflow.store.outputs import check_out_dir
 from knowflow.store.schemas import StepRecord, read_checked_lines
 
 Evaluator = Callable[[object], dict]
@@ -43,6 +44,8 @@ class EvalCallback(TrainerCallback):
     def __init__(self, evaluator: Evaluator, every: int, out_dir: str | Path | None = None):
         if every < 1:
             raise ValueError("every must be at least 1")
+        if out_dir is not None:  # a file there, or above it: refused now, not at step 0
+            check_out_dir(out_dir, what="tracker folder (out_dir)")
         self.evaluator, self.every = evaluator, every
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.records: list[dict] = []
