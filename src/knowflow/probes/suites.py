@@ -4,14 +4,48 @@ For the attention probe an item becomes its full prompt (context + question, ren
 `knowflow eval` renders it) with the context's character span. For the recall probes
 (knockout, sublayer, project) an item becomes its question alone, which needs the subject
 the item names (`item.subject`, or `meta["subject"]`); items without one are an error.
+The heads probe runs on the items themselves (`conflict_items`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import is_hub
+from knowflow.data.loaders import load_items_checked
 from knowflow.data.prompts import PromptConfig, render
-from knowflow.data.suites import get_suite
-from knowflow.errors import KnowflowError
+from knowflow.data.suites import get_suite, sample
+from knowflow.errors import ConfigError, KnowflowError
 from knowflow.probes.examples import ProbeExample, find_text
+
+HEADS_DEFAULT = "cf-capitals"
+
+
+def conflict_items(data=None, limit: int | None = None, seed: int = 0) -> list[ConflictItem]:
+    """The knowledge-conflict items a heads probe runs on, from what `data` is: None (the
+    cf-capitals suite), built-in suite names ("cf-capitals,cf-bio"), a data file as a `str`
+    or a `pathlib.Path` (any file `knowflow eval --data` reads, or `hf:ORG/NAME`), or items in
+    memory (`ConflictItem`s, e.g. `knowflow.load_items(path)`); at most `limit` of them (a
+    seeded sample of a file or of each suite, then the first `limit`). Anything else is a
+    `ConfigError` naming `data`."""
+    data = HEADS_DEFAULT if data is None else data
+    if isinstance(data, Path) or isinstance(data, str) and (is_hub(data) or Path(data).exists()):
+        items, _ = load_items_checked(data)
+        items = sample(items, limit, seed, items[0].suite)
+    elif isinstance(data, str):
+        items = [it for name in data.split(",") for it in get_suite(name.strip(), seed, limit)]
+    else:
+        try:
+            items = list(data)
+        except TypeError:
+            raise ConfigError(f"expected a suite name, a data file or conflict items, got "
+                              f"{type(data).__name__} {data!r:.60}", "data") from None
+        bad = next((it for it in items if not isinstance(it, ConflictItem)), None)
+        if bad is not None:
+            raise ConfigError(f"holds a {type(bad).__name__}, not a ConflictItem", "data",
+                              "give knowflow.load_items(path), a data file or a suite name")
+    return items[:limit] if limit else items
 
 
 def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str = "plain",
