@@ -190,5 +190,5 @@ def test_explicit_chat_on_a_base_model_is_refused(tmp_path):
     result = runner.invoke(app, ["eval", "--model", str(folder), "--suite", "cf-capitals",
                                  "--limit", "1", "--prompt-format", "chat", "--out", str(out)])
     assert result.exit_code == 2, result.output
-    assert "prompt_format" in result.output and "no chat template" in result.output
+    assert "--prompt-format:" in result.output and "no chat template" in result.output
     assert not out.exists()

@@ -235,7 +235,7 @@ def test_eval_records_the_preset_in_config_and_summary(tiny_lm, tok, tmp_path):
 
     result = evaluate(tiny_lm, [LAYOUTS / "clasheval.jsonl", LAYOUTS / "nq_swap.jsonl"],
                       tokenizer=tok, scoring="loglik", known_filter=False, n_bootstrap=10,
-                      out_dir=tmp_path / "run")
+                      out=tmp_path / "run")
     assert result.config["preset"] is None
     assert result.config["presets"] == {"clasheval": "clasheval", "nq_swap": "nq-swap"}
     assert result.summary["clasheval"]["loglik"]["preset"] == "clasheval"
@@ -244,7 +244,7 @@ def test_eval_records_the_preset_in_config_and_summary(tiny_lm, tok, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--preset", "nqswap"], "error: config field '--preset': unknown preset 'nqswap'"),
+    (["--preset", "nqswap"], "error: --preset: unknown preset 'nqswap'"),
     (["--preset", "memotrap"], "field 'prompt': the memotrap preset needs columns prompt "
                                "(the prompt), classes (the two answers), answer_index (which "
                                "answer the prompt asks for); columns found: question"),

@@ -216,7 +216,7 @@ def test_cli_eval_on_a_local_model_folder(model, tokenizer, tmp_path):
     (["--data", "{tmp}/bad.jsonl"], "line 1: field 'answer'"),
     (["--model", "no-such-org/no-such-model", "--suite", "cf-bio", "--limit", "1"],
      "not in the Hugging Face cache"),
-    (["--suite", "cf-bio", "--prompt-format", "xml"], "prompt_format"),
+    (["--suite", "cf-bio", "--prompt-format", "xml"], "--prompt-format:"),
 ])
 def test_cli_eval_bad_input_is_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "bad.jsonl").write_text('{"context": "c", "question": "q", "memory_answer": 1}\n')

@@ -186,9 +186,9 @@ def test_a_loaded_model_gets_the_same_checks(call, case, loaded, tmp_path):
     model, tokenizer, fragment = loaded[case]
     run = {"evaluate": lambda: knowflow.evaluate(model, "cf-capitals", tokenizer=tokenizer,
                                                  limit=2, scoring="loglik",
-                                                 out_dir=tmp_path / "out"),
+                                                 out=tmp_path / "out"),
            "probe": lambda: knowflow.probe(model, "cf-capitals", tokenizer=tokenizer, limit=2,
-                                           out_dir=tmp_path / "out"),
+                                           out=tmp_path / "out"),
            "explain": lambda: knowflow.explain(model, "Zorb is the capital of Land.",
                                                question="What is the capital of Land?",
                                                tokenizer=tokenizer)}[call]

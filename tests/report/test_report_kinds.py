@@ -22,8 +22,8 @@ def runs(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("kinds")
     model = str(tiny_model_dir)
     knowflow.evaluate(model, "cf-capitals,cf-world", limit=2, max_new_tokens=4,
-                      method="greedy,cad", out_dir=root / "eval", device="cpu")
-    knowflow.probe(model, "cf-capitals", kind="heads", limit=3, out_dir=root / "heads",
+                      method="greedy,cad", out=root / "eval", device="cpu")
+    knowflow.probe(model, "cf-capitals", kind="heads", limit=3, out=root / "heads",
                    device="cpu")
     knowflow.explain(model, "cf-capitals", limit=1, offset=1, ablations=8, holdout=4,
                      device="cpu").save(root / "explain")

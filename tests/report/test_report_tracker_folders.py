@@ -131,6 +131,12 @@ def test_runs_are_named_by_model_data_and_arm(tmp_path, drawn):
     legend = [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()]
     assert legend == ["lora on SmolLM2-135M, train.jsonl", "full on SmolLM2-135M, train.jsonl",
                       "curated on tiny, cf-capitals"]
+    res = runner.invoke(app, ["report", *map(str, runs), str(tracked), "--out",
+                              str(tmp_path / "all.html")], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    # the command prints every run's verdict, an sft run's as a tracker folder's
+    assert f"{runs[0]}: (lora on SmolLM2-135M, train.jsonl) " in res.output
+    assert f"{tracked}: (curated on tiny, cf-capitals) " in res.output
 
 @pytest.mark.parametrize("content,where", [
     ('{"step": 0, "cf_acc": 0.5}\n{"step": 1, "cf_acc": 0.5\n', "line 2: damaged JSON line"),

@@ -193,3 +193,14 @@ def test_a_tracker_folder_says_what_it_tracks(tok, make_tiny_llama, rows, tmp_pa
     _trainer(model, tok, rows, tmp_path, [], tracker, steps=2).train()
     assert read_json(out / "tracker.json") == {"model": "org/tiny-llama", "data": ["s"],
                                                "label": "curated"}
+
+
+def test_the_limit_samples_items_given_as_it_samples_suites(tok):
+    """TrackerConfig.limit holds for items passed in (a seeded sample per suite, the same
+    one every run), as for the suites and files it reads itself; None keeps every item."""
+    items = knowflow.get_suite("cf-capitals", limit=10)
+    eight = RelianceTracker(tok, TrackerConfig(limit=8), items=items).items["cf-capitals"]
+    again = RelianceTracker(tok, TrackerConfig(limit=8), items=items).items["cf-capitals"]
+    assert len(eight) == 8 and eight == again and set(eight) <= set(items)
+    assert len(RelianceTracker(tok, TrackerConfig(limit=None), items=items).items[
+        "cf-capitals"]) == 10

@@ -1,6 +1,7 @@
 """Loaders for external knowledge-conflict files and hub datasets: the one loader.
 
-Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk folder
+`load_suites` gives built-in suites and files together, by name (a seeded sample of each with
+a limit). Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk folder
 (`tables.py` reads the last two and maps other layouts' columns) or a hub dataset
 (`hf:ORG/NAME[:CONFIG][@SPLIT]`, or a published benchmark's name such as `nq-swap`
 (`benchmarks.py`), read by `hub.py` with the benchmark's preset; a file of that name wins);
@@ -30,8 +31,9 @@ normalisation makes them one answer, skips them itself (`evaluation.items`,
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from knowflow.data.answer_text import answer_problem, clean_answer, unique_aliases
@@ -41,6 +43,7 @@ from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import HubSpec, hub_table, is_hub, resolve
 from knowflow.data.presets import check_columns, get_preset
 from knowflow.data.quality import warn_duplicate_keys
+from knowflow.data.suites import get_suite, list_suites, sample
 from knowflow.data.tables import (
     QA_FIELDS,
     arrow_rows,
@@ -51,7 +54,7 @@ from knowflow.data.tables import (
     resolve_columns,
     table_rows,
 )
-from knowflow.errors import DataError
+from knowflow.errors import ConfigError, DataError
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.readers import csv_rows, json_records, not_a_list
 
@@ -319,3 +322,36 @@ def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
     return ConflictItem(
         id=f"{suite}-{index:04d}", suite=suite, context=(context + sep).strip(),
         question=rest.strip(), counterfactual_answer=cf, parametric_answer=par, task="complete")
+
+
+def load_suites(suites: str | Sequence[str] | None = None,
+                data: str | Path | Sequence[str | Path] | None = None,
+                limit: int | None = None, seed: int = 0,
+                quality: dict[str, dict] | None = None,
+                fields: dict[str, str] | None = None, preset: str | None = None
+                ) -> dict[str, list[ConflictItem]]:
+    """Items by suite name: built-in suites by name, external files by their stem (hub
+    datasets, `hf:ORG/NAME`, by their name).
+
+    `quality`, if given, receives each file's data-quality counts by suite name; `fields`
+    maps knowflow's field names to the files' columns (`data.tables.parse_fields`), `preset`
+    names their published layout (`data.presets`)."""
+    names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
+        list(suites or [])
+    files = [data] if isinstance(data, (str, Path)) else list(data or [])
+    if isinstance(suites, str) and not any(names):
+        raise ConfigError(f"{suites!r} names no suite", "suite",
+                          f"give one or more of {', '.join(list_suites())}, comma-separated")
+    if not names and not files:
+        names = list(list_suites())
+    out: dict[str, list[ConflictItem]] = {}
+    for name in filter(None, names):
+        out[name] = get_suite(name, seed=seed, limit=limit)
+    for path in files:
+        items, counts = load_items_checked(path, fields, preset)
+        name = items[0].suite
+        if quality is not None:
+            quality[name] = counts
+        out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
+                           name)
+    return out

@@ -52,7 +52,7 @@ def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name.strip().lower()]
     except KeyError:
-        raise ConfigError(f"unknown preset {name!r}", "--preset",
+        raise ConfigError(f"unknown preset {name!r}", "preset",
                           f"presets are {', '.join(PRESETS)}") from None
 
 

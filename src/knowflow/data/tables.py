@@ -43,13 +43,13 @@ def parse_fields(text: str | None) -> dict[str, str]:
     for part in text.split(","):
         key, sep, column = (s.strip() for s in part.partition("="))
         if not sep or not key or not column:
-            raise ConfigError(f"{part.strip()!r} is not FIELD=COLUMN", "--fields",
+            raise ConfigError(f"{part.strip()!r} is not FIELD=COLUMN", "fields",
                               "give e.g. context=sub_context,answer=sub_answer")
         if key not in FIELD_NAMES:
-            raise ConfigError(f"unknown field {key!r}", "--fields",
+            raise ConfigError(f"unknown field {key!r}", "fields",
                               f"fields are {', '.join(FIELD_NAMES)}")
         if key in out:
-            raise ConfigError(f"field {key!r} is mapped twice", "--fields")
+            raise ConfigError(f"field {key!r} is mapped twice", "fields")
         out[key] = column
     return out
 

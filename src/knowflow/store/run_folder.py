@@ -13,7 +13,9 @@ the checkpoint for experiments made of independent parts: each finished part is 
 atomically, and on resume it is loaded instead of recomputed.
 
 `Progress` is the one callback type of long-running library code: `progress(done, total,
-stage)`.
+stage)`. `OutOptions` and `ResumeOptions` are where a command writes its run (`--out`,
+`--runs-dir`) or which run it continues (`--resume`, `--run-dir`); `OutFile` a command that
+writes files, not a run folder.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from knowflow.config import option
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
 from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 from knowflow.store.identity import (
@@ -52,6 +55,54 @@ class Progress(Protocol):
     optional `stage`."""
 
     def __call__(self, done: int, total: int, stage: str = "") -> None: ...
+
+
+RUNS_HELP = "Where run directories go."
+
+
+@dataclass(frozen=True)
+class OutOptions:
+    """Where a command writes its run: `out`, or a fresh RUNS_DIR/COMMAND/TIMESTAMP."""
+
+    out: Path | None = option(None, "Output folder (default: RUNS_DIR/COMMAND/TIMESTAMP).")
+    runs_dir: Path = option(Path("runs"), RUNS_HELP)
+
+
+@dataclass(frozen=True)
+class ResumeOptions:
+    """Where an experiment's runs go, and the unfinished one `--resume` continues."""
+
+    runs_dir: Path = option(Path("runs"), RUNS_HELP)
+    resume: bool = option(False, "Continue the newest unfinished run of this experiment (or "
+                                 "the one --run-dir names).")
+    run_dir: Path | None = option(None, "With --resume: the run directory to continue.")
+
+    def validate(self) -> None:
+        if self.run_dir is not None and not self.resume:
+            raise ConfigError("only works with --resume", "run_dir",
+                              "add --resume to continue that run, or drop --run-dir")
+
+    @property
+    def target(self) -> bool | Path:
+        """`run_experiment`'s `resume`: False, True (the newest unfinished run) or the run."""
+        return (self.run_dir or True) if self.resume else False
+
+
+@dataclass(frozen=True)
+class OutFile:
+    """The file a command writes (never a folder, an input or another's output)."""
+
+    out: Path = option(help="The JSONL file to write (curate: the rows kept, with "
+                            "OUT.scores.jsonl and OUT.png beside it; augment: the rows and "
+                            "their counterfactual copies).")
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """Where `knowflow report` writes its page."""
+
+    out: Path | None = option(None, "Output file (default: RUN_DIR/report.html for one run, "
+                                    "./report.html for many).")
 
 
 def new_run_name(runs_dir: Path, experiment: str) -> Path:

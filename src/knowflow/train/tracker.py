@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from knowflow.config import option
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import is_hub
 from knowflow.data.loaders import load_items as read_items
@@ -132,17 +133,23 @@ def tracked_items(entries: Sequence[str | Path], fields: Mapping[str, str] | str
 
 @dataclass(frozen=True)
 class TrackerConfig:
-    suites: tuple[str, ...] = ("cf-capitals", "cf-world")  # suite names and/or data files
-    fields: str = ""                 # the data files' columns: context=COL,answer=COL,...
-    preset: str = ""                 # the data files' published layout (e.g. nq-swap)
-    every: int = 20                  # evaluate every N optimizer steps (and at 0 and the end)
-    limit: int | None = 32           # items per suite (a seeded sample); None: all
-    prompt_format: str = "auto"      # render as the training data is rendered
+    suites: tuple[str, ...] = option(("cf-capitals", "cf-world"), "What to track, "
+                                     "comma-separated: built-in suites and/or data files (any "
+                                     "file eval --data reads).", flag="track")
+    fields: str = option("", "The tracked files' columns: context=COL,question=COL,answer=COL,"
+                             "memory_answer=COL (as eval --fields).")
+    preset: str = option("", "The tracked files' published layout (as eval --preset: "
+                             "nq-swap, conflictqa, ...).")
+    every: int = option(20, "Evaluate every N steps.")  # optimizer steps (and at 0, the end)
+    limit: int | None = option(32, "Tracked items per suite.")  # a seeded sample; None: all
+    prompt_format: str = option("auto", flag="prompt_format")  # as the training data
     scoring: str = "loglik"          # "loglik" (cheap, FSDP-safe), "generate" or "both"
     attention: bool = True           # attention mass on the context
     batch_size: int = 16
-    keep_peak: bool = False          # save the model at each new peak to <out_dir>/peak
-    stop_drop: float | None = None   # stop once cf accuracy falls this far below its peak
+    keep_peak: bool = option(False, "Save the model at the peak of counterfactual accuracy.",
+                             flag="keep_peak")  # to <out_dir>/peak
+    stop_drop: float | None = option(None, "Stop when cf accuracy falls this far below its "
+                                           "peak.", flag="stop_drop")
     seed: int = 0
     dtype: str = "auto"              # evaluation precision: auto (bfloat16 autocast where the
                                      # device multiplies bf16 natively, about 2x faster on such
@@ -189,7 +196,9 @@ class RelianceTracker(EvalCallback):
         cfg.validate()
         super().__init__(self.measure, cfg.every, out_dir)
         self.tokenizer, self.cfg = tokenizer, cfg
-        self.items = by_suite(items) if items is not None else \
+        # items given are sampled to `limit` per suite as the tracked suites and files are
+        self.items = {suite: sample(its, cfg.limit, cfg.seed, suite)
+                      for suite, its in by_suite(items).items()} if items is not None else \
             tracked_items(cfg.suites, cfg.fields, cfg.limit, cfg.seed, cfg.preset or None)
         if not any(self.items.values()):
             raise ConfigError("no evaluation items", "track.suites")
