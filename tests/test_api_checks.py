@@ -49,10 +49,22 @@ def meta_model(tok):
      "renamed to holdout"),
     (lambda m, t: knowflow.probe(m, tokenizer=t, sources=("last",)), "sources",
      "renamed to source"),
+    # a str where a ModelSource goes, rows of ints, a generator, a dict for a config
+    (lambda m, t: knowflow.load_model("x", source="main"), "source", "got str 'main'"),
+    (lambda m, t: knowflow.evaluate(m, [1, 2], tokenizer=t), "data",
+     "item 0 is int 1, not a suite name, a data file or a ConflictItem"),
+    (lambda m, t: knowflow.explain(m, [1, 2], tokenizer=t), "data", "item 0 is int 1"),
+    (lambda m, t: knowflow.probe(m, [1, 2], kind="heads", tokenizer=t), "data",
+     "item 0 is int 1"),
+    (lambda m, t: knowflow.evaluate(m, iter([]), tokenizer=t), "data", "got list_iterator"),
+    (lambda m, t: knowflow.evaluate(m, SUITE, tokenizer=t, config={"limit": 1}), "config",
+     "expected a EvalConfig, got a dict"),
 ], ids=["evaluate-data", "probe-data", "curate-data", "augment-data", "explain-data",
         "explain-question", "finetune-data", "evaluate-model", "no-tokenizer", "bad-tokenizer",
         "fields-type", "fields-text", "probe-limit", "load_model", "load_items",
-        "out_dir", "probe-out_dir", "runs_root", "n_ablations", "n_holdout", "sources"])
+        "out_dir", "probe-out_dir", "runs_root", "n_ablations", "n_holdout", "sources",
+        "source-str", "evaluate-int-rows", "explain-int-rows", "heads-int-rows", "generator",
+        "dict-config"])
 def test_wrong_arguments_are_one_config_error(call, field, fragment, tiny_lm, tok):
     with pytest.raises(knowflow.ConfigError) as err:
         call(tiny_lm, tok)

@@ -229,14 +229,12 @@ def test_heads_items_from_any_form_of_data(tmp_path):
     assert conflict_items(items) == items
     with pytest.raises(ConfigError, match="'data': expected a suite name, a data file"):
         conflict_items(5)
-    with pytest.raises(ConfigError, match="holds a dict, not a ConflictItem"):
+    with pytest.raises(ConfigError, match="item 0 is dict .*, not a ConflictItem"):
         conflict_items(rows)
     with pytest.raises(DataError, match="no such file"):
         conflict_items(Path(tmp_path / "missing.jsonl"))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="knowflow.api.probe_examples lists "
-                   "the heads data itself; conflict_items is the library function to call")
 def test_the_heads_probe_takes_a_path(tiny_model_dir, tmp_path):
     from pathlib import Path
 
@@ -244,5 +242,5 @@ def test_the_heads_probe_takes_a_path(tiny_model_dir, tmp_path):
     path.write_text('{"context": "Zorb is the capital of Land.", "question": "What is the '
                     'capital of Land?", "answer": "Zorb", "memory_answer": "Paris"}\n')
     result = knowflow.probe(str(tiny_model_dir), Path(path), kind="heads", limit=1,
-                            ablations=("zero",), rank_by="zero", out_dir=tmp_path / "out")
+                            ablations=("zero",), rank_by="zero", out=tmp_path / "out")
     assert result.summary["n_examples"] == 1

@@ -131,6 +131,10 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
              ) -> tuple[Path | str, Path | None, ModelSource]:
     """(the weights to load: a folder or a hub id, a LoRA adapter folder or None, the source
     the weights load with), after the checks `check_model` makes."""
+    if not isinstance(source, ModelSource):  # e.g. source="main" for revision="main"
+        raise ConfigError(f"expected a ModelSource, got {type(source).__name__} "
+                          f"{source!r:.60}", "source",
+                          "give ModelSource(revision=..., trust_remote_code=..., offline=...)")
     source.validate()
     if not isinstance(name, (str, Path)):
         raise ConfigError(f"expected a hub id or a local folder, got {type(name).__name__} "

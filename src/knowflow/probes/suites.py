@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from knowflow.data.facts import ConflictItem
-from knowflow.data.hub import is_hub
-from knowflow.data.loaders import load_items_checked
+from knowflow.data.loaders import items_in_memory, load_items_checked
 from knowflow.data.prompts import PromptConfig, render
-from knowflow.data.suites import get_suite, sample
-from knowflow.errors import ConfigError, KnowflowError
+from knowflow.data.suites import get_suite, list_suites, sample
+from knowflow.errors import KnowflowError
 from knowflow.probes.examples import ProbeExample, find_text
 
 HEADS_DEFAULT = "cf-capitals"
@@ -30,21 +29,14 @@ def conflict_items(data=None, limit: int | None = None, seed: int = 0) -> list[C
     seeded sample of a file or of each suite, then the first `limit`). Anything else is a
     `ConfigError` naming `data`."""
     data = HEADS_DEFAULT if data is None else data
-    if isinstance(data, Path) or isinstance(data, str) and (is_hub(data) or Path(data).exists()):
+    names = data.split(",") if isinstance(data, str) else ()
+    if isinstance(data, Path) or names and not all(n.strip() in list_suites() for n in names):
         items, _ = load_items_checked(data)
         items = sample(items, limit, seed, items[0].suite)
     elif isinstance(data, str):
         items = [it for name in data.split(",") for it in get_suite(name.strip(), seed, limit)]
     else:
-        try:
-            items = list(data)
-        except TypeError:
-            raise ConfigError(f"expected a suite name, a data file or conflict items, got "
-                              f"{type(data).__name__} {data!r:.60}", "data") from None
-        bad = next((it for it in items if not isinstance(it, ConflictItem)), None)
-        if bad is not None:
-            raise ConfigError(f"holds a {type(bad).__name__}, not a ConflictItem", "data",
-                              "give knowflow.load_items(path), a data file or a suite name")
+        items = items_in_memory(data)
     return items[:limit] if limit else items
 
 
