@@ -173,3 +173,31 @@ def test_run_files_of_the_wrong_kind_are_refused_before_a_resume_works(tmp_path,
         check_run_files(run, resume=True)
     assert str(err.value).startswith(f"{run / where}: {what}")
     assert f"--resume --run-dir {run}" in str(err.value)
+
+
+def test_a_hub_dataset_cache_entry_on_a_full_disk_leaves_no_partial_entry(tmp_path,
+                                                                         monkeypatch):
+    """`lay_out_hub_dataset` (what a hub download leaves in the datasets cache): a full disk
+    at its second file left the first in the cache, an entry `datasets` would read; now the
+    entry is staged, and neither it nor the cache folders made for it remain."""
+    pytest.importorskip("datasets")
+    from knowflow.data.hub_cache import lay_out_hub_dataset
+
+    rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(3)]
+    real, count = files.fill, [0]
+
+    def fill(fd: int, data: bytes, path: Path) -> None:
+        count[0] += 1
+        if count[0] == 2:
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(fd, data, path)
+
+    monkeypatch.setattr(files, "fill", fill)
+    with pytest.raises(OSError) as err:
+        lay_out_hub_dataset(tmp_path / "hf", "org/name", rows)
+    assert err.value.errno == errno.ENOSPC and count[0] == 2
+    assert not (tmp_path / "hf").exists()
+    monkeypatch.setattr(files, "fill", real)
+    entry = lay_out_hub_dataset(tmp_path / "hf", "org/name", rows)
+    assert sorted(p.name for p in entry.iterdir()) == ["dataset_info.json", "name-test.arrow"]
