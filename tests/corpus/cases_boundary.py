@@ -124,6 +124,9 @@ BOUNDARY_CASES = [
     # a full disk while drawing a tracker folder's figure: no figures/ folder left behind
     C("report fx/trk", 2, "fx/trk/figures/reliance.png: no space left on the device",
       fault=("enospc", 1)),
+    # ... and at its page, once the figure is drawn: the figure is taken back
+    C("report fx/trk", 2, "fx/trk/report.html: no space left on the device",
+      fault=("enospc", 2)),
     # ... and `--resume`
     C("run cpi-toy --resume --run-dir fx/bprog/cpi-toy/1", 2,
       "run.json: field 'in_progress': must be true or false, got \"yes\""),

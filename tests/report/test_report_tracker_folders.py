@@ -81,6 +81,29 @@ def test_report_one_tracker_folder(tmp_path):
     assert 'id="overlay"' not in page  # one run: nothing to overlay
 
 
+def test_a_page_not_written_takes_back_the_curves_drawn_for_it(tmp_path, monkeypatch):
+    """A full disk at report.html, once reliance.png is drawn: the folder holds its
+    metrics.jsonl alone again (figures/ was left behind), the one line names the page."""
+    import errno
+    import os
+
+    import knowflow.store.files as files
+
+    folder = _folder(tmp_path, "my-sft", RISE_FALL)
+    real = files.fill
+
+    def fill(fd: int, data: bytes, path: Path) -> None:
+        if path.name.startswith("report.html"):
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(fd, data, path)
+
+    monkeypatch.setattr(files, "fill", fill)
+    res = runner.invoke(app, ["report", str(folder)])
+    assert res.exit_code == 2 and "report.html: no space left on the device" in res.output
+    assert sorted(p.name for p in folder.iterdir()) == ["metrics.jsonl"]
+
+
 def test_report_overlays_several_folders(tmp_path, drawn):
     a, b = _folder(tmp_path, "lora", RISE_FALL), _folder(tmp_path, "full", STEADY)
     out = tmp_path / "both.html"
