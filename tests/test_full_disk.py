@@ -201,3 +201,17 @@ def test_a_hub_dataset_cache_entry_on_a_full_disk_leaves_no_partial_entry(tmp_pa
     monkeypatch.setattr(files, "fill", real)
     entry = lay_out_hub_dataset(tmp_path / "hf", "org/name", rows)
     assert sorted(p.name for p in entry.iterdir()) == ["dataset_info.json", "name-test.arrow"]
+
+
+def test_a_learned_estimator_on_a_full_disk_leaves_no_cache_folders(tmp_path, monkeypatch):
+    """`explain fit`'s estimator ($KNOWFLOW_CACHE/models/<model>.explain-learned.json): a full
+    disk at its write left the cache folders made for it (save_estimator made them itself)."""
+    from knowflow.explanation.estimator import Estimator, save_estimator
+
+    monkeypatch.setenv("KNOWFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(files, "fill", lambda fd, data, path: os.close(fd) or _no_space())
+    with pytest.raises(OSError) as err:
+        save_estimator(Estimator((0.5,), 1, 1), "org/m")
+    assert err.value.errno == errno.ENOSPC and err.value.filename.endswith(
+        "org--m.explain-learned.json")
+    assert list(tmp_path.iterdir()) == []

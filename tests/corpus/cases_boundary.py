@@ -127,6 +127,10 @@ BOUNDARY_CASES = [
     # ... and at its page, once the figure is drawn: the figure is taken back
     C("report fx/trk", 2, "fx/trk/report.html: no space left on the device",
       fault=("enospc", 2)),
+    # a full disk at `explain fit`'s estimator: no cache folders left
+    C("explain fit --model {model} --contexts 4 --ablations 8", 2,
+      "cache/models/tiny-model0.explain-learned.json: no space left on the device",
+      fault=("enospc", 1), env=(("KNOWFLOW_CACHE", "cache"),)),
     # ... and `--resume`
     C("run cpi-toy --resume --run-dir fx/bprog/cpi-toy/1", 2,
       "run.json: field 'in_progress': must be true or false, got \"yes\""),

@@ -50,6 +50,11 @@ def write_valid(root: Path) -> None:
     }
     files.update(_answer_text_files(items))
     # a RelianceTracker folder whose last step is the largest a step may be (2**53)
+    # a tracker folder reported before: its figure and page are drawn again
+    files["trkagain/metrics.jsonl"] = _crlf([{"step": 0, "cf_acc": 0.3, "n": 8},
+                                             {"step": 10, "cf_acc": 0.5, "n": 8}])
+    files["trkagain/figures/reliance.png"] = "an earlier drawing"
+    files["trkagain/report.html"] = "<p>an earlier page</p>"
     files["trkmax/metrics.jsonl"] = _crlf([{"step": 0, "cf_acc": 0.3, "n": 8},
                                            {"step": 2**53, "cf_acc": 0.5, "n": 8}])
     for name, text in files.items():
@@ -94,6 +99,7 @@ VALID = [
     # near-misses of refused numbers: the largest step a tracker record may hold, the
     # largest W_KQ entry ocr-toy takes
     Case("report trkmax", 0, "report: trkmax/report.html"),
+    Case("report trkagain", 0, "report: trkagain/report.html"),
     Case("run ocr-toy --set model.kq_init=1000 --set seeds=[0] --set train.steps=2 "
          "--set train.eval_every=1 --runs-dir runs", 0, "report.html"),
     # near-misses of the broken model folders (`corpus.cases.MODEL_CASES`): special tokens
