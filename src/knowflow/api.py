@@ -366,8 +366,8 @@ def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
     (metrics.jsonl, no config.json) gets its curves drawn first. Every folder and the page's
     path are checked before anything is written; a page not written takes back the curves
     drawn for it. Returns (the page, {folder: what it ran on (where it says) and its verdict,
-    as the page's first lines give them})."""
-    run_dirs = [Path(d) for d in run_dirs]
+    as the page's first lines give them}). One folder may be given as itself."""
+    run_dirs = _run_dirs(run_dirs)
     target = Path(out) if out is not None else \
         (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
     trackers = [d for d in run_dirs if d.is_dir() and not (d / CONFIG).exists()]
@@ -389,6 +389,17 @@ def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
     views = [load_run(d) for d in run_dirs]
     return page, {d: (f"({v.about}) " if v.about else "") + v.verdict
                   for d, v in zip(run_dirs, views, strict=True)}
+
+
+def _run_dirs(given) -> list[Path]:
+    """`report_runs`' folders: a path is one folder (not its characters), a list its
+    folders; anything else, or none, a `ConfigError` naming run_dirs."""
+    dirs = [given] if isinstance(given, (str, Path)) else given
+    if not isinstance(dirs, (list, tuple)) or not dirs or \
+            not all(isinstance(d, (str, Path)) for d in dirs):
+        raise ConfigError(f"expected a run folder or a list of them, got "
+                          f"{type(given).__name__} {given!r:.60}", "run_dirs")
+    return [Path(d) for d in dirs]
 
 
 # ---- finetune ---------------------------------------------------------------------------
