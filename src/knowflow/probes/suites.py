@@ -25,9 +25,9 @@ def conflict_items(data=None, limit: int | None = None, seed: int = 0) -> list[C
     """The knowledge-conflict items a heads probe runs on, from what `data` is: None (the
     cf-capitals suite), built-in suite names ("cf-capitals,cf-bio"), a data file as a `str`
     or a `pathlib.Path` (any file `knowflow eval --data` reads, or `hf:ORG/NAME`), or items in
-    memory (`ConflictItem`s, e.g. `knowflow.load_items(path)`); at most `limit` of them (a
-    seeded sample of a file or of each suite, then the first `limit`). Anything else is a
-    `ConfigError` naming `data`."""
+    memory (`ConflictItem`s, e.g. `knowflow.load_items(path)`); `limit`: a seeded sample of
+    that many from a file and from each suite, the first that many of items in memory.
+    Anything else is a `ConfigError` naming `data`."""
     data = HEADS_DEFAULT if data is None else data
     names = data.split(",") if isinstance(data, str) else ()
     if isinstance(data, Path) or names and not all(n.strip() in list_suites() for n in names):
@@ -37,7 +37,8 @@ def conflict_items(data=None, limit: int | None = None, seed: int = 0) -> list[C
         items = [it for name in data.split(",") for it in get_suite(name.strip(), seed, limit)]
     else:
         items = items_in_memory(data)
-    return items[:limit] if limit else items
+        items = items[:limit] if limit else items
+    return items
 
 
 def suite_examples(name: str, tokenizer, with_context: bool, prompt_format: str = "plain",
