@@ -49,10 +49,24 @@ def meta_model(tok):
      "renamed to holdout"),
     (lambda m, t: knowflow.probe(m, tokenizer=t, sources=("last",)), "sources",
      "renamed to source"),
+    # a str where a ModelSource goes, rows of ints, a generator, a dict for a config
+    (lambda m, t: knowflow.load_model("x", source="main"), "source", "got str 'main'"),
+    (lambda m, t: knowflow.evaluate(m, [1, 2], tokenizer=t), "data",
+     "item 0 is int 1, not a suite name, a data file or a ConflictItem"),
+    (lambda m, t: knowflow.explain(m, [1, 2], tokenizer=t), "data", "item 0 is int 1"),
+    (lambda m, t: knowflow.probe(m, [1, 2], kind="heads", tokenizer=t), "data",
+     "item 0 is int 1"),
+    (lambda m, t: knowflow.evaluate(m, iter([]), tokenizer=t), "data", "got list_iterator"),
+    (lambda m, t: knowflow.evaluate(m, SUITE, tokenizer=t, config={"limit": 1}), "config",
+     "expected a EvalConfig, got a dict"),
+    (lambda m, t: knowflow.api.report_runs(5), "run_dirs", "got int 5"),
+    (lambda m, t: knowflow.api.report_runs([]), "run_dirs", "got list []"),
 ], ids=["evaluate-data", "probe-data", "curate-data", "augment-data", "explain-data",
         "explain-question", "finetune-data", "evaluate-model", "no-tokenizer", "bad-tokenizer",
         "fields-type", "fields-text", "probe-limit", "load_model", "load_items",
-        "out_dir", "probe-out_dir", "runs_root", "n_ablations", "n_holdout", "sources"])
+        "out_dir", "probe-out_dir", "runs_root", "n_ablations", "n_holdout", "sources",
+        "source-str", "evaluate-int-rows", "explain-int-rows", "heads-int-rows", "generator",
+        "dict-config", "report-int", "report-none"])
 def test_wrong_arguments_are_one_config_error(call, field, fragment, tiny_lm, tok):
     with pytest.raises(knowflow.ConfigError) as err:
         call(tiny_lm, tok)
@@ -78,3 +92,13 @@ def test_result_load_and_run_experiment_refuse_arguments_of_the_wrong_type():
         knowflow.run_experiment("cpi-toy", overrides=5)
     with pytest.raises(ConfigError, match="key=value"):
         knowflow.run_experiment("cpi-toy", overrides=[5])
+
+
+def test_report_runs_takes_one_folder_as_itself(tmp_path):
+    """report_runs("folder") read the path's characters as folders ("f", "o", ...)."""
+    folder = tmp_path / "trk"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text('{"step": 0, "cf_acc": 0.3, "n": 8}\n'
+                                          '{"step": 10, "cf_acc": 0.5, "n": 8}\n')
+    page, verdicts = knowflow.api.report_runs(str(folder))
+    assert page == folder / "report.html" and list(verdicts) == [folder]

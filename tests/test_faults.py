@@ -123,3 +123,43 @@ def test_what_a_killed_process_left_is_swept_and_nothing_else(tmp_path):
     assert (mine / "todo.txt").read_text() == "mine" and live.is_dir()
     publish(live, tmp_path / "other")
     assert (tmp_path / "other").is_dir() and not live.exists()
+
+
+def _full_disk(fd: int, data: bytes, path) -> None:
+    import errno
+    import os
+
+    os.close(fd)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_failed_write_takes_back_the_folders_made_for_it(tmp_path, monkeypatch):
+    """A figure the full disk refused leaves no `figures/` behind (alone, or in a group)."""
+    import knowflow.store.files as files
+
+    (tmp_path / "kept").mkdir()
+    monkeypatch.setattr(files, "fill", _full_disk)
+    with pytest.raises(OSError) as err:
+        files.atomic_write_bytes(tmp_path / "figures" / "deep" / "a.png", b"png")
+    assert err.value.filename == str(tmp_path / "figures" / "deep" / "a.png")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError), file_group():
+        atomic_write_text(tmp_path / "figures" / "a.png", "a")
+        atomic_write_text(tmp_path / "figures" / "more" / "b.png", "b")
+        atomic_write_text(tmp_path / "kept" / "c.png", "c")
+        raise RuntimeError("the page failed")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept"]
+
+
+def test_report_on_a_tracker_folder_with_a_full_disk_leaves_it_as_it_was(tmp_path):
+    folder = tmp_path / "tracked"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": 10 * i, "cf_acc": cf, "n": 16}) + "\n"
+        for i, cf in enumerate([0.3, 0.6, 0.35])))
+    before = fm.snapshot(tmp_path)
+    with fm.inject("enospc", 1):  # the figure
+        res = fm.invoke(["report", str(folder)])
+    assert res.exit_code == 2 and "no space left on the device" in res.output
+    assert fm.snapshot(tmp_path) == before  # no figures/ folder left

@@ -1,6 +1,8 @@
 """Fault injection over every writing command: nothing is ever half-written.
 
-For each command (eval, probe, explain, run, sft, curate, augment, export, report), each fault
+For each command (eval, probe, explain, run, sft, curate, augment, export, report; report on a
+RelianceTracker's folder, `explain fit`'s estimator in the model cache, and a hub dataset's
+entry in the datasets cache, `knowflow.data.hub_cache`, run as a function), each fault
 (ENOSPC, an exception, SIGTERM) and each of the first N writes through `knowflow.store.files`
 (all of them with --n 0), the command runs in-process (typer's CliRunner) with the fault injected at
 that write: `knowflow.store.files.fill`, the one function that writes output bytes, is patched to
@@ -46,9 +48,12 @@ class Command(NamedTuple):
     records: str
     resume: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()  # record fields that a resume legitimately changes
+    inputs: tuple[str, ...] = ("items.jsonl", "train.jsonl", "context.txt")  # from setup()
+    env: tuple[tuple[str, str], ...] = ()  # environment variables ({root}: the cell's folder)
 
 
 SFT_SET = ("--set", "sft.save_every=2", "--set", "sft.save_limit=null")
+HUB_CACHE = "lay_out_hub_dataset"  # argv[0] of the writer run as a function, not a command
 COMMANDS: dict[str, Command] = {
     "eval": Command(("eval", "--model", "{model}", "--data", "{root}/items.jsonl", "--out",
                      "{root}/out", "--scoring", "loglik", "--batch-size", "4"),
@@ -75,6 +80,18 @@ COMMANDS: dict[str, Command] = {
                        "{root}/tasks", "--prompt-format", "plain"), "tasks", "tasks"),
     "report": Command(("report", "{root}/ran", "--out", "{root}/page.html"), "page.html",
                       "page.html"),
+    # a RelianceTracker's folder (metrics.jsonl alone): report draws figures/ into it and
+    # writes its report.html; a fault leaves it holding its metrics.jsonl alone
+    "report-tracker": Command(("report", "{root}/trk"), "trk", "report.html",
+                              inputs=("trk",)),
+    # the learned estimator, written into the model cache ($KNOWFLOW_CACHE/models/)
+    "explain-fit": Command(("explain", "fit", "--model", "{model}", "--contexts", "4",
+                            "--ablations", "8"), "cache", "models",
+                           env=(("KNOWFLOW_CACHE", "{root}/cache"),)),
+    # a hub dataset's entry in the datasets cache (what a download leaves there; tests and
+    # demos lay one out with knowflow.data.hub_cache), a writer with no command of its own
+    "hub-cache": Command((HUB_CACHE, "{root}/hf"), "hf",
+                         "datasets/org___name/default/0.0.0/" + "0" * 16),
 }
 # what each --out command finds at its target before the faulted run: its own earlier output
 REWRITES = ("eval", "probe", "explain", "curate", "augment", "export", "report")
@@ -112,16 +129,57 @@ def inject(fault: str | None, at: int):
         kio.fill = real
 
 
-def invoke(argv: list[str]):
+class Ran(NamedTuple):
+    exit_code: int
+    output: str
+
+
+def invoke(argv: list[str], env: dict[str, str] | None = None):
+    """Run a command in-process (CliRunner), or the hub cache writer as a function: exit 0,
+    2 for an OSError or an exception, 143 for SIGTERM, as the CLI's boundary would end it."""
+    if argv[0] == HUB_CACHE:
+        return _lay_out(Path(argv[1]))
     from typer.testing import CliRunner
 
     from knowflow.cli import app
 
-    return CliRunner().invoke(app, argv)
+    return CliRunner().invoke(app, argv, env=env)
+
+
+def _lay_out(hf_home: Path) -> Ran:
+    from knowflow.data.hub_cache import lay_out_hub_dataset
+    from knowflow.errors import Terminated
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(3)]
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        lay_out_hub_dataset(hf_home, "org/name", {"train": rows[:2], "test": rows})
+        return Ran(0, "")
+    except Terminated:
+        return Ran(143, "terminated")
+    except (OSError, Injected) as exc:
+        return Ran(2, f"error: {exc}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def fill_args(argv, **values) -> list[str]:
     return [a.format(**values) for a in argv]
+
+
+def fill_env(cmd: Command, root: Path) -> dict[str, str]:
+    return {name: value.format(root=root) for name, value in cmd.env}
+
+
+def copy_inputs(base: Path, root: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        if (base / name).is_dir():
+            shutil.copytree(base / name, root / name)
+        else:
+            shutil.copy2(base / name, root / name)
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -165,6 +223,10 @@ def setup(base: Path) -> Path:
     (base / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
     (base / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (base / "context.txt").write_text("Paris is in France. The sky is blue. Rome is in Italy.\n")
+    (base / "trk").mkdir()
+    (base / "trk" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "cf_acc": acc, "n": 8}) + "\n"
+        for step, acc in ((0, 0.3), (10, 0.6), (20, 0.4))))
     return base / "model"
 
 
@@ -178,8 +240,7 @@ class Matrix:
 
     def workspace(self, name: str, where: Path) -> Path:
         root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=where))
-        for item in ("items.jsonl", "train.jsonl", "context.txt"):
-            shutil.copy2(self.base / item, root / item)
+        copy_inputs(self.base, root, COMMANDS[name].inputs)
         if name == "report":  # its input: a finished eval run
             shutil.copytree(self.ref(where, "eval")[0] / "out", root / "ran")
         if name in REWRITES:  # an earlier complete output of the same command
@@ -194,13 +255,13 @@ class Matrix:
         """(folder, writes, records) of an uninterrupted run of `name`."""
         if name not in self.reference:
             root = Path(tempfile.mkdtemp(prefix=f"ref-{name}-", dir=where))
-            for item in ("items.jsonl", "train.jsonl", "context.txt"):
-                shutil.copy2(self.base / item, root / item)
+            cmd = COMMANDS[name]
+            copy_inputs(self.base, root, cmd.inputs)
             if name == "report":
                 shutil.copytree(self.ref(where, "eval")[0] / "out", root / "ran")
-            cmd = COMMANDS[name]
             with inject(None, 0) as count:
-                res = invoke(fill_args(cmd.argv, root=root, model=self.model))
+                res = invoke(fill_args(cmd.argv, root=root, model=self.model),
+                             fill_env(cmd, root))
             assert res.exit_code == 0, f"{name}: {res.output}"
             self.reference[name] = (root, count[0], records(self.output(root, cmd), cmd.ignore))
         return self.reference[name]
@@ -222,7 +283,7 @@ class Matrix:
         root = self.workspace(name, where)
         before = snapshot(root)
         with inject(fault, at) as count:
-            res = invoke(fill_args(cmd.argv, root=root, model=self.model))
+            res = invoke(fill_args(cmd.argv, root=root, model=self.model), fill_env(cmd, root))
         outcome = "no-fault" if count[0] < at else self.judge(root, before, cmd, expected) \
             if res.exit_code != 0 else "exit 0 despite the fault"
         self.rows.append((name, fault, at, res.exit_code, outcome))

@@ -15,8 +15,8 @@ to appear on disk; one before it waits for the checkpoint before N (or, for the 
 step-0 tracker record) and then for the reference gap less the offset. It records the newest
 checkpoint on disk, resumes with `knowflow sft --resume --runs-dir R`, and compares the final
 step (summary.json) and the records (every field but the timings) with the reference. A run
-killed before its first checkpoint keeps nothing (its staged folder is removed or left
-hidden), so there is nothing to resume: the table says so.
+killed before its first checkpoint keeps nothing to resume: SIGTERM removes its staged folder,
+SIGKILL leaves it hidden and the resume removes it and says so; the table says which.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ from knowflow.report.finish import finish_eval, finish_probe
 from knowflow.report.html import load_run, write_report
 from knowflow.report.tracker_run import read_tracker_records, tracker_figure
 from knowflow.store.checks import check_run_folders
-from knowflow.store.files import atomic_write_jsonl, file_group
+from knowflow.store.files import atomic_write_jsonl, file_group, remove_made
 from knowflow.store.identity import CONFIG
 from knowflow.store.outputs import check_out_dir, check_out_files
 from knowflow.store.result import Result
@@ -364,21 +364,42 @@ def report_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None
     """One self-contained report.html of `run_dirs` (`knowflow report`; default: RUN_DIR/
     report.html for one run, ./report.html for many). A folder a RelianceTracker wrote
     (metrics.jsonl, no config.json) gets its curves drawn first. Every folder and the page's
-    path are checked before anything is written. Returns (the page, {folder: what it ran on
-    (where it says) and its verdict, as the page's first lines give them})."""
-    run_dirs = [Path(d) for d in run_dirs]
+    path are checked before anything is written; a page not written takes back the curves
+    drawn for it. Returns (the page, {folder: what it ran on (where it says) and its verdict,
+    as the page's first lines give them}). One folder may be given as itself."""
+    run_dirs = _run_dirs(run_dirs)
     target = Path(out) if out is not None else \
         (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
     trackers = [d for d in run_dirs if d.is_dir() and not (d / CONFIG).exists()]
     check_run_folders([d for d in run_dirs if d not in trackers])
     records = {d: read_tracker_records(d) for d in trackers}  # every folder checked first
     check_out_files({"report": target})
-    for folder, recs in records.items():
-        tracker_figure(folder, recs)
-    page = write_report(run_dirs, target)
+    figures = [folder / "figures" / "reliance.png" for folder in records]
+    new = [(png, png.parent.exists()) for png in figures if not png.exists()]
+    try:
+        for folder, recs in records.items():
+            tracker_figure(folder, recs)
+        page = write_report(run_dirs, target)
+    except BaseException:  # the figures drawn for a page that was not written: taken back
+        for png, had_folder in new:
+            png.unlink(missing_ok=True)
+            if not had_folder:
+                remove_made([png.parent])
+        raise
     views = [load_run(d) for d in run_dirs]
     return page, {d: (f"({v.about}) " if v.about else "") + v.verdict
                   for d, v in zip(run_dirs, views, strict=True)}
+
+
+def _run_dirs(given) -> list[Path]:
+    """`report_runs`' folders: a path is one folder (not its characters), a list its
+    folders; anything else, or none, a `ConfigError` naming run_dirs."""
+    dirs = [given] if isinstance(given, (str, Path)) else given
+    if not isinstance(dirs, (list, tuple)) or not dirs or \
+            not all(isinstance(d, (str, Path)) for d in dirs):
+        raise ConfigError(f"expected a run folder or a list of them, got "
+                          f"{type(given).__name__} {given!r:.60}", "run_dirs")
+    return [Path(d) for d in dirs]
 
 
 # ---- finetune ---------------------------------------------------------------------------

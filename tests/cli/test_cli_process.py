@@ -13,8 +13,9 @@ import pytest
 
 
 def knowflow(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kw}
     return subprocess.run([str(Path(sys.executable).parent / "knowflow"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, **kw)
+                          text=True, timeout=300, **streams)
 
 
 def test_bad_input_exits_2_with_one_line_and_no_traceback(tmp_path):
@@ -101,3 +102,26 @@ def test_ascii_only_output_still_finishes_with_exit_0(tmp_path, tiny_model_dir):
     assert res.returncode == 0, res.stderr
     assert "r\\xe9sum\\xe9" in res.stdout
     assert (tmp_path / "résumé" / "summary.json").is_file()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`knowflow list | head -1`: the pipe's reader gone before the table is written is exit
+    141 (as SIGPIPE), nothing on stderr; it was exit 1, the code of an internal error."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        res = knowflow("list", cwd=tmp_path, stdout=write)
+    finally:
+        os.close(write)
+    assert res.returncode == 141 and res.stderr == "", res.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_full_device_for_the_output_is_one_line_naming_it(tmp_path):
+    """`knowflow list > /dev/full`: one line naming standard output (not 'file system')."""
+    with open("/dev/full", "w") as full:
+        res = knowflow("list", cwd=tmp_path, stdout=full)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: standard output: no space left on the device; send the output elsewhere (a "
+        "file on a disk with room, or a pipe)"]

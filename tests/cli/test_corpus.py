@@ -1,6 +1,7 @@
 """The bad-input corpus (tests/corpus/cases.py): every case exits with its code and message,
 in one `error:` line, with no traceback, and leaves its folder exactly as it was."""
 
+import contextlib
 import shlex
 from pathlib import Path
 
@@ -12,15 +13,20 @@ from corpus.cases import CASES
 from corpus.cases_boundary import BOUNDARY_CASES, write_boundary_files
 from corpus.files import write_inputs, write_runs
 from corpus.valid import VALID, write_valid
+from helpers import load_benchmark
 from knowflow.cli import app
 
 runner = CliRunner()
 ALL_CASES = CASES + BOUNDARY_CASES
+faults = load_benchmark("faults/fault_matrix")
 
 
-def _snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under `root` with its kind, size and modification time."""
-    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+def _snapshot(root: Path, folder_times: bool = True) -> dict[str, tuple]:
+    """Every path under `root` with its kind, size and modification time (a folder's time
+    left out without `folder_times`: a write that failed and was taken back still touched
+    its folder)."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, None if p.is_dir() and
+                                       not folder_times else p.stat().st_mtime_ns)
             for p in sorted(root.rglob("*"))}
 
 
@@ -34,9 +40,10 @@ def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch
     monkeypatch.chdir(tmp_path)
     for name, value in case.env:
         monkeypatch.setenv(name, value)
-    before = _snapshot(tmp_path)
+    before = _snapshot(tmp_path, folder_times=not case.fault)
     args = [a.format(model=tiny_model_dir) for a in shlex.split(case.args)]
-    result = runner.invoke(app, args)
+    with faults.inject(*case.fault) if case.fault else contextlib.nullcontext():
+        result = runner.invoke(app, args)
     out = result.output
     assert result.exit_code == case.code, out
     assert "Traceback" not in out and not isinstance(result.exception, AssertionError), out
@@ -45,7 +52,14 @@ def test_bad_input_is_one_clear_line(case, tmp_path, tiny_model_dir, monkeypatch
         lines = [line for line in out.splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("error: ")]
         assert len(errors) == 1 and lines[-1] == errors[0], out
-    assert _snapshot(tmp_path) == before, "the refused command changed its folder"
+    after = _snapshot(tmp_path, folder_times=not case.fault)
+    for gone in case.removes:  # removed; its folder is there, only its time changed
+        parent = str(Path(gone).parent)
+        assert not (tmp_path / gone).exists() and (tmp_path / parent).is_dir(), gone
+        before = {p: v for p, v in before.items() if p not in (gone, parent) and
+                  not p.startswith(f"{gone}/")}
+        after.pop(parent)
+    assert after == before, "the refused command changed its folder"
 
 
 @pytest.mark.parametrize("case", VALID, ids=[c.args for c in VALID])

@@ -5,6 +5,9 @@ command line runs in a fresh folder holding the files of `tests/corpus/files.py`
 a tiny random Llama saved as a model folder. `usage=True` marks mistakes click itself reports
 (a value of the wrong type, an unknown option): its usage box is several lines, by design.
 `cuda=False` marks cases whose message depends on this machine having no CUDA device.
+`fault=("enospc", N)` runs the case with its Nth write failing for want of space (the fault
+matrix's injection, `benchmarks/faults/fault_matrix.py`); `removes` names what the case is
+expected to remove (what a killed process left), the rest of its folder as it was.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ class Case:
     cuda: bool | None = None  # False: only meaningful without CUDA
     env: tuple[tuple[str, str], ...] = ()  # environment variables set for the case
     klass: str = ""  # the failure class, for the table (`by_command_and_class`)
+    fault: tuple[str, int] | None = None  # (fault, write number) injected while it runs
+    removes: tuple[str, ...] = ()  # paths the case removes (left by a killed process)
 
     @property
     def id(self) -> str:

@@ -72,6 +72,25 @@ def write_boundary_files(root: Path) -> None:
     _run(root, "bevalitems", "eval", evalcfg, **{
         "summary.json": json.dumps({"cf-bio": {"loglik": {"n": 1}}}),
         "items.jsonl": _jsonl([{k: v for k, v in item.items() if k != "suite"}])})
+    # RelianceTracker folders (metrics.jsonl, no config.json): one sound, one whose step has
+    # 400 digits (an OverflowError in the figure, once)
+    for name, last in (("trk", 20), ("trkbig", int("1" + "0" * 400))):
+        folder = root / "fx" / name
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text(_jsonl([
+            {"step": 0, "cf_acc": 0.3, "n": 8}, {"step": 10, "cf_acc": 0.6, "n": 8},
+            {"step": last, "cf_acc": 0.4, "n": 8}]))
+    # run files of the wrong kind, refused before a resume recomputes anything
+    unfinished = {"metrics.jsonl": _jsonl([{"step": 0}])}
+    (_run(root, "bsumdir", "cpi-toy", cpi, **unfinished) / "summary.json").mkdir()
+    ckfile = _run(root, "bckfile", "cpi-toy", cpi, **unfinished)
+    (ckfile / "checkpoints").write_text("not a folder\n")
+    # a run killed (SIGKILL) before its first checkpoint: its hidden staging folder, its
+    # lock file left, no process holding it
+    killed = root / "fx" / "killed" / "cpi-toy" / ".20260101-000000.staging.abcd1234"
+    killed.mkdir(parents=True)
+    (killed / ".knowflow.lock").write_text("999999\n")
+    (killed / "config.json").write_text(json.dumps(cpi))
 
 
 _SAMPLES = "eval --from-lm-eval {} --out out"
@@ -100,11 +119,34 @@ BOUNDARY_CASES = [
       "summary.json: field 'context_heads': must be a list, got 5"),
     C("report fx/bexplain/explain/1", 2,
       "records.jsonl, line 1: field 'logprob_context': must be a number, got \"-1.0\""),
+    C("report fx/trkbig", 2, "trkbig/metrics.jsonl, line 3: field 'step': must be a whole "
+      "number from 0 to 9007199254740992, got 1000"),
+    # a full disk while drawing a tracker folder's figure: no figures/ folder left behind
+    C("report fx/trk", 2, "fx/trk/figures/reliance.png: no space left on the device",
+      fault=("enospc", 1)),
+    # ... and at its page, once the figure is drawn: the figure is taken back
+    C("report fx/trk", 2, "fx/trk/report.html: no space left on the device",
+      fault=("enospc", 2)),
+    # a full disk at `explain fit`'s estimator: no cache folders left
+    C("explain fit --model {model} --contexts 4 --ablations 8", 2,
+      "cache/models/tiny-model0.explain-learned.json: no space left on the device",
+      fault=("enospc", 1), env=(("KNOWFLOW_CACHE", "cache"),)),
     # ... and `--resume`
     C("run cpi-toy --resume --run-dir fx/bprog/cpi-toy/1", 2,
       "run.json: field 'in_progress': must be true or false, got \"yes\""),
     C("run cpi-toy --resume --run-dir fx/bmetstep/cpi-toy/1", 2,
       "metrics.jsonl, line 2: field 'step': must be an integer"),
+    C("run cpi-toy --resume --run-dir fx/bsumdir/cpi-toy/1", 2,
+      "summary.json: a folder, not a file; remove it (the run writes it again)"),
+    C("run cpi-toy --resume --run-dir fx/bckfile/cpi-toy/1", 2,
+      "checkpoints: a file, not a folder (the run keeps its checkpoints there)"),
+    C("run cpi-toy --resume --runs-dir fx/killed", 2, "a run killed before its first checkpoint "
+      "(.20260101-000000.staging.abcd1234) was found and removed: it held no checkpoint, so "
+      "nothing was lost", removes=("fx/killed/cpi-toy/.20260101-000000.staging.abcd1234",)),
+    # a full disk at a run's start (config.json, its first file): nothing left
+    C("run ocr-toy --set seeds=[0] --set train.steps=2 --set train.eval_every=1 --runs-dir "
+      "out", 2,
+      "no space left on the device", fault=("enospc", 1)),
     # --set: a JSON section's fields have their types
     C("sft --set 'sft={{\"lora_targets\": 5}}'", 2,
       "'sft.lora_targets': expected a list, got a number (5)"),
@@ -123,7 +165,9 @@ BOUNDARY_CASES = [
       "--top-k: must be at most the model's vocabulary size"),
     C("run ocr-toy --set model.init_scale=1e30 --set seeds=[0] --set train.steps=2 "
       "--set train.eval_every=1 --runs-dir out", 2,
-      "'model.init_scale': the initial weights give non-finite logits"),
+      "'model.init_scale': must lie in (0, 1000], got 1e+30"),
+    C("run ocr-toy --set model.kq_init=1e300 --runs-dir out", 2,  # overflowed torch.full
+      "'model.kq_init': must lie in [-1000, 1000], got 1e+300"),
     C("run ocr-toy --set train.lr=1e30 --set seeds=[0] --set train.steps=2 "  # not the init
       "--set train.eval_every=1 --runs-dir out", 2, "'train.lr': training diverged by step 1"),
 ]

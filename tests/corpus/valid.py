@@ -49,6 +49,14 @@ def write_valid(root: Path) -> None:
                                            "subject": "France", "answer": "Paris"}]),
     }
     files.update(_answer_text_files(items))
+    # a RelianceTracker folder whose last step is the largest a step may be (2**53)
+    # a tracker folder reported before: its figure and page are drawn again
+    files["trkagain/metrics.jsonl"] = _crlf([{"step": 0, "cf_acc": 0.3, "n": 8},
+                                             {"step": 10, "cf_acc": 0.5, "n": 8}])
+    files["trkagain/figures/reliance.png"] = "an earlier drawing"
+    files["trkagain/report.html"] = "<p>an earlier page</p>"
+    files["trkmax/metrics.jsonl"] = _crlf([{"step": 0, "cf_acc": 0.3, "n": 8},
+                                           {"step": 2**53, "cf_acc": 0.5, "n": 8}])
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8", newline="")
@@ -88,6 +96,12 @@ VALID = [
          "--max-length 512 --runs-dir 'données/runs'", 0, "run directory"),
     Case(f"probe knockout {M} --data bom-prompts.jsonl --window 1 --all --out 'sondé ü'", 0,
          "run directory"),
+    # near-misses of refused numbers: the largest step a tracker record may hold, the
+    # largest W_KQ entry ocr-toy takes
+    Case("report trkmax", 0, "report: trkmax/report.html"),
+    Case("report trkagain", 0, "report: trkagain/report.html"),
+    Case("run ocr-toy --set model.kq_init=1000 --set seeds=[0] --set train.steps=2 "
+         "--set train.eval_every=1 --runs-dir runs", 0, "report.html"),
     # near-misses of the broken model folders (`corpus.cases.MODEL_CASES`): special tokens
     # added within padded embedding rows, another chat template that renders, sharded weights
     *(Case(f"eval --model models/{name} --prompt-format chat --scoring loglik "

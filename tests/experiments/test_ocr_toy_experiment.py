@@ -90,6 +90,10 @@ def test_resume_recomputes_only_the_missing_part(tmp_path):
     ("sweep.fractions=0.2,1.0", "sweep.fractions"),
     ("train.lr=0", "train.lr"),
     ("world.seq_len=6", "world.n_noise"),
+    # initial weights float32 cannot hold: refused by name, before torch.full overflows
+    ("model.init_scale=1e300", "model.init_scale"),
+    ("model.kq_init=1e300", "model.kq_init"),
+    ("model.kq_init=-1e300", "model.kq_init"),
 ])
 def test_impossible_configs_are_config_errors(override, field):
     key, value = override.split("=")

@@ -204,3 +204,43 @@ def test_example_attention_is_the_eager_models_answer_row(setup, make_tiny_llama
                                                   abs=1e-5)
     assert example_attention(model, tok, items, {"context_heads": [], "memory_heads": []},
                              "plain") is None
+
+
+def test_heads_items_from_any_form_of_data(tmp_path):
+    """`conflict_items`, what the heads probe runs on: a `pathlib.Path` or a `str` data file
+    (not a TypeError from `list(Path)`), suite names, items in memory; anything else named."""
+    import json
+    from pathlib import Path
+
+    from knowflow.errors import DataError
+    from knowflow.probes.suites import conflict_items
+
+    rows = [{"context": f"Zorb{i} is the capital of Land{i}.", "question": f"What is the "
+             f"capital of Land{i}?", "answer": f"Zorb{i}", "memory_answer": f"Paris{i}"}
+            for i in range(4)]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for data in (path, str(path)):
+        items = conflict_items(data, limit=3)
+        assert len(items) == 3 and {it.suite for it in items} == {"mine"}
+    assert len(conflict_items(None, limit=2)) == 2
+    assert {it.suite for it in conflict_items("cf-capitals,cf-bio", limit=40)} <= \
+        {"cf-capitals", "cf-bio"}
+    assert conflict_items(items) == items
+    with pytest.raises(ConfigError, match="'data': expected a suite name, a data file"):
+        conflict_items(5)
+    with pytest.raises(ConfigError, match="item 0 is dict .*, not a ConflictItem"):
+        conflict_items(rows)
+    with pytest.raises(DataError, match="no such file"):
+        conflict_items(Path(tmp_path / "missing.jsonl"))
+
+
+def test_the_heads_probe_takes_a_path(tiny_model_dir, tmp_path):
+    from pathlib import Path
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"context": "Zorb is the capital of Land.", "question": "What is the '
+                    'capital of Land?", "answer": "Zorb", "memory_answer": "Paris"}\n')
+    result = knowflow.probe(str(tiny_model_dir), Path(path), kind="heads", limit=1,
+                            ablations=("zero",), rank_by="zero", out=tmp_path / "out")
+    assert result.summary["n_examples"] == 1

@@ -81,6 +81,29 @@ def test_report_one_tracker_folder(tmp_path):
     assert 'id="overlay"' not in page  # one run: nothing to overlay
 
 
+def test_a_page_not_written_takes_back_the_curves_drawn_for_it(tmp_path, monkeypatch):
+    """A full disk at report.html, once reliance.png is drawn: the folder holds its
+    metrics.jsonl alone again (figures/ was left behind), the one line names the page."""
+    import errno
+    import os
+
+    import knowflow.store.files as files
+
+    folder = _folder(tmp_path, "my-sft", RISE_FALL)
+    real = files.fill
+
+    def fill(fd: int, data: bytes, path: Path) -> None:
+        if path.name.startswith("report.html"):
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(fd, data, path)
+
+    monkeypatch.setattr(files, "fill", fill)
+    res = runner.invoke(app, ["report", str(folder)])
+    assert res.exit_code == 2 and "report.html: no space left on the device" in res.output
+    assert sorted(p.name for p in folder.iterdir()) == ["metrics.jsonl"]
+
+
 def test_report_overlays_several_folders(tmp_path, drawn):
     a, b = _folder(tmp_path, "lora", RISE_FALL), _folder(tmp_path, "full", STEADY)
     out = tmp_path / "both.html"
@@ -149,6 +172,11 @@ def test_runs_are_named_by_model_data_and_arm(tmp_path, drawn):
     ('[1, 2]\n', "line 1: must be a JSON object, got a list"),
     ('{"step": 0, "cf_acc": NaN}\n', "line 1: field 'cf_acc': must be a finite number"),
     ('{"step": 0, "cf_acc": 0.5, "n": true}\n', "line 1: field 'n': must be an integer"),
+    # numbers past what a float holds exactly: refused where they are read, not in a figure
+    ('{"step": 0, "cf_acc": 0.5}\n{"step": 1' + "0" * 400 + ', "cf_acc": 0.2}\n',
+     "line 2: field 'step': must be a whole number from 0 to 9007199254740992, got 1000"),
+    ('{"step": 0, "cf_acc": 0.5, "n": 1' + "0" * 30 + '}\n',
+     "line 1: field 'n': must be a whole number from 1 to 9007199254740992"),
     ("\n", "no records"),
 ])
 def test_bad_folders_name_the_file_line_and_field(tmp_path, content, where):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from knowflow.errors import DataError, KnowflowError
+from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.store.files import atomic_write_text
 from knowflow.store.identity import (
     CONFIG,
@@ -169,6 +169,27 @@ def test_a_resumable_run_is_kept_only_with_a_checkpoint_and_never_after_a_refusa
         atomic_write_text(run.path / "checkpoints" / "part.json", "{}")
         raise DataError("x", "bad input found late")  # a refusal: never kept
     assert not (root / "y").exists()
+
+
+def test_resume_after_a_kill_before_the_first_checkpoint_removes_its_staging_folder(tmp_path):
+    """SIGKILL before a run's first checkpoint leaves its hidden staging folder (nothing can
+    clean up after SIGKILL): `--resume` finds no run, removes what the killed process left and
+    says so (it held no checkpoint, so nothing is lost)."""
+    code = ("import os, signal, sys; from knowflow.store.run_folder import start_run; "
+            "start_run({'a': 1}, 'x', runs_dir=sys.argv[1], resumable=True); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    for _ in range(2):
+        killed = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")])
+        assert killed.returncode == -9
+    left = list((tmp_path / "runs" / "x").iterdir())  # the second start swept the first's
+    assert len(left) == 1 and ".staging." in left[0].name
+    with pytest.raises(ConfigError) as err:
+        latest_unfinished(tmp_path / "runs", "x")
+    message = str(err.value)
+    assert message.startswith("--resume: no unfinished run of 'x'")
+    assert left[0].name in message
+    assert "found and removed: it held no checkpoint, so nothing was lost" in message
+    assert list((tmp_path / "runs" / "x").iterdir()) == []
 
 
 def test_a_resumed_run_is_never_removed_and_loses_its_mark_when_complete(tmp_path):

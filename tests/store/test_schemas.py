@@ -64,7 +64,14 @@ def test_what_knowflow_writes_passes():
      "field 'in_progress': must be true or false, got \"yes\""),
     (MetricRecord, {"step": "3"}, "field 'step': must be an integer, got \"3\""),
     (MetricRecord, {"step": True}, "field 'step': must be an integer, got true"),
-    (MetricRecord, {"step": -1}, "field 'step': must be at least 0, got -1"),
+    (MetricRecord, {"step": -1}, "field 'step': must be a whole number from 0 to "
+                                 "9007199254740992, got -1"),
+    # steps, counts and indices past what a float holds exactly, refused where they are read
+    (MetricRecord, {"step": 10**400}, "field 'step': must be a whole number from 0 to "
+                                      "9007199254740992, got 1000000000000000000000000000000"),
+    (LmEvalSample, {**_sample(), "doc_id": 2**63}, "field 'doc_id': must be a whole number"),
+    (HeadsSummary, {"context_heads": [{"layer": 10**20, "head": 0, "effect": 0.1}]},
+     "field 'context_heads[0].layer': must be a whole number from 0 to"),
     (ItemRecord, {"method": "greedy"}, "field 'suite': is missing"),
     (JSON_OBJECT, [1, 2], "s.jsonl, line 7: must be a JSON object, got a list"),
     (EVAL_SUMMARY, {"cf-bio": [1]}, "field 'cf-bio': must be a JSON object, got a list"),

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
+from knowflow.errors import DataError, KnowflowError
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.readers import read_jsonl
 from knowflow.train.callback import EvalCallback, scalars
@@ -83,6 +84,26 @@ def test_resume_keeps_the_records_up_to_the_resumed_step(tmp_path):
     fresh = EvalCallback(_Evaluator(), every=2, out_dir=tmp_path)
     _drive(fresh, torch.nn.Linear(2, 2), steps=2)  # a new run in the folder starts over
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 2]
+
+
+def test_an_out_dir_that_is_a_file_is_refused_when_the_tracker_is_made(tmp_path):
+    """Not a FileExistsError at the first evaluation, minutes into training."""
+    (tmp_path / "afile").write_text("mine\n")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "deeper"):
+        with pytest.raises(KnowflowError, match="afile"):
+            EvalCallback(_Evaluator(), every=1, out_dir=out)
+    from knowflow.train.tracker import RelianceTracker, TrackerConfig
+
+    with pytest.raises(KnowflowError, match="the tracker folder .out_dir. is a file"):
+        RelianceTracker(None, TrackerConfig(), out_dir=tmp_path / "afile")
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_records_reloaded_on_resume_are_checked(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1' + "0" * 400 + "}\n")
+    cb = EvalCallback(_Evaluator(), every=2, out_dir=tmp_path)
+    with pytest.raises(DataError, match="line 2: field 'step': must be a whole number"):
+        _drive(cb, torch.nn.Linear(2, 2), steps=6, start=4)
 
 
 def test_records_go_to_the_log_history_with_a_prefix_and_numbers_only(tmp_path):

@@ -3,8 +3,10 @@
 What the user can fix (bad input, a missing or unwritable file, a device this machine lacks,
 a damaged file knowflow wrote) becomes one line, `error: <where>: <what is wrong>; <what to
 do>`, and exit code 2. Ctrl-C is one line and exit code 130; SIGTERM is handled the same way,
-exit code 143 (a run is left resumable). Anything else is a bug: one line and exit code 1.
-`--verbose`/`-v` adds the full traceback.
+exit code 143 (a run is left resumable). A reader of the output that went away (`| head -1`)
+ends the command quietly with exit code 141, as SIGPIPE would; a full device for the output
+(`> /dev/full`) is one line naming standard output. Anything else is a bug: one line and
+exit code 1. `--verbose`/`-v` adds the full traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from knowflow.cli.common import err_console
+from knowflow.cli.common import STDOUT, err_console
 from knowflow.errors import Interrupted, KnowflowError, Terminated, memory_error, out_of_memory
 from knowflow.store.identity import run_command
 from knowflow.store.staging import target_of
@@ -70,6 +72,9 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError)):
         what, fix = _OS_ERRORS.get(exc.errno, (exc.strerror or type(exc).__name__,
                                                "check the path"))
+        if exc.filename == STDOUT:
+            return (f"{STDOUT}: {what}{_what_was_kept(exc)}; send the output elsewhere (a file "
+                    "on a disk with room, or a pipe)"), 2
         where = target_of(exc.filename) if exc.filename is not None else "file system"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.filename is not None:
             what += f" ({_free_space(Path(exc.filename))}; the file was not written)"
@@ -145,6 +150,10 @@ def guard(command: Callable) -> Callable:
                 return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
+        except BrokenPipeError as exc:
+            if exc.filename != STDOUT:
+                raise
+            raise typer.Exit(code=128 + signal.SIGPIPE) from None  # as a shell reports SIGPIPE
         except KeyboardInterrupt as exc:
             message, code = _interrupted(exc)
             _report(message, exc)

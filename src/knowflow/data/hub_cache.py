@@ -17,7 +17,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from knowflow.store.files import atomic_write_bytes, atomic_write_text
 from knowflow.store.readers import read_json
+from knowflow.store.staging import staged_dir
 
 CACHE_HASH = "0" * 16  # any name works: offline, datasets reads the newest folder
 
@@ -54,14 +56,17 @@ def lay_out_hub_dataset(hf_home: str | Path, repo_id: str,
             if not quiet:
                 datasets.enable_progress_bars()
         built = Path(builder.cache_dir)
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
         info = read_json(built / "dataset_info.json")
         info.update(config_name=config, dataset_name=snake)
         for split_info in info.get("splits", {}).values():
             split_info["dataset_name"] = snake
-        (target / "dataset_info.json").write_text(json.dumps(info), encoding="utf-8")
-        for arrow in built.glob("parquet-*.arrow"):
-            shutil.copyfile(arrow, target / arrow.name.replace("parquet-", f"{snake}-", 1))
+        if target.exists():
+            shutil.rmtree(target)
+        # staged and renamed into place: a full disk leaves no partial entry (nor the
+        # folders made for it) that `datasets` would read
+        with staged_dir(target, complete="dataset_info.json") as folder:
+            for arrow in sorted(built.glob("parquet-*.arrow")):
+                atomic_write_bytes(folder / arrow.name.replace("parquet-", f"{snake}-", 1),
+                                   arrow.read_bytes())
+            atomic_write_text(folder / "dataset_info.json", json.dumps(info))
     return target

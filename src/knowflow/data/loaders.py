@@ -324,6 +324,24 @@ def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
         question=rest.strip(), counterfactual_answer=cf, parametric_answer=par, task="complete")
 
 
+def items_in_memory(data, entries: str = "a ConflictItem") -> list[ConflictItem]:
+    """`data` given as items in memory (a list of `ConflictItem`s), or a `ConfigError` naming
+    `data`: something not a collection at all, or one holding anything but an item (a row of
+    ints, a dict) -- `entries` says what else the caller takes there ("a suite name, ...")."""
+    try:
+        items = list(data)
+    except TypeError:
+        raise ConfigError(f"expected a suite name, a data file or conflict items, got "
+                          f"{type(data).__name__} {data!r:.60}", "data") from None
+    bad = next(((i, it) for i, it in enumerate(items) if not isinstance(it, ConflictItem)),
+               None)
+    if bad is not None:
+        raise ConfigError(f"item {bad[0]} is {type(bad[1]).__name__} {bad[1]!r:.40}, not "
+                          f"{entries}", "data",
+                          "give knowflow.load_items(path), a data file or a suite name")
+    return items
+
+
 def load_suites(suites: str | Sequence[str] | None = None,
                 data: str | Path | Sequence[str | Path] | None = None,
                 limit: int | None = None, seed: int = 0,

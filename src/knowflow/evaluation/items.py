@@ -14,7 +14,7 @@ from pathlib import Path
 from knowflow.config import flatten
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import is_hub
-from knowflow.data.loaders import load_suites
+from knowflow.data.loaders import items_in_memory, load_suites
 from knowflow.data.prompts import PromptConfig, render
 from knowflow.errors import DataError
 from knowflow.evaluation.decoding import generate_with, score_with, single_method
@@ -45,6 +45,8 @@ def load_data(data=None, limit: int | None = None, seed: int = 0,
     for entry in data:
         if isinstance(entry, ConflictItem):
             items.append(entry)
+        elif not isinstance(entry, (str, Path)):  # an int is no suite name
+            items_in_memory([entry], "a suite name, a data file or a ConflictItem")
         elif isinstance(entry, Path) or is_hub(entry) or Path(str(entry)).exists():
             files.append(entry)
         else:

@@ -74,7 +74,7 @@ def fingerprint(model) -> str:
 
 def save_estimator(est: Estimator, model_name: str, path: Path | None = None) -> Path:
     target = path or estimator_path(model_name)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    # atomic_write_text makes the cache folders, and takes them back if the write fails
     atomic_write_text(target, json.dumps({"format": FORMAT, **asdict(est),
                                           "weights": list(est.weights),
                                           "features": list(est.features)}, indent=1) + "\n")

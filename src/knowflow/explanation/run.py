@@ -26,6 +26,7 @@ from pathlib import Path
 from knowflow.config import resolve_config
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import is_hub
+from knowflow.data.loaders import items_in_memory
 from knowflow.data.prompts import resolve_format
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError, DataError, KnowflowError
@@ -162,7 +163,7 @@ def load_explain_items(data, question: str | None, cfg: ExplainConfig,
                               f"give a file or one of {', '.join(list_suites())}")
         items = _sampled(data, cfg, fields, preset)
     else:
-        items = list(data)
+        items = items_in_memory(data)
         if not items:
             raise ConfigError("no items to explain", "data")
     for item in items:

@@ -37,7 +37,7 @@ from knowflow.lens.checks import (
     check_weights,
     vocab_rows,
 )
-from knowflow.lens.device import resolve_device, resolve_dtype
+from knowflow.lens.device import check_device, resolve_device, resolve_dtype
 from knowflow.lens.hub import (
     SMOLLM2,
     ModelSource,
@@ -77,6 +77,44 @@ def smollm2_gguf() -> Path:
     return files[0]
 
 
+# device_map strings that let accelerate spread a model over the devices present
+SPREADS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_placement(device_map: str | dict | None, max_memory: dict | None = None) -> None:
+    """A `load_model(device_map=...)` this machine can honour, checked before anything
+    loads: one of `SPREADS`, a device it has ("cpu", "cuda:0"; a GPU index), or a dict of
+    module names to such devices ("disk" too); else a `ConfigError` naming the device."""
+    if device_map is None:
+        return
+    if max_memory is not None and not isinstance(max_memory, dict):
+        raise ConfigError(f"must map devices to sizes, got {max_memory!r:.60}", "max_memory")
+    if isinstance(device_map, str):
+        places = [] if device_map in SPREADS else [device_map]
+    elif isinstance(device_map, dict):
+        places = [p for p in device_map.values() if p != "disk"]
+    else:
+        raise ConfigError(f"expected one of {', '.join(SPREADS)}, a device or a dict of "
+                          f"module names to devices, got {type(device_map).__name__}",
+                          "device_map")
+    for place in places:
+        if isinstance(place, int) and not isinstance(place, bool):
+            place = f"cuda:{place}"  # accelerate's GPU index
+        if not isinstance(place, (str, torch.device)):
+            raise ConfigError(f"{place!r:.60} is not a device", "device_map")
+        try:
+            check_device(str(place))
+        except KnowflowError as exc:
+            raise ConfigError(exc.message, "device_map",
+                              f"use device_map='auto' or 'cpu' (this machine: "
+                              f"{_devices_here()})") from None
+
+
+def _devices_here() -> str:
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"{count} CUDA device(s)" if count else "no CUDA device"
+
+
 def check_model(name: str, source: ModelSource | None = None) -> None:
     """Fail now, before any work, if model `name` cannot be loaded: a missing folder, a hub id
     neither cached nor downloadable, a revision it lacks, code it would run without
@@ -93,6 +131,10 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
              ) -> tuple[Path | str, Path | None, ModelSource]:
     """(the weights to load: a folder or a hub id, a LoRA adapter folder or None, the source
     the weights load with), after the checks `check_model` makes."""
+    if not isinstance(source, ModelSource):  # e.g. source="main" for revision="main"
+        raise ConfigError(f"expected a ModelSource, got {type(source).__name__} "
+                          f"{source!r:.60}", "source",
+                          "give ModelSource(revision=..., trust_remote_code=..., offline=...)")
     source.validate()
     if not isinstance(name, (str, Path)):
         raise ConfigError(f"expected a hub id or a local folder, got {type(name).__name__} "
@@ -355,6 +397,7 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     the dtype); inputs go to its first device, as with any model."""
     from transformers import AutoModelForCausalLM
 
+    check_placement(device_map, max_memory)  # before anything loads
     weights, adapter, source = _resolve(name, source or ModelSource())
     dev = resolve_device(device)
     with _hub_progress(), hub_mode(source), _load_errors(name, source):
@@ -398,9 +441,8 @@ def resolve_model(model, tokenizer=None, *, device: str = "auto", dtype: str = "
 
 def _placement(device_map: str | dict, max_memory: dict | None,
                offload_folder: str | Path | None) -> dict:
-    """from_pretrained's placement keywords for a model split by accelerate."""
-    if max_memory is not None and not isinstance(max_memory, dict):
-        raise ConfigError(f"max_memory must map devices to sizes, got {max_memory!r}")
+    """from_pretrained's placement keywords for a model split by accelerate (checked by
+    `check_placement`)."""
     if offload_folder is None:
         import tempfile
 

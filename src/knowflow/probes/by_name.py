@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from knowflow.config import config_to_dict
-from knowflow.data.loaders import load_suites
 from knowflow.data.prompts import resolve_format
 from knowflow.data.quality import warn_duplicate_keys
 from knowflow.data.suites import list_suites
@@ -26,12 +25,10 @@ from knowflow.probes import ON_CONFLICT_ITEMS, PROBES
 from knowflow.probes.examples import as_example, builtin_facts, load_examples
 from knowflow.probes.head_attention import example_attention
 from knowflow.probes.mass import mean_attention_mass
-from knowflow.probes.suites import suite_examples
+from knowflow.probes.suites import HEADS_DEFAULT, conflict_items, suite_examples
 from knowflow.store.identity import RECORDS
 from knowflow.store.result import Result
 from knowflow.store.run_folder import Progress, RunFolder, start_run
-
-HEADS_SUITE = "cf-capitals"  # the conflict items a heads probe reads by default
 
 
 def _is_suite(data) -> bool:
@@ -42,7 +39,7 @@ def probe_label(kind: str, data) -> str:
     """What config.json's `data` says of a probe's examples."""
     if kind in ON_CONFLICT_ITEMS:
         if data is None or _is_suite(data):
-            return f"suite:{data or HEADS_SUITE}"
+            return f"suite:{data or HEADS_DEFAULT}"
         return f"file:{data}" if isinstance(data, (str, Path)) else \
             f"{len(data)} items in memory"
     if data is None:
@@ -57,12 +54,7 @@ def probe_inputs(kind: str, data, limit: int | None = None, seed: int = 0):
     examples, a heads probe's conflict items (suites, default cf-capitals, or a file); a
     built-in suite of prompts, None (the shipped facts) and examples in memory as given."""
     if kind in ON_CONFLICT_ITEMS:
-        if data is not None and not isinstance(data, (str, Path)):
-            return list(data)[:limit] if limit else list(data)
-        suites = str(data or HEADS_SUITE) if data is None or _is_suite(data) else None
-        files = None if suites is not None else data
-        return [it for items in load_suites(suites, files, limit, seed).values()
-                for it in items]
+        return conflict_items(data, limit, seed)
     if isinstance(data, (str, Path)) and not _is_suite(data):
         examples = load_examples(data)
         warn_duplicate_keys(Path(data))

@@ -12,12 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from knowflow.errors import DataError
-from knowflow.store.identity import CONFIG, IDENTITY, METRICS, SUMMARY, run_command
+from knowflow.store.identity import (
+    CONFIG,
+    IDENTITY,
+    ITEMS,
+    METRICS,
+    RECORDS,
+    REPORT,
+    SUMMARY,
+    TRACKER,
+    run_command,
+)
 from knowflow.store.readers import decode_json, read_json
 from knowflow.store.schemas import (
     JSON_OBJECT,
     MetricRecord,
     RunIdentity,
+    TrainerState,
+    check,
     read_checked,
     read_checked_lines,
     result_schemas,
@@ -55,6 +67,7 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
     again = f"--resume --run-dir {run_dir}"
     fresh = ("start a fresh run (without --resume); this run's config cannot be recovered"
              if resume else "this run cannot be read; run it again")
+    _check_kinds(run_dir, fresh, again)
     if (run_dir / IDENTITY).exists():
         read_checked(run_dir / IDENTITY, RunIdentity, hint=fresh)
     read_checked(run_dir / CONFIG, JSON_OBJECT, hint=fresh)
@@ -89,6 +102,40 @@ def check_run_files(run_dir: Path, resume: bool = True) -> None:
                             hint=f"delete {ckpt} to resume from the one before, then {again}")
 
 
+# What a run writes as a file and as a folder: a resume or a report reads or writes them there
+_FILES = (CONFIG, IDENTITY, METRICS, SUMMARY, REPORT, ITEMS, RECORDS, TRACKER, "data.jsonl",
+          "conditions.json", "conditions.jsonl", "phase.json")
+_FOLDERS = ("checkpoints", "figures")
+
+
+def _check_kinds(run_dir: Path, fresh: str, again: str) -> None:
+    """Each of a run's files is a regular file and each of its folders a folder (a folder
+    where `summary.json` goes, a file where `checkpoints/` goes): refused before any work,
+    not when the run comes to write it."""
+    for name in _FILES:
+        path = run_dir / name
+        if path.exists() and not path.is_file():
+            what = "a folder, not a file" if path.is_dir() else "not a regular file"
+            hint = fresh if name in (CONFIG, IDENTITY) else \
+                f"remove it (the run writes it again), then {again}"
+            raise DataError(path, what, hint=hint)
+    for name in _FOLDERS:
+        path = run_dir / name
+        if path.exists() and not path.is_dir():
+            raise DataError(path, "a file, not a folder (the run keeps its "
+                            f"{name} there)", hint=f"move it away, then {again}")
+    folder = run_dir / "checkpoints"
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if path.name.startswith("."):
+            continue
+        if path.name.startswith("checkpoint-") and not path.is_dir():
+            raise DataError(path, "a file, not a checkpoint folder",
+                            hint=f"delete it to resume from the checkpoint before, then {again}")
+        if path.suffix == ".json" and not path.is_file():
+            raise DataError(path, "a folder, not a checkpoint file",
+                            hint=f"delete it to recompute just that piece, then {again}")
+
+
 def _check_results(run_dir: Path, again: str) -> None:
     """summary.json and the records files of a finished run, before `report` reads them."""
     hint = "this run cannot be read; run it again"
@@ -113,6 +160,8 @@ def _check_shape(path: Path, data: Any, folder: Path, hint: str) -> None:
         return
     if not ok:
         raise DataError(path, f"not a knowflow checkpoint (expected {what})", hint=hint)
+    if path.name == "trainer_state.json":
+        check(TrainerState, data, path, hint=hint)
 
 
 def _safetensors_complete(path: Path) -> bool:

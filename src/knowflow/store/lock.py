@@ -49,8 +49,13 @@ def claim(folder: str | Path) -> None:
         if same:
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except BaseException:  # a full disk: let go again
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+        raise
     _HELD[folder] = [fd, 1]
 
 

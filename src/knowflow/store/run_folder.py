@@ -45,7 +45,7 @@ from knowflow.store.keys import current
 from knowflow.store.lock import claim, release
 from knowflow.store.outputs import check_out_dir
 from knowflow.store.readers import read_json, read_jsonl
-from knowflow.store.staging import publish, remove, stage_dir
+from knowflow.store.staging import publish, remove, stage_dir, sweep
 
 
 class Progress(Protocol):
@@ -128,10 +128,18 @@ def _existing(path: Path) -> set[Path]:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    """Whether run folder `run_dir` holds a complete checkpoint to resume from (checkpoints
-    are written staged: one that is there is complete)."""
+    """Whether run folder `run_dir` holds a complete checkpoint to resume from: a finished
+    piece (`PartStore`: `checkpoints/<key>.json`, written last of a piece's files) or a
+    Trainer checkpoint (`checkpoint-N/trainer_state.json`, staged: one that is there is
+    complete), also a job's under `checkpoints/<key>/`. A piece's other files alone (written
+    before its `.json`: a full disk between the two) are no checkpoint."""
     folder = Path(run_dir) / "checkpoints"
-    return folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
+    if not folder.is_dir():
+        return False
+    return any(p.suffix == ".json" and p.is_file() and not p.name.startswith(".")
+               for p in folder.iterdir()) or \
+        any(not any(part.startswith(".") for part in p.relative_to(folder).parts)
+            for p in folder.rglob("checkpoint-*/trainer_state.json"))
 
 
 @dataclass
@@ -265,15 +273,21 @@ class RunFolder:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
+        resumed = self.target is None and self.final is None  # written in place: it stays
         if exc is None:
             try:
                 self.commit()
-            except BaseException:
+            except BaseException as failed:
+                # a published (or resumed) run stays where it is, marked in progress
+                stays = self.target is None
                 self.discard()
+                _say_kept(failed, self.path if stays and Path(self.path).is_dir() else None,
+                          None)
                 raise
             return
         target = self.final or self.target
-        if isinstance(exc, KnowflowError) or out_of_memory(exc):
+        refused = isinstance(exc, KnowflowError) or out_of_memory(exc)
+        if refused:
             self.discard()  # bad input, too little memory: nothing to resume
         else:
             try:
@@ -281,9 +295,15 @@ class RunFolder:
             except BaseException:  # the in-progress mark could not be written either
                 self.discard()
                 raise
-        with contextlib.suppress(AttributeError):  # what the error message says was kept
-            exc.knowflow_kept = self.path if self.kept else None
-            exc.knowflow_untouched = None if self.kept or target is None else target
+        kept = self.path if self.kept or (resumed and not refused) else None
+        _say_kept(exc, kept, None if kept or target is None else target)
+
+
+def _say_kept(exc: BaseException, kept: Path | None, untouched: Path | None) -> None:
+    """Note on `exc` what the error message says of the run: `kept` to be resumed, or its
+    target `untouched`."""
+    with contextlib.suppress(AttributeError):
+        exc.knowflow_kept, exc.knowflow_untouched = kept, untouched
 
 
 _STAGED: dict[int, RunFolder] = {}  # resumable staged runs being written, for `checkpointed`
@@ -334,15 +354,25 @@ def start_run(config: dict, name: str, runs_dir: str | Path | None = None,
 
 def latest_unfinished(runs_dir: Path, experiment: str) -> Path:
     """The newest run of `experiment` that has a config and is not finished (for --resume);
-    never a staging folder (hidden) of a run being written."""
+    never a staging folder (hidden) of a run being written. The staging folders of killed
+    runs are removed first (`staging.sweep`): killed before their first checkpoint, they hold
+    nothing to resume, and the refusal says so."""
     base = Path(runs_dir) / experiment
+    swept = sweep(base) if base.is_dir() else []
     candidates = sorted(
         (p for p in base.glob("*") if not p.name.startswith(".") and (p / CONFIG).exists()
          and not is_finished(p)),
         key=lambda p: p.name,
     ) if base.is_dir() else []
     if not candidates:
-        raise ConfigError(f"--resume: no unfinished run of {experiment!r} under {base}")
+        killed = ""
+        if swept:
+            names = ", ".join(p.name for p in swept)
+            killed = (f"; the staging folder of a run killed before its first checkpoint "
+                      f"({names}) was found and removed: it held no checkpoint, so nothing "
+                      "was lost")
+        raise ConfigError(f"--resume: no unfinished run of {experiment!r} under {base}"
+                          f"{killed}", hint="start a fresh run (without --resume)")
     return candidates[-1]
 
 

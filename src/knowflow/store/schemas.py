@@ -8,6 +8,10 @@ the line (JSONL) and the field, not a KeyError deep inside a reader. The schemas
 models and type adapters; `check` turns pydantic's first error into that message, its `loc`
 written as a field path (`doc.suite`, `choices[1]`). Extra fields are kept: a schema states
 what its reader needs, not everything a file may hold.
+
+Whole numbers read back (steps, counts, indices: `Count`) are range-checked where they are
+read, from 0 to `MAX_COUNT`, so a step of a thousand digits is refused by file, line and field
+rather than overflowing in a figure or a sum later.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,9 +32,31 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from knowflow.errors import DataError
 from knowflow.store.readers import decode_json, jsonl_lines, read_json, read_text
+
+MAX_COUNT = 2**53
+"""The largest step, count or index a file knowflow reads back may hold: the largest whole
+number a float64 holds exactly (figures, means and JSON readers in other languages turn
+numbers into floats), far beyond any step or count a run reaches."""
+
+
+def whole(low: int = 0, high: int = MAX_COUNT) -> Any:
+    """The type of a whole number from `low` to `high`; outside, pydantic's error names
+    the range."""
+    def in_range(value: int) -> int:
+        if not low <= value <= high:
+            raise PydanticCustomError("out_of_range", "must be a whole number from {low} to "
+                                      "{high}", {"low": low, "high": high})
+        return value
+
+    return Annotated[StrictInt, AfterValidator(in_range)]
+
+
+Count = whole()
+"""A step, a count or an index: a whole number from 0 to `MAX_COUNT`."""
 
 
 class _Record(BaseModel):
@@ -49,24 +76,35 @@ class RunIdentity(_Record):
 class MetricRecord(_Record):
     """One line of an experiment's or an sft run's `metrics.jsonl` (one per evaluation)."""
 
-    step: Annotated[StrictInt, Field(ge=0)] | None = None
+    step: Count | None = None
+
+
+class TrainerState(_Record):
+    """A Trainer checkpoint's `trainer_state.json`, as `--resume` reads it."""
+
+    global_step: Count
+
+
+class StepRecord(_Record):
+    """One line of the `metrics.jsonl` an `EvalCallback` writes and reads back on resume."""
+
+    step: Count
 
 
 Share = Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
-class TrackerRecord(_Record):
+class TrackerRecord(StepRecord):
     """One line of a RelianceTracker's `metrics.jsonl` (a tracker folder `report` reads):
     accuracies are shares of the `n` items scored at that step."""
 
-    step: Annotated[StrictInt, Field(ge=0)]
     cf_acc: Share
     param_acc: Share | None = None
     cf_acc_gen: Share | None = None
     param_acc_gen: Share | None = None
     attn_context: StrictFloat | None = None
     train_loss: StrictFloat | None = None
-    n: Annotated[StrictInt, Field(ge=1)] | None = None
+    n: whole(1) | None = None
 
 
 class ItemRecord(_Record):
@@ -92,8 +130,8 @@ Interval = tuple[StrictFloat, StrictFloat]
 class HeadEffect(_Record):
     """One ranked head of a heads probe: its change in log-odds and 95% interval."""
 
-    layer: StrictInt
-    head: StrictInt
+    layer: Count
+    head: Count
     effect: StrictFloat
     ci: Interval | None = None
 
@@ -114,7 +152,7 @@ class HeadAttention(HeadEffect):
 class ExampleAttention(_Record):
     example: str
     tokens: list[str]
-    context: list[StrictInt] = []
+    context: list[Count] = []
     heads: list[HeadAttention] = []
 
     @model_validator(mode="after")
@@ -127,7 +165,7 @@ class ExampleAttention(_Record):
 class HeadsSummary(RankedHeads):
     """A heads probe's `summary.json`, as its report page reads it."""
 
-    n_examples: StrictInt = 0
+    n_examples: Count = 0
     rank_by: str = "mean"
     mean_log_odds: StrictFloat | None = None
     half_effect_heads: dict[str, Any] | None = None
@@ -147,8 +185,8 @@ class LayerEffect(_Record):
 
 
 class MechanismHead(_Record):
-    layer: StrictInt
-    head: StrictInt
+    layer: Count
+    head: Count
     attention: StrictFloat
     effect: StrictFloat
 
@@ -165,7 +203,7 @@ class VerdictNumbers(_Record):
 
 
 class OnePass(_Record):
-    one_pass_top: StrictInt | None
+    one_pass_top: Count | None
 
 
 class ExplainRecord(_Record):
@@ -186,7 +224,7 @@ class ExplainRecord(_Record):
     verdict_agrees: StrictBool | None = None
     # a None default without None in the type: the field may be absent, but never null
     sentences: list[SentenceRecord] = None
-    top_sentence: StrictInt | None = None
+    top_sentence: Count | None = None
     topk_drop: dict[str, StrictFloat] = None
     one_pass: OnePass = None
     lds: StrictFloat | None = None
@@ -244,7 +282,7 @@ class LmEvalSample(_Record):
     `evaluation.lm_eval_task`, which accepts both of lm-eval's response shapes)."""
 
     doc: LmEvalDoc
-    doc_id: StrictInt | None = None
+    doc_id: Count | None = None
     acc: StrictFloat | None = None
 
 

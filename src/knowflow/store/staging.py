@@ -16,7 +16,8 @@ published at its first checkpoint leaves a link under its staging name while it 
 
 `staged_dir(target)` is the one way to write a folder that is not a run folder: an export's
 task folder, a cache entry, a trained model's folder. (For several files, not a folder:
-`files.file_group`.)
+`files.file_group`.) A full disk that the block's writer (`save_pretrained`) reports in its
+own words is raised as OSError(ENOSPC) naming the target (`files.full_disk`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from knowflow.store.files import UMASK
+from knowflow.store.files import UMASK, full_disk, make_parents, remove_made
 from knowflow.store.identity import LOCK
 from knowflow.store.lock import claim, is_claimed, release
 
@@ -43,11 +44,20 @@ def stage_dir(target: str | Path) -> Path:
     """A new, empty staging folder beside `target` (its parents are made), claimed by this
     process; stale ones beside it are swept."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    made = make_parents(target)
     sweep(target.parent)
-    path = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging.", dir=target.parent))
-    path.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; a run folder is ordinary
-    claim(path)
+    path = None
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging.", dir=target.parent))
+        path.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; a run folder is ordinary
+        claim(path)
+    except BaseException as exc:  # a full disk: nothing is left, the parents made included
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+        remove_made(made)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(target)  # a failed write(2) names no file
+        raise
     return path
 
 
@@ -98,13 +108,16 @@ def remove(stage: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-def sweep(folder: Path) -> None:
+def sweep(folder: Path) -> list[Path]:
     """Remove staging folders in `folder` that no live process holds (left by a killed
-    one), and put back a folder moved aside for a replacement that never came."""
+    one), and put back a folder moved aside for a replacement that never came. Returns the
+    staging folders removed (a killed writer's work: it held no checkpoint, or it would have
+    been published)."""
     try:
         entries = list(Path(folder).iterdir())
     except OSError:
-        return
+        return []
+    removed = []
     for path in entries:
         if STAGING.match(path.name) and path.is_symlink():  # a published run's staging name
             if not is_claimed(path):
@@ -112,12 +125,14 @@ def sweep(folder: Path) -> None:
         elif STAGING.match(path.name) and path.is_dir() and not is_claimed(path) and \
                 ((path / LOCK).exists() or _empty_and_old(path)):
             shutil.rmtree(path, ignore_errors=True)  # its writer died (its lock is left)
+            removed.append(path)
         elif (match := OLD.match(path.name)) and path.is_dir() and \
                 [p.name for p in path.iterdir()] == [match["name"]]:
             moved, target = path / match["name"], path.parent / match["name"]
             if not target.exists():
                 os.replace(moved, target)
             shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def _empty_and_old(path: Path) -> bool:
@@ -141,12 +156,15 @@ def staged_dir(target: str | Path, complete: str | None = None) -> Iterator[Path
     stage = stage_dir(target)
     try:
         yield stage
-    except BaseException:
+    except BaseException as exc:
+        full = full_disk(exc, target)  # a writer's own words for it, before its files go
         remove(stage)
         for parent in target.parents:  # the folders made for it, emptied again
             if parent in existed or any(parent.iterdir()):
                 break
             parent.rmdir()
+        if full is not None and full is not exc:
+            raise full from exc
         raise
     finished = complete is not None and (target / complete).exists()
     if finished:  # another process got there first: theirs is kept

@@ -29,7 +29,8 @@ from transformers.trainer_callback import CallbackHandler
 
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.identity import METRICS
-from knowflow.store.readers import read_jsonl
+from knowflow.store.outputs import check_out_dir
+from knowflow.store.schemas import StepRecord, read_checked_lines
 
 Evaluator = Callable[[object], dict]
 
@@ -43,6 +44,8 @@ class EvalCallback(TrainerCallback):
     def __init__(self, evaluator: Evaluator, every: int, out_dir: str | Path | None = None):
         if every < 1:
             raise ValueError("every must be at least 1")
+        if out_dir is not None:  # a file there, or above it: refused now, not at step 0
+            check_out_dir(out_dir, what="tracker folder (out_dir)")
         self.evaluator, self.every = evaluator, every
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.records: list[dict] = []
@@ -87,7 +90,9 @@ class EvalCallback(TrainerCallback):
         """On resume: keep the saved records up to the resumed step (later ones were lost)."""
         path = self.out_dir / METRICS if self.out_dir is not None else None
         if step > 0 and path is not None and path.exists():
-            self.records = [r for r in read_jsonl(path) if r["step"] <= step]
+            hint = "delete the damaged lines (or the file, to record from this step on)"
+            self.records = [r.model_dump() for r in read_checked_lines(path, StepRecord, hint)
+                            if r.step <= step]
         elif step == 0:
             self.records = []
 

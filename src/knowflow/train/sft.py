@@ -36,6 +36,7 @@ from knowflow.lens.adapt import (
     prepare_trainable,
 )
 from knowflow.lens.checks import check_pad_token
+from knowflow.store.files import written_by_others
 from knowflow.store.run_folder import checkpoint_saved
 from knowflow.store.staging import publish, remove, stage_dir
 from knowflow.train.callback import EvalCallback
@@ -168,7 +169,8 @@ def stage_checkpoints(trainer) -> None:
         stage = stage_dir(final)
         trainer._get_output_dir = lambda trial=None: str(stage)
         try:
-            save(model, trial)
+            with written_by_others(final):  # a full disk, in torch's or safetensors' words
+                save(model, trial)
             publish(stage / final.name, final)
         finally:
             del trainer._get_output_dir  # the class's own again

@@ -52,7 +52,7 @@ from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.batching import dist_rank, gather, shard
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
-from knowflow.store.files import atomic_write_json
+from knowflow.store.files import atomic_write_json, written_by_others
 from knowflow.store.identity import TRACKER
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
@@ -326,11 +326,17 @@ class RelianceTracker(EvalCallback):
         target = self.out_dir / "peak"
         tmp = target.with_name(f".{target.name}.tmp")
         rank, world = dist_rank()
-        if self.trainer is not None:  # handles FSDP/DeepSpeed state gathering; all ranks
-            self.trainer.save_model(str(tmp))
-        elif rank == 0:
-            model.save_pretrained(tmp)
-            self.tokenizer.save_pretrained(tmp)
+        try:
+            with written_by_others(target):
+                if self.trainer is not None:  # handles FSDP/DeepSpeed state gathering
+                    self.trainer.save_model(str(tmp))
+                elif rank == 0:
+                    model.save_pretrained(tmp)
+                    self.tokenizer.save_pretrained(tmp)
+        except BaseException:  # a full disk: no half-saved model is left
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if world > 1:
             torch.distributed.barrier()
         if rank == 0:

@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from knowflow.config import require
+from knowflow.config import option, require
 from knowflow.experiments.ocr_toy.figures import OV_BLOCKS, plot_ocr_toy
 from knowflow.experiments.ocr_toy.model import ToyOCR
 from knowflow.experiments.ocr_toy.train import OcrTrainConfig, train
@@ -64,13 +64,19 @@ class OcrWorldConfig:
     n_noise: int = 0  # distinct noise tokens (needed when seq_len > 3)
 
 
+INIT_BOUND = 1e3  # |init_scale| and |kq_init| at most: far past the small initializations
+# the toy studies, and within what float32 weights and logits hold
+
+
 @dataclass(frozen=True)
 class OcrModelConfig:
     rank: int | None = None  # factorized rank r; None = d (full)
     attention: Literal["linear", "softmax"] = "linear"
     train_kq: bool = False  # W_KQ fixed at kq_init (every token gets the same score)
-    init_scale: float = 1e-2  # std of every initial weight entry (small: the implicit bias)
-    kq_init: float = 1.0
+    # std of every initial weight entry (small: the implicit bias); both bounded, so a huge
+    # one is refused by name before anything is built
+    init_scale: float = option(1e-2, gt=0, le=INIT_BOUND)
+    kq_init: float = option(1.0, ge=-INIT_BOUND, le=INIT_BOUND)  # the fixed W_KQ entries
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,6 @@ class OcrToyConfig:
             require(1 <= r <= d, "sweep.ranks", f"rank {r} is not between 1 and d = {d}")
         for f in self.sweep.fractions:
             _require_fraction(f, "sweep.fractions")
-        require(m.init_scale > 0, "model.init_scale", "must be positive")
         require(t.steps >= 1, "train.steps", "must be at least 1")
         require(t.lr > 0, "train.lr", "must be positive")
         require(t.eval_every >= 1, "train.eval_every", "must be at least 1")
