@@ -45,6 +45,7 @@ def _check_records(records, steps):
     for r in records:
         assert 0 <= r["cf_acc"] <= 1 and r["cf-capitals/n"] == 3
         assert 0 < r["attn_context"] < 1
+    # the loss is logged at every step (logging_steps=1): each record after the first has it
     assert all(r["train_loss"] is not None for r in records[1:])
 
 
@@ -88,7 +89,8 @@ def test_trl_trainer_matches_hf_trainer(make_tiny_llama, tmp_path, tok, rows, tr
     for trainer in ("hf", "trl"):
         out = tmp_path / trainer
         cfg = SFTConfig(steps=4, batch_size=4, lr=1e-2, save_every=10, prompt_format="plain",
-                        train=train, lora_targets=("q_proj", "v_proj"), trainer=trainer)
+                        log_every=1, train=train, lora_targets=("q_proj", "v_proj"),
+                        trainer=trainer)
         train_model(make_tiny_llama(tok), tok, data, cfg, out, [_tracker(tok, out)])
         runs[trainer] = read_jsonl(out / "metrics.jsonl")
     hf, tr = runs["hf"], runs["trl"]
