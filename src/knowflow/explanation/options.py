@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from knowflow.config import option
 from knowflow.data.prompts import FORMATS, PromptFormat
 from knowflow.errors import ConfigError
 from knowflow.lens.memory import check_max_memory
@@ -69,6 +70,11 @@ class ExplainConfig:
     seed: int = 0
     limit: int | None = None             # items per suite or file (a seeded sample)
     offset: int = 0                      # first skip this many of the same seeded order
+    min_ablations: int = option(16, "ablations of the first round (sentence attribution "
+                                "adds rounds until its held-out LDS converges)", ge=8)
+    ablation_step: int = option(8, "ablations added per round", ge=1)
+    converge: float = option(0.02, "stop adding ablations once the out-of-fold LDS rose less "
+                             "than this over a round (0: always --ablations)", ge=0)
 
     def validate(self) -> None:
         if self.target not in TARGETS:
