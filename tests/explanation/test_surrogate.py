@@ -115,9 +115,9 @@ def test_the_exact_path_solves_the_lasso_coordinate_descent_solves(n, d):
     for alpha, (w, b) in zip(grid, _path(x, y, grid), strict=True):
         warm, b_cd = lasso(x, y, alpha, iters=20000, tol=1e-12, start=warm)
 
-        def objective(w_, b_):
+        def objective(w_, b_, a=alpha):
             r = y - b_ - x @ w_
-            return r @ r / (2 * n) + alpha * np.abs(w_).sum()
+            return r @ r / (2 * n) + a * np.abs(w_).sum()
         assert objective(w, b) <= objective(warm, b_cd) + 1e-9
         if d < n:
             assert np.abs(w - warm).max() < 1e-6
