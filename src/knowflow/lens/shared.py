@@ -24,11 +24,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from transformers import DynamicCache
 
 from knowflow.lens._trie import KV, build_trie, run_trie
+from knowflow.lens.arch import arch_of
+from knowflow.lens.batching import model_device
 from knowflow.lens.memory import Shape, inference_bytes, largest_batch
-from knowflow.lens.prefix import Prefix
+from knowflow.lens.prefix import Prefix, forward
 from knowflow.lens.scorer import Score, encode_continuations, score_continuations
 
 NODES = 32768        # new trie nodes per pass by default (explain's `score_tokens`)
@@ -66,7 +69,14 @@ def share_prompt(model, tokenizer, tokens: Sequence[int]) -> SharedPrompt | None
                             strategy="trie")
     if getattr(model, "_knowflow_trie_ok", None) is not True:
         return None
-    trie, _ = build_trie([], first=tokens)
+    ids = torch.tensor([list(tokens)], device=model_device(model))          # (1, tokens)
+    with torch.no_grad():
+        _, cache = forward(model, last_only=True, input_ids=ids)       # the causal kernel
+    layers = getattr(cache, "layers", None) or []
+    kv = [(layer.keys, layer.values) for layer in layers]
+    if len(kv) == arch_of(model).n_layers and all(k.shape[2] == len(tokens) for k, _ in kv):
+        return SharedPrompt(tuple(tokens), kv)
+    trie, _ = build_trie([], first=tokens)     # a cache of another layout: the trie's pass
     if run_trie(model, trie, {}, keep=range(len(tokens))) is None:
         return None
     return SharedPrompt(tuple(tokens), trie.kept)
