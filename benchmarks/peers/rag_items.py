@@ -155,7 +155,8 @@ def hotpot_layout(items: list[ConflictItem]) -> list[dict]:
     for it in items:
         home = it.meta["answer_passage"]
         before = sum(len(p) for p in it.meta["passages"][:home])
-        rows.append({"_id": it.id, "question": it.question, "answer": it.counterfactual_answer,
+        rows.append({"_id": f"hp-{it.id}", "question": it.question,
+                     "answer": it.counterfactual_answer,
                      "type": "bridge", "level": "easy",
                      "supporting_facts": [[it.meta["titles"][home], it.meta["needle"] - before]],
                      "context": [[t, p] for t, p in zip(it.meta["titles"], it.meta["passages"],
@@ -184,3 +185,21 @@ def hotpot_items(path: str | Path) -> list[ConflictItem]:
             meta={"needle": needle, "n_sentences": len(split_sentences(context)),
                   "documents": len(paragraphs)}))
     return items
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="write RAG items in HotpotQA's distractor layout")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--items", type=int, default=4)
+    ap.add_argument("--passages", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=2)
+    args = ap.parse_args()
+    rows = hotpot_layout(rag_items(args.items, args.passages, args.seed))
+    args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
