@@ -148,11 +148,13 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         top_leave_one_out,
     )
     from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.sentences import gradient_prior
     from knowflow.lens.shared import share_prompt
 
     it = case.item
     if method in ("knowflow", "knowflow-flat", "knowflow-hier"):
-        threshold = {"knowflow-flat": {"hierarchy_above": None, "converge": 0.0},
+        threshold = {"knowflow-flat": {"hierarchy_above": None, "converge": 0.0,
+                                       "prior": "none"},
                      "knowflow-hier": {"hierarchy_above": HIER_ABOVE}}.get(method, {})
         cfg = ExplainConfig(ablations=count, holdout=0, top_k=(), prompt_format="chat",
                             **threshold)
@@ -160,8 +162,11 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
             attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
                                              case.lead)
             return torch.tensor(attr.weights, dtype=torch.float64)
+        shared = share_prompt(model, tok, case.led_ids[:-1])
+        prior = gradient_prior(model, tok, case.led_ids, case.cont, case.spans, shared) \
+            if cfg.prior == "gradient" else None
         attr = attribute(model, tok, it, case.sents, case.cont, 0.0, cfg, case.lead,
-                         shared=share_prompt(model, tok, case.led_ids[:-1]))
+                         shared=shared, prior=prior)
         return torch.tensor(attr.weights, dtype=torch.float64)
     if method == "learned-loo":          # the full log-prob is scored too: counted here
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]

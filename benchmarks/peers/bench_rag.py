@@ -269,7 +269,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an ExplainConfig field for explain and explain-fast")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1, help="rag_items' seed (0: the items the "
+                                                        "defaults were chosen on)")
     ap.add_argument("--first", type=int, default=0, help="skip the items before this index")
     ap.add_argument("--last", type=int, help="stop before this index")
     ap.add_argument("--json", type=Path, help="append each item's row here (JSONL)")

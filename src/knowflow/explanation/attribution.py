@@ -41,6 +41,8 @@ from knowflow.lens.shared import SharedPrompt, score_shared
 from knowflow.probes.mass import span_mass
 from knowflow.store.run_folder import Progress
 
+HELD_OUT_KEEP = 0.5     # held-out masks keep each sentence with this probability
+
 
 @dataclass(frozen=True)
 class Attribution:
@@ -112,14 +114,15 @@ def item_generator(cfg: ExplainConfig, key: str) -> torch.Generator:
 
 def ablation_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> tuple[torch.Tensor,
                                                                            torch.Tensor]:
-    """(fit masks (ablations, sentences), held-out masks (holdout, sentences)), drawn from
-    a generator seeded by the config's seed and the item's key."""
+    """(fit masks (ablations, sentences), each sentence kept with probability `keep_prob`;
+    held-out masks (holdout, sentences), each kept with probability `HELD_OUT_KEEP`: the LDS
+    is ContextCite's, on half masks, whatever the fit masks keep), drawn from a generator
+    seeded by the config's seed and the item's key."""
     gen = item_generator(cfg, key)
-    if cfg.design == "balanced":
-        fit = balanced_masks(cfg.ablations, n_sentences, cfg.keep_prob, gen)
-        return fit, random_masks(cfg.holdout, n_sentences, cfg.keep_prob, gen)
-    masks = random_masks(cfg.ablations + cfg.holdout, n_sentences, cfg.keep_prob, gen)
-    return masks[:cfg.ablations], masks[cfg.ablations:]
+    fit = balanced_masks(cfg.ablations, n_sentences, cfg.keep_prob, gen) \
+        if cfg.design == "balanced" else \
+        random_masks(cfg.ablations, n_sentences, cfg.keep_prob, gen)
+    return fit, random_masks(cfg.holdout, n_sentences, HELD_OUT_KEEP, gen)
 
 
 def ablation_counts(cfg: ExplainConfig) -> list[int]:
@@ -142,12 +145,13 @@ def converged(rounds: Sequence[dict], tol: float) -> bool:
 
 def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
               continuation: str, logprob_full: float, cfg: ExplainConfig, lead: str = "",
-              progress: Progress | None = None, shared: SharedPrompt | None = None
-              ) -> Attribution:
+              progress: Progress | None = None, shared: SharedPrompt | None = None,
+              prior: torch.Tensor | None = None) -> Attribution:
     """Ablation attribution of the continuation to each sentence (see the module docstring):
     rounds of ablations (`ablation_counts`) until the surrogate's out-of-fold LDS has
     converged (`converged`) or `ablations` are spent; then the held-out masks and the top-k
-    drops, scored together."""
+    drops, scored together. `prior` (sentences,): one-pass scores the lasso is steered by
+    (`surrogate.fit_surrogate`)."""
     n = len(sentences)
     fit_masks, held = ablation_masks(n, cfg, item.id + item.context)
     targets = torch.zeros(0, dtype=torch.float64)
@@ -157,7 +161,7 @@ def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence
         new = fit_masks[len(targets):count]
         targets = torch.cat([targets, score_masks(model, tokenizer, item, sentences, new,
                                                   continuation, cfg, lead, shared=shared)])
-        surrogate = fit_surrogate(fit_masks[:count], targets, cfg.cv_folds, cfg.seed)
+        surrogate = fit_surrogate(fit_masks[:count], targets, cfg.cv_folds, cfg.seed, prior)
         rounds.append({"ablations": count,
                        "lds": spearman(surrogate.out_of_fold, targets)})
         if progress is not None:

@@ -50,7 +50,7 @@ class ExplainConfig:
     #                                      "balanced" (each sentence kept in exactly keep_prob
     #                                      of them, orthogonal columns where possible: see
     #                                      surrogate.balanced_masks)
-    holdout: int = 16                  # further subsets for the LDS (0: no LDS)
+    holdout: int = 0                   # further half masks for the LDS (0: out-of-fold)
     top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
     cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
     # mechanism
@@ -75,6 +75,10 @@ class ExplainConfig:
     ablation_step: int = option(8, "ablations added per round", ge=1)
     converge: float = option(0.02, "stop adding ablations once the out-of-fold LDS rose less "
                              "than this over a round (0: always --ablations)", ge=0)
+    prior: str = option("gradient", "one-pass scores that steer the ablation surrogate: "
+                        "gradient (each sentence's keep-weight gradient at 1/2, one pass over "
+                        "the question and answer, the adaptive lasso's penalty weights) or none",
+                        one_of=("gradient", "none"))
 
     def validate(self) -> None:
         if self.target not in TARGETS:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import torch
+
 from knowflow.data.facts import ConflictItem
 from knowflow.evaluation.generate import Stream, clean_output, decode, greedy, stop_table
 from knowflow.explanation.attribution import (
@@ -24,7 +26,7 @@ from knowflow.explanation.attribution import (
 )
 from knowflow.explanation.estimator import Estimator
 from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
-from knowflow.explanation.learned import learned_attribute
+from knowflow.explanation.learned import learned_attribute, sentence_features
 from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.prompts import sentence_tokens
@@ -51,6 +53,17 @@ def generate_from(model, tokenizer, prompt_ids: Sequence[int], shared: SharedPro
                     pad_id(tokenizer))
     (tokens,) = decode([stream], greedy, max_new_tokens, table)
     return clean_output(tokenizer.decode(tokens, skip_special_tokens=True))
+
+
+def gradient_prior(model, tokenizer, prompt_ids: Sequence[int], continuation: str,
+                   spans: Sequence[Sequence[int]], shared: SharedPrompt | None = None
+                   ) -> torch.Tensor:
+    """(sentences,) the one-pass scores the ablation surrogate is steered by: each sentence's
+    keep-weight gradient at 1/2 summed over heads (`features.soft_effects`), one forward and
+    backward pass over the readers from `shared`'s keys and values."""
+    answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    return sentence_features(model, prompt_ids, answer_ids, spans, ("soft",), None,
+                             shared).sum(1)                                # (sentences,)
 
 
 def sentence_levels(model, tokenizer, item: ConflictItem, prompt_ids: list[int],
@@ -83,8 +96,10 @@ def sentence_levels(model, tokenizer, item: ConflictItem, prompt_ids: list[int],
                                                  continuation, lp_ctx, cfg, lead, progress)
         seconds["ablation"] = time.perf_counter() - clock
     else:
+        prior = gradient_prior(model, tokenizer, prompt_ids, continuation, spans, shared) \
+            if cfg.prior == "gradient" else None
         attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
-                         progress, shared)
+                         progress, shared, prior)
         seconds["ablation"] = time.perf_counter() - clock
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     out = {"sentences": [{"text": s.text, "attribution": w}
