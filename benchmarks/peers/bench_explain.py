@@ -22,7 +22,11 @@ and top-3 drops (the fall of the log-probability when the top sentences are remo
 per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
 seconds to each method's (the mean; then its spread: the median over items and over rounds
 of 8 consecutive items, with the rounds' range). knowflow's ablation runs as `knowflow
-explain` runs it (the flat surrogate at every length by default; `knowflow-flat` forces it);
+explain` runs it (from the item's prompt run once, its rounds of ablations up to the count
+until the out-of-fold LDS converges, steered by the gradient one pass: `explanation.
+attribution.attribute`; the shared prompt and the one pass are timed with it);
+`knowflow-flat` is the plain flat surrogate on all the count's ablations (no prior, no
+rounds);
 `knowflow-hier` attributes
 hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
 `explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an

@@ -59,3 +59,23 @@ def test_a_run_folder_written_before_the_field_still_reports(lm, tmp_path):
     check_run_files(out)
     page = render_explain(out)
     assert "not explained" not in page and old[0]["id"] in page
+
+
+def test_max_memory_sizes_the_trie_passes_and_changes_no_score(lm):
+    """--max-memory lowers the new tokens a trie pass may hold (recorded in the config) to
+    what the budget leaves beside the weights and the prompt's keys and values; the scores
+    are those of unbounded passes."""
+    from knowflow.lens.memory import inference_bytes, shape_of
+
+    model, tok = lm
+    shape = shape_of(model)
+    budget = shape.weights + inference_bytes(shape, 1, 2048, cached=400 + 4096,
+                                             logit_positions=256)   # about 4k new tokens
+    run = dict(tokenizer=tok, limit=1, levels=("source", "sentences"), ablations=16,
+               max_new_tokens=3)
+    free = knowflow.explain(model, "needle-cf", **run)
+    tight = knowflow.explain(model, "needle-cf", max_memory=budget / 2 ** 30, **run)
+    assert 2048 <= tight.config["score_tokens"] < 8192 < free.config["score_tokens"]
+    a, b = free.records[0], tight.records[0]
+    assert [s["attribution"] for s in a["sentences"]] == pytest.approx(
+        [s["attribution"] for s in b["sentences"]], abs=1e-4)
