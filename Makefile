@@ -35,17 +35,17 @@ docs: setup
 test: setup lint docs
 	$(BIN)/pytest
 
-# The optional extras too (lm-eval, TRL, parquet/datasets/pandas), torch kept at 2.13.0.
+# The optional extras too (lm-eval, TRL, TensorBoard, W&B), torch kept at 2.13.0.
 EXTRAS := $(VENV)/.knowflow-extras
 $(EXTRAS): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,data,tensorboard,wandb]' torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev,lmeval,trl,tensorboard,wandb]' torch==2.13.0
 	touch $(EXTRAS)
 
 # Rerun the README's and docs' fast examples and rewrite their output blocks (--slow: all).
-# With the extras: the examples show --data save_to_disk folders (datasets) and
-# --report-to tensorboard.
+# With the extras: the examples show --report-to tensorboard.
 docs-examples: $(EXTRAS)
 	$(BIN)/python benchmarks/docs/docs_examples.py
+	$(BIN)/python benchmarks/docs/notebooks.py
 
 test-all: setup $(EXTRAS)
 	$(BIN)/pytest -m ""

@@ -172,3 +172,84 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _edit_json(path: Path, drop: tuple[str, ...] = (), **changes) -> None:
+    """The JSON object in `path` with `changes` set and the keys in `drop` removed."""
+    import json
+
+    data = {k: v for k, v in json.loads(path.read_text()).items() if k not in drop}
+    path.write_text(json.dumps({**data, **changes}))
+
+
+def broken_model_folders(root: Path) -> dict[str, Path]:
+    """{case: model folder} under `root`: a sound tiny Llama ("ok"), sound near-misses of the
+    broken ones ("padded-vocab": special tokens added within padded embedding rows,
+    "own-template": another chat template that renders, "sharded": weights in two files with
+    their index), and folders broken the ways a new user's break: saved without a tokenizer
+    (a Llama and a GPT-2, whose tokenizer class builds itself from nothing) or with a
+    vocabulary file holding no token, an index with an empty weight map, zero-byte weights, an
+    embedding or a block count the config disagrees with, added tokens past the embedding,
+    chat templates that raise, render nothing or drop the messages, a BERT encoder whose
+    config names no architecture, NaN weights."""
+    import shutil
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    tok = byte_tokenizer()
+    made = {"ok": save_model_folder(root / "ok", tiny_llama(tok), tok)}
+
+    def copy(name: str) -> Path:
+        made[name] = root / name
+        shutil.copytree(made["ok"], made[name])
+        return made[name]
+
+    padded, extra = byte_tokenizer(), ["<|tool|>", "<|result|>"]
+    model = tiny_llama(padded)
+    model.resize_token_embeddings(len(padded) + 8, mean_resizing=False)
+    padded.add_tokens(extra, special_tokens=True)
+    made["padded-vocab"] = save_model_folder(root / "padded-vocab", model, padded)
+    past = byte_tokenizer()
+    model = tiny_llama(past)
+    past.add_tokens(extra, special_tokens=True)
+    made["added-tokens"] = save_model_folder(root / "added-tokens", model, past)
+    (copy("own-template") / "chat_template.jinja").write_text(
+        "{{ '### System: be brief\n' }}{% for m in messages %}### {{ m['role'] }}: "
+        "{{ m['content'] }}<|end|>\n{% endfor %}{% if add_generation_prompt %}### assistant: "
+        "{% endif %}")
+    (copy("empty-weights") / "model.safetensors").write_bytes(b"")
+    (copy("template-raises") / "chat_template.jinja").write_text(
+        "{{ raise_exception('no system role') }}")
+    (copy("template-empty") / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% endfor %}")
+    (copy("template-drops") / "chat_template.jinja").write_text("{{ eos_token }}")
+    made["sharded"] = root / "sharded"
+    tiny_llama(tok).save_pretrained(made["sharded"], max_shard_size="300KB")
+    tok.save_pretrained(made["sharded"])
+    shutil.copytree(made["sharded"], root / "empty-index")
+    made["empty-index"] = root / "empty-index"
+    _edit_json(made["empty-index"] / "model.safetensors.index.json", weight_map={})
+    made["no-tokenizer"] = root / "no-tokenizer"
+    tiny_llama(tok).save_pretrained(made["no-tokenizer"])
+    made["no-tokenizer-gpt2"] = root / "no-tokenizer-gpt2"
+    tiny_gpt2(tok).save_pretrained(made["no-tokenizer-gpt2"])
+    made["empty-vocab"] = root / "empty-vocab"  # GPT-2's tokenizer files, holding no token
+    shutil.copytree(made["no-tokenizer-gpt2"], made["empty-vocab"])
+    (made["empty-vocab"] / "vocab.json").write_text("{}")
+    (made["empty-vocab"] / "merges.txt").write_text("#version: 0.2\n")
+    (made["empty-vocab"] / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "GPT2Tokenizer"}')
+    wide = tiny_llama(tok)
+    wide.resize_token_embeddings(len(tok) + 40, mean_resizing=False)
+    wide.save_pretrained(copy("wrong-embedding"))
+    _edit_json(made["wrong-embedding"] / "config.json", vocab_size=len(tok))
+    _edit_json(copy("missing-block") / "config.json", num_hidden_layers=3)
+    bert = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=64)
+    made["bert"] = save_model_folder(root / "bert", BertForMaskedLM(bert), tok)
+    _edit_json(made["bert"] / "config.json", drop=("architectures",))
+    nan = tiny_llama(tok)
+    with torch.no_grad():
+        nan.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    nan.save_pretrained(copy("nan"))
+    return made

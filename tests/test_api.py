@@ -29,7 +29,7 @@ PUBLIC = {
     "load_items": ("knowflow.train.tracker", "load_items"),
     "load_model": ("knowflow.lens.load", "load_model"),
     "probe": ("knowflow.api", "probe"),
-    "run_experiment": ("knowflow.experiments.runner", "run_experiment"),
+    "run_experiment": ("knowflow.api", "run_experiment"),
     "write_report": ("knowflow.report.html", "write_report"),
     "Result": ("knowflow.store.result", "Result"),
     "RelianceTracker": ("knowflow.train.tracker", "RelianceTracker"),
@@ -84,7 +84,7 @@ def test_no_subpackage_shadows_a_public_name_after_every_module_is_imported():
 def test_signatures_and_help_are_real():
     _import_everything()
     sig = inspect.signature(knowflow.evaluate)
-    assert "config" in sig.parameters and "out_dir" in sig.parameters
+    assert "config" in sig.parameters and "out" in sig.parameters
     entries = (knowflow.evaluate, knowflow.probe, knowflow.curate, knowflow.explain,
                knowflow.finetune, knowflow.augment, knowflow.run_experiment)
     for entry in entries:  # one shape: f(model, data, *, config=None, **overrides)
@@ -134,9 +134,9 @@ def test_probe_by_name_equals_calling_the_probe_with_its_config(tiny):
 
     model, tok = tiny
     got = knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", window=1,
-                         known_only=False, sources=("subject", "last")).records
+                         known_only=False, source=("subject", "last")).records
     ref = knockout(model, tok, [ProbeExample(**FACT)],
-                   KnockoutConfig(window=1, known_only=False, sources=("subject", "last")))
+                   KnockoutConfig(window=1, known_only=False, source=("subject", "last")))
     assert len(got) == len(ref) > 0
     for a, b in zip(got, ref, strict=True):
         assert a["source"] == b["source"] and a["layer"] == b["layer"]

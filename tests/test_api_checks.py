@@ -32,14 +32,27 @@ def meta_model(tok):
     (lambda m, t: knowflow.evaluate(m, SUITE), "tokenizer", "needs its tokenizer"),
     (lambda m, t: knowflow.evaluate(m, SUITE, tokenizer=5), "tokenizer", "got int"),
     (lambda m, t: knowflow.evaluate(m, SUITE, tokenizer=t, fields=5), "fields", "got int"),
-    (lambda m, t: knowflow.evaluate(m, "x.jsonl", tokenizer=t, fields="context"), "--fields",
+    (lambda m, t: knowflow.evaluate(m, "x.jsonl", tokenizer=t, fields="context"), "fields",
      "is not FIELD=COLUMN"),
     (lambda m, t: knowflow.probe(m, tokenizer=t, limit=0), "limit", "must be at least 1"),
     (lambda m, t: knowflow.load_model(5), "model", "got int 5"),
     (lambda m, t: knowflow.load_items(5), "path", "expected a file path"),
+    # keywords of earlier versions: one line naming the new one
+    (lambda m, t: knowflow.evaluate(m, SUITE, tokenizer=t, out_dir="x"), None,
+     "out_dir= is renamed to out="),
+    (lambda m, t: knowflow.probe(m, tokenizer=t, out_dir="x"), None, "renamed to out="),
+    (lambda m, t: knowflow.run_experiment("cpi-toy", runs_root="x"), None,
+     "runs_root= is renamed to runs_dir="),
+    (lambda m, t: knowflow.explain(m, "c", "q?", tokenizer=t, n_ablations=8), "n_ablations",
+     "renamed to ablations"),
+    (lambda m, t: knowflow.explain(m, "c", "q?", tokenizer=t, n_holdout=4), "n_holdout",
+     "renamed to holdout"),
+    (lambda m, t: knowflow.probe(m, tokenizer=t, sources=("last",)), "sources",
+     "renamed to source"),
 ], ids=["evaluate-data", "probe-data", "curate-data", "augment-data", "explain-data",
         "explain-question", "finetune-data", "evaluate-model", "no-tokenizer", "bad-tokenizer",
-        "fields-type", "fields-text", "probe-limit", "load_model", "load_items"])
+        "fields-type", "fields-text", "probe-limit", "load_model", "load_items",
+        "out_dir", "probe-out_dir", "runs_root", "n_ablations", "n_holdout", "sources"])
 def test_wrong_arguments_are_one_config_error(call, field, fragment, tiny_lm, tok):
     with pytest.raises(knowflow.ConfigError) as err:
         call(tiny_lm, tok)

@@ -20,9 +20,9 @@ FACT = {"prompt": "The Eiffel Tower is located in the city of", "subject": "The 
 RUN_FILES = {"config.json", "items.jsonl", "summary.json", "figures", "report.html"}
 
 
-def test_evaluate_out_dir_writes_the_cli_folder(tiny_model_dir, tmp_path):
+def test_evaluate_out_writes_the_cli_folder(tiny_model_dir, tmp_path):
     res = knowflow.evaluate(str(tiny_model_dir), "cf-capitals", limit=2, max_new_tokens=2,
-                            out_dir=tmp_path / "api")
+                            out=tmp_path / "api")
     cli = CliRunner().invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite",
                                    "cf-capitals", "--limit", "2", "--max-new-tokens", "2",
                                    "--threads", str(torch.get_num_threads()),  # as the API's
@@ -39,11 +39,11 @@ def test_evaluate_out_dir_writes_the_cli_folder(tiny_model_dir, tmp_path):
         sorted(p.name for p in (cli_dir / "figures").iterdir())
 
 
-def test_eval_result_save_is_the_out_dir_folder(make_tiny_llama, tok, tmp_path):
+def test_eval_result_save_is_the_out_folder(make_tiny_llama, tok, tmp_path):
     model = make_tiny_llama(tok)
     data = get_suite("cf-capitals", limit=3)  # items in memory
     kept = knowflow.evaluate(model, data, tokenizer=tok, max_new_tokens=2, n_bootstrap=10,
-                             out_dir=tmp_path / "run")
+                             out=tmp_path / "run")
     later = knowflow.evaluate(model, data, tokenizer=tok, max_new_tokens=2, n_bootstrap=10)
     assert later.out_dir is None and later.summary == kept.summary
     assert later.save(tmp_path / "saved") == tmp_path / "saved"
@@ -61,11 +61,11 @@ def test_eval_result_save_is_the_out_dir_folder(make_tiny_llama, tok, tmp_path):
 
 def test_probe_by_config_or_by_kind_gives_the_probe_records(make_tiny_llama, tok, tmp_path):
     model = make_tiny_llama(tok)
-    cfg = KnockoutConfig(window=1, known_only=False, sources=("subject", "last"))
+    cfg = KnockoutConfig(window=1, known_only=False, source=("subject", "last"))
     ref = knockout(model, tok, [ProbeExample(**FACT)], cfg)
     new = knowflow.probe(model, [FACT], tokenizer=tok, config=cfg)
     by_kind = knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", window=1,
-                             known_only=False, sources=("subject", "last"))
+                             known_only=False, source=("subject", "last"))
     assert new.command == by_kind.command == "probe-knockout" and len(ref) > 0
     for got in (new.records, by_kind.records):
         assert [(r["source"], r["layer"], r["p"]) for r in got] == \
@@ -81,11 +81,11 @@ def test_probe_by_config_or_by_kind_gives_the_probe_records(make_tiny_llama, tok
     ("head-project", ["--all"]),
 ])
 def test_probe_out_dir_writes_the_cli_folder(kind, args, tiny_model_dir, tmp_path):
-    """`knowflow probe <kind>` and `knowflow.probe(..., out_dir=)` write one folder: the same
+    """`knowflow probe <kind>` and `knowflow.probe(..., out=)` write one folder: the same
     files, records and summary byte for byte, and config.json alike."""
     fields = {"window": 1} if kind == "knockout" else {}
     res = knowflow.probe(str(tiny_model_dir), kind=kind, limit=2, known_only=False,
-                         out_dir=tmp_path / "api", **fields)
+                         out=tmp_path / "api", **fields)
     cli = CliRunner().invoke(app, ["probe", kind, "--model", str(tiny_model_dir), "--limit",
                                    "2", *args, "--threads", str(torch.get_num_threads()),
                                    "--out", str(tmp_path / "cli")])

@@ -1,6 +1,8 @@
 """Dotted-key overrides on frozen dataclass configs."""
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -173,3 +175,34 @@ def test_a_renamed_key_names_its_new_key(experiment, old, new):
     with pytest.raises(ConfigError, match=rf"renamed to {new}"):
         config_from_dict(get_experiment(experiment).config_cls, saved)
     assert getattr(build_config(experiment, [f"{new}=5"]).dynamic, new.split(".")[1]) == 5
+
+
+def test_tuple_items_keep_a_named_list_and_paths_parse():
+    """A tuple field's text splits on commas, but `name:1,-1` (knockout's explicit positions)
+    stays one item; a Path field parses to a Path."""
+    @dataclass(frozen=True)
+    class Cfg:
+        source: tuple[str, ...] = ("subject",)
+        out: Path | None = None
+
+    cfg = apply_overrides(Cfg(), {"source": "pos:1,-1,subject,pos:0", "out": "runs/x"})
+    assert cfg.source == ("pos:1,-1", "subject", "pos:0") and cfg.out == Path("runs/x")
+
+
+def test_an_error_about_an_option_starts_with_the_option():
+    assert str(ConfigError("must be at least 1", "--limit")) == "--limit: must be at least 1"
+    assert str(ConfigError("must be at least 1", "limit")) == \
+        "config field 'limit': must be at least 1"
+    assert ConfigError("x", "--limit").under("sft.").field == "--limit"
+
+
+def test_option_declares_the_command_line_name_and_help():
+    @dataclass(frozen=True)
+    class Cfg:
+        every: int = option(20, "Evaluate every N steps.", ge=1)
+        tracking: bool = option(True, "Do not track.", flag="no_track")
+        quiet: int = 0
+
+    meta = {f.name: dict(f.metadata) for f in dataclasses.fields(Cfg)}
+    assert meta["every"]["help"] == "Evaluate every N steps." and "bounds" in meta["every"]
+    assert meta["tracking"]["flag"] == "no_track" and meta["quiet"] == {}

@@ -63,7 +63,7 @@ def test_the_walk_finds_the_commands_and_their_flags():
     found = {" ".join(p): flags(c) for p, c in LEAVES}
     assert {"run", "eval", "sft", "probe knockout", "export lm-eval"} <= set(found)
     assert {"--keep-peak", "--stop-drop", "--no-track", "--max-length"} <= set(found["sft"])
-    assert {"--final-norm", "--no-final-norm", "--top-k"} <= set(found["probe project"])
+    assert {"--no-final-norm", "--top-k"} <= set(found["probe project"])
     assert not mentions("--no-final-norm", "--final-norm")
     assert mentions("use `--final-norm`.", "--final-norm")
 

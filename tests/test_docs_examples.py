@@ -54,11 +54,11 @@ def test_tables_and_figures_come_from_the_run_folder_the_block_names(tmp_path):
     (folder / "figures" / "a.png").write_bytes(b"not the docs' figure")
     arm = {"seeds": [0, 1], "cf_acc_start_seeds": [0.0, 0.1], "cf_acc_peak_seeds": [0.7, 0.8],
            "cf_acc_peak_step_seeds": [20, 40], "cf_acc_final_seeds": [0.5, 0.4],
-           "fall_seeds": [0.2, 0.4], "fall_ci95": [0.1, 0.5]}
+           "cf_acc_fall_seeds": [0.2, 0.4], "cf_acc_fall_ci95": [0.1, 0.5]}
     (folder / "summary.json").write_text(json.dumps(
-        {"mixed": arm, "filtered": {**arm, "fall_seeds": [0.1, 0.2]},
+        {"mixed": arm, "filtered": {**arm, "cf_acc_fall_seeds": [0.1, 0.2]},
          "findings": {"filtered_fall_removed": 0.5, "filtered_reduces_fall_every_seed": True,
-                      "filtered_in_dist_minus_mixed": 0.004}}))
+                      "filtered_indist_minus_mixed": 0.004}}))
     page = tmp_path / "page.md"
     page.write_text("\n".join([
         "<!-- docs-example: slow -->", "```", "$ knowflow run x",
@@ -173,3 +173,23 @@ def test_masking_hides_the_trainers_closing_timings_not_its_loss():
     docs_examples = load_benchmark("docs/docs_examples")
     line = "{'train_runtime': '67.12', 'train_steps_per_second': '0.894', 'train_loss': '9.316'}"
     assert docs_examples.mask(line) == "{<time>, <time>, 'train_loss': '9.316'}"
+
+
+def test_a_notebook_cell_keeps_its_print_and_its_result_html():
+    """benchmarks/docs/notebooks.py: what a cell prints is a stream, its last value a result
+    with the object's own HTML beside its plain text, as a notebook front end keeps them."""
+    notebooks = load_benchmark("docs/notebooks")
+
+    class Shown:
+        def __repr__(self):
+            return "Shown()"
+
+        def _repr_html_(self):
+            return "<b>shown</b>"
+
+    namespace = {"Shown": Shown}
+    out = notebooks.run_cell("print('hi')\nx = 1.23456\nShown()", namespace, lambda v: v)
+    assert out[0] == {"name": "stdout", "output_type": "stream", "text": ["hi\n"]}
+    assert out[1]["data"] == {"text/plain": ["Shown()"], "text/html": ["<b>shown</b>"]}
+    assert namespace["x"] == 1.23456
+    assert notebooks.run_cell("y = 2", namespace, lambda v: v) == []

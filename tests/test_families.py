@@ -86,7 +86,7 @@ def test_family_eval(family_dir, tmp_path):
     for r in records:
         assert math.isfinite(r["loglik_margin"]) if "loglik_margin" in r else True
     summary = read_json(out / "summary.json")["cf-capitals"]
-    assert 0.0 <= summary["loglik"]["counterfactual_accuracy"] <= 1.0
+    assert 0.0 <= summary["loglik"]["cf_acc"] <= 1.0
     assert all(r["suite"] == "cf-capitals" for r in records)
     assert all(math.isfinite(r["loglik_counterfactual_logprob"])
                and math.isfinite(r["loglik_parametric_logprob"]) for r in records)
@@ -190,5 +190,5 @@ def test_explicit_chat_on_a_base_model_is_refused(tmp_path):
     result = runner.invoke(app, ["eval", "--model", str(folder), "--suite", "cf-capitals",
                                  "--limit", "1", "--prompt-format", "chat", "--out", str(out)])
     assert result.exit_code == 2, result.output
-    assert "prompt_format" in result.output and "no chat template" in result.output
+    assert "--prompt-format:" in result.output and "no chat template" in result.output
     assert not out.exists()

@@ -1,7 +1,7 @@
 """Layers point one way: every module under src/knowflow imports, and no package imports one
 above it.
 
-The order is the flow of data in DESIGN.md, lowest first:
+The order is the flow of data (docs/layout.md), lowest first:
 
     foundation (errors, config, store: what a run writes and reads; import only each other)
     data         facts, items, prompts, instruction rows, suites, loaders: what everything reads
@@ -55,9 +55,9 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 # module (or package, ending in ".") whose functions may import knowflow modules -> why
 FUNCTION_IMPORTS: dict[str, str] = {
-    "knowflow.cli.": "a command imports the library when it runs, so `knowflow --help` and a "
-                     "refused flag answer in 0.2 s instead of importing torch, transformers "
-                     "and matplotlib (4 s)",
+    "knowflow.cli.": "a command imports the library (and its config classes, which build "
+                     "its options) when it runs, so `knowflow --help` answers in 0.2 s "
+                     "instead of importing torch, transformers and matplotlib (4 s)",
 }
 
 

@@ -27,7 +27,7 @@ def test_items_jsonl_is_flat(make_tiny_llama, tmp_path, tok):
     by_suite = df.groupby("suite")["loglik_choice"].apply(lambda c: (c == "counterfactual")
                                                           .mean())
     for suite, acc in by_suite.items():
-        assert acc == pytest.approx(res.summary[suite]["loglik"]["counterfactual_accuracy"])
+        assert acc == pytest.approx(res.summary[suite]["loglik"]["cf_acc"])
 
 
 def test_metrics_jsonl_is_flat(make_tiny_llama, tmp_path, tok, rows):

@@ -6,8 +6,7 @@ cache under HF_HOME, so `--data hf:...` can be shown offline from a clean clone:
         knowflow eval --data hf:knowflow-test/nq-swap-mini --preset nq-swap
 
 The rows have NQ-Swap's columns (pminervini/NQ-Swap: question, org_context, org_answer,
-sub_context, sub_answer; the answers are lists) and its one split, `dev`. Needs the [data]
-extra (pyarrow, datasets).
+sub_context, sub_answer; the answers are lists) and its one split, `dev`.
 """
 
 from __future__ import annotations

@@ -181,7 +181,8 @@ def _arm_summary(per_seed: dict[int, list[dict]]) -> dict:
     def summary(cf: list[float], steps: list[int]) -> dict:
         peak = max(range(len(cf)), key=cf.__getitem__)
         return {"cf_acc_start": cf[0], "cf_acc_peak": cf[peak], "cf_acc_peak_step": steps[peak],
-                "cf_acc_final": cf[-1], "rise": cf[peak] - cf[0], "fall": cf[peak] - cf[-1]}
+                "cf_acc_final": cf[-1], "cf_acc_rise": cf[peak] - cf[0],
+                "cf_acc_fall": cf[peak] - cf[-1]}
 
     runs = list(per_seed.values())
     steps = [r["step"] for r in runs[0]]
@@ -190,7 +191,7 @@ def _arm_summary(per_seed: dict[int, list[dict]]) -> dict:
     last = [run[-1] for run in runs]
     for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
         out[f"{key}_final"] = sum(r[key] for r in last) / len(last)
-    out["attn_ctx_final"] = sum(sum(r["attn_context_layers"]) / 2 for r in last) / len(last)
+    out["attn_context_final"] = sum(sum(r["attn_context_layers"]) / 2 for r in last) / len(last)
     out["seeds"] = list(per_seed)
     own = [summary([r["cf_acc"] for r in run], steps) for run in runs]
     for key in own[0]:
@@ -220,8 +221,9 @@ def fake_inversion_tiny_run(root: Path, seeds: tuple[int, ...] = (0, 1, 2),
     summary: dict = {arm: _arm_summary(runs) for arm, runs in per_arm.items()}
     summary["pretrain"] = {str(s): {"steps": 3000, "recall_acc": 0.99, "lookup_acc": 0.96,
                                     "seconds": 120.123456} for s in seeds}
-    findings = {"mixed_rise": summary["mixed"]["rise"], "mixed_fall": summary["mixed"]["fall"],
-                "c_only_fall": summary["c_only"]["fall"], "inversion_shown": True}
+    findings = {"mixed_cf_acc_rise": summary["mixed"]["cf_acc_rise"],
+                "mixed_cf_acc_fall": summary["mixed"]["cf_acc_fall"],
+                "c_only_cf_acc_fall": summary["c_only"]["cf_acc_fall"], "inversion_shown": True}
     if verdict is not None:
         findings["verdict"] = verdict
     summary["findings"] = findings
@@ -240,7 +242,8 @@ def fake_cpi_toy_run(root: Path, verdict: str | None = VERDICTS["cpi-toy"]) -> P
 
     run_dir = _run_dir(root, "cpi-toy")
     keys = ("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
-            "attn_ctx_start", "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final",
+            "attn_context_start", "attn_context_at_mc_peak", "attn_context_final",
+            "attn_subject_final",
             "proj_theta_C_start", "proj_theta_S_start", "value_conf_C+S_final", "steps")
     rng = random.Random(0)
 
@@ -251,8 +254,9 @@ def fake_cpi_toy_run(root: Path, verdict: str | None = VERDICTS["cpi-toy"]) -> P
     summary: dict = {p: part() for p in ("inversion", "c_only", "with_s", "train_v")}
     summary["mitigations"] = {a: part() for a in ("baseline", "all_weights", "augmented",
                                                    "filtered")}
-    summary["findings"] = {"inversion_fall": 0.36251234, "inversion_peak_in_first_quarter": True,
-                           "c_only_fall": 0.0, "with_s_proj_theta_S_start_ratio": 1.98912345}
+    summary["findings"] = {"inversion_mc_fall": 0.36251234,
+                           "inversion_peak_in_first_quarter": True, "c_only_mc_fall": 0.0,
+                           "with_s_proj_theta_S_start_ratio": 1.98912345}
     if verdict is not None:
         summary["findings"]["verdict"] = verdict
     atomic_write_json(run_dir / "config.json", {"seed": 0, "parts": "all"})

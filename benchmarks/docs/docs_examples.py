@@ -419,7 +419,7 @@ def _per_seed(summary: dict) -> list[str]:
         for k, seed in enumerate(a["seeds"]):
             rows.append(f"| {arm} | {seed} | {a['cf_acc_start_seeds'][k]:.3f} | "
                         f"{a['cf_acc_peak_seeds'][k]:.3f} | {a['cf_acc_peak_step_seeds'][k]} | "
-                        f"{a['cf_acc_final_seeds'][k]:.3f} | {a['fall_seeds'][k]:.3f} |")
+                        f"{a['cf_acc_final_seeds'][k]:.3f} | {a['cf_acc_fall_seeds'][k]:.3f} |")
     return rows
 
 
@@ -433,11 +433,11 @@ def _mitigations(summary: dict) -> list[str]:
     for arm in ARMS:
         if arm not in summary:
             continue
-        a, lo_hi = summary[arm], summary[arm]["fall_ci95"]
-        fall = sum(a["fall_seeds"]) / len(a["fall_seeds"])
+        a, lo_hi = summary[arm], summary[arm]["cf_acc_fall_ci95"]
+        fall = sum(a["cf_acc_fall_seeds"]) / len(a["cf_acc_fall_seeds"])
         every = {True: "yes", False: "no"}.get(f.get(f"{arm}_reduces_fall_every_seed"), "-")
         share = f.get(f"{arm}_fall_removed")
-        change = f.get(f"{arm}_in_dist_minus_mixed")
+        change = f.get(f"{arm}_indist_minus_mixed")
         rows.append(f"| {arm} | {fall:.3f} | [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}] | {every} | "
                     + (f"{100 * share:.0f}%" if share is not None else "-") + " | "
                     + (f"{change:+.3f}" if change is not None else "-") + " |")
@@ -456,7 +456,7 @@ def _phase(summary: dict) -> list[str]:
         for model, name in (("toy", "theory"), ("tiny", "tiny")):
             cell = {row["cs_share"]: row for row in grids[model] if row["reliability"] == r}
             rows.append(f"| {r:g} | {name} | " + " | ".join(
-                f"{cell[x]['fall_mean']:.3f}" + ("*" if cell[x]["inverts"] else "")
+                f"{cell[x][cell[x]['metric'] + '_fall']:.3f}" + ("*" if cell[x]["inverts"] else "")
                 for x in shares) + " |")
     return rows
 

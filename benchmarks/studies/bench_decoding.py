@@ -114,7 +114,7 @@ def calibrate_heads(n: int, seed: int, out: Path) -> str:
     for c in record.get("candidates", []):
         heads = "+".join(f"{layer}.{head}" for layer, head in c["heads"])
         print(f"#   heads:{heads}x{c['gamma']:g}: calibration loglik cf acc "
-              f"{c['counterfactual_accuracy']}, robustness {c['robustness']}")
+              f"{c['cf_acc']}, robustness {c['robustness']}")
     return record["spec"]
 
 

@@ -7,8 +7,8 @@ Result has `.records`, `.summary`, `.config`, `.save(dir)` (the run folder the c
 writes), `Result.load(dir)` and `.to_pandas()` (see knowflow.api):
 
     res = knowflow.evaluate("smollm2-135m-instruct", "cf-capitals", scoring="loglik")
-    res.summary["cf-capitals"]["loglik"]["counterfactual_accuracy"]; res.to_pandas()
-    res = knowflow.evaluate(model, "cf-capitals", tokenizer=tokenizer, out_dir="runs/e")
+    res.summary["cf-capitals"]["loglik"]["cf_acc"]; res.to_pandas()
+    res = knowflow.evaluate(model, "cf-capitals", tokenizer=tokenizer, out="runs/e")
     ko = knowflow.probe(model, "cf-capitals", tokenizer=tokenizer,
                         config=knowflow.KnockoutConfig(window=3))
     cur = knowflow.curate(model, "train.jsonl", tokenizer=tokenizer, drop=0.25)
@@ -45,7 +45,7 @@ _API = {
     "load_items": "knowflow.train.tracker:load_items",
     "load_model": "knowflow.lens.load:load_model",
     "probe": "knowflow.api:probe",
-    "run_experiment": "knowflow.experiments.runner:run_experiment",
+    "run_experiment": "knowflow.api:run_experiment",
     "write_report": "knowflow.report.html:write_report",
     "Result": "knowflow.store.result:Result",
     "AttentionMassConfig": "knowflow.probes.mass:AttentionMassConfig",

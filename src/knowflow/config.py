@@ -18,6 +18,7 @@ import inspect
 import math
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from knowflow.errors import ConfigError, DataError
@@ -59,7 +60,7 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
         return value
     if origin is tuple:
         if isinstance(value, str):
-            value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+            value = _items(value)
         if not isinstance(value, list | tuple):
             raise ConfigError(f"expected a list, got {_json_kind(value)}", key,
                               'give a JSON list (["a", "b"]) or comma-separated values')
@@ -90,19 +91,31 @@ def _parse(value: Any, tp: Any, key: str) -> Any:
         if tp is float:
             number = float(value)
             if isinstance(value, bool) or not math.isfinite(number):
-                raise ConfigError(f"{value!r} is not a finite number", key,
+                raise ConfigError(f"{str(value)!r} is not a finite number", key,
                                   "give an ordinary number such as 0.001")
             return number
-        if tp is str:
+        if tp is str or tp is Path:
             if isinstance(value, dict | list):
                 raise ConfigError(f"expected a string, got {_json_kind(value)}", key)
-            return str(value)
+            return tp(value)
     except (TypeError, ValueError, OverflowError):
         name = getattr(tp, "__name__", str(tp))
         shown = value if not isinstance(value, (str, int)) or len(str(value)) <= 40 else \
             f"{str(value)[:20]}... ({len(str(value))} characters)"
         raise ConfigError(f"cannot parse {shown!r} as {name}", key) from None
     return value
+
+
+def _items(text: str) -> list[str]:
+    """A tuple field's comma-separated text as its items; an item `name:a,b` keeps the numbers
+    after it (`pos:1,-1,subject` is two items: `pos:1,-1` and `subject`)."""
+    items: list[str] = []
+    for piece in (p.strip() for p in text.strip("()[] ").split(",")):
+        if items and ":" in items[-1] and piece.lstrip("-").isdigit():
+            items[-1] += "," + piece
+        elif piece:
+            items.append(piece)
+    return items
 
 
 def _json_kind(value: Any) -> str:
@@ -128,13 +141,15 @@ def _json_literal(value: Any) -> Any:
 
 
 def refuse_renamed(cls: type, keys) -> None:
-    """A key `cls` has renamed (its class attribute `RENAMED`: {old dotted key: new}) is a
-    ConfigError naming the new key, not an unknown key."""
+    """A key `cls` has renamed (its class attribute `RENAMED`: {old dotted key: new}, or
+    {old: (new, how its values map)}) is a ConfigError naming the new key, not an unknown
+    key."""
     renamed = getattr(cls, "RENAMED", {})
     for key in keys:
         if key in renamed:
-            new = renamed[key]
-            raise ConfigError(f"renamed to {new}", key, f"set {new} instead (--set {new}=...)")
+            new, how = renamed[key] if isinstance(renamed[key], tuple) else (renamed[key], "")
+            raise ConfigError(f"renamed to {new}", key,
+                              f"set {new} instead (--set {new}=...){how}")
 
 
 def config_from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
@@ -288,22 +303,31 @@ class Bounds:
 def option(default: Any = dataclasses.MISSING, help: str | None = None, *,
            factory: Any = dataclasses.MISSING, ge: float | None = None, gt: float | None = None,
            le: float | None = None, lt: float | None = None, one_of: Any = None,
-           flags: str | None = None) -> Any:
+           flags: str | None = None, flag: str | None = None) -> Any:
     """A config field, declared with what the command line and the checks need to know.
 
     `help`: the field is a command-line option of every command built from its config,
-    `--<name>` (underscores as dashes; a bool whose default is True: `--no-<name>`), of the
-    field's type and default, with this help (`knowflow.cli.flags`); without it, the field is
-    set with `--set` only. A constraint (`ge`/`gt`/`le`/`lt`: a range; `one_of`: a set of
-    names) is checked by `validate_config` (None passes: an optional field left unset), and on
-    each element of a tuple field, e.g. `fraction: float = option(0.25, "...", gt=0, lt=1)`.
+    `--<name>` (underscores as dashes; a bool whose default is True: `--no-<name>`; a
+    `bool | None`: `--<name>/--no-<name>`), of the field's type and default, with this help
+    (`knowflow.cli.flags`); without it, the field is set with `--set` only. A field without a
+    default is a required option. A constraint (`ge`/`gt`/`le`/`lt`: a range; `one_of`: a set
+    of names) is checked by `validate_config` (None passes: an optional field left unset), and
+    on each element of a tuple field, e.g. `fraction: float = option(0.25, "...", gt=0, lt=1)`.
     `flags`: a nested section's prefix for its fields' options ("" for none: `--lr` sets
-    `sft.lr`; "track_": `--track-every` sets `track.every`); a section without it has none."""
+    `sft.lr`; "track_": `--track-every` sets `track.every`); a section without it has none.
+    `flag`: the option's whole name where it cannot be the field's own (a field that run
+    folders save under its name), the section's prefix not added; a bool's `--<flag>` sets it
+    to the opposite of its default (`tracking` = True: `flag="no_track"`). Fields of one
+    command that name the same option are all set by it (`--seed` sets `sft.seed` and
+    `mixture.seed`); a field with `flag` and no help joins the option another field
+    declares."""
     metadata: dict[str, Any] = {}
     if help is not None:
         metadata["help"] = help
     if flags is not None:
         metadata["flags"] = flags
+    if flag is not None:
+        metadata["flag"] = flag
     if (ge, gt, le, lt, one_of) != (None,) * 5:
         metadata["bounds"] = Bounds(ge, gt, le, lt, tuple(one_of) if one_of is not None
                                     else None)

@@ -16,16 +16,19 @@ class KnowflowError(Exception):
 
 
 class ConfigError(KnowflowError):
-    """An impossible or unknown configuration value; `field` is its full dotted path."""
+    """An impossible or unknown configuration value; `field` is its full dotted path, or the
+    command-line option that set it (`--limit`), which the message then starts with."""
 
     def __init__(self, message: str, field: str | None = None, hint: str | None = None):
         self.field = field
-        super().__init__(f"config field '{field}': {message}" if field else message, hint)
+        where = (f"{field}: " if field.startswith("--") else f"config field '{field}': ") \
+            if field else ""
+        super().__init__(where + message, hint)
         self.message = message
 
     def under(self, prefix: str) -> ConfigError:
         """The same error with its field named from an outer config (`lr` -> `sft.lr`)."""
-        if not prefix or (self.field or "").startswith(prefix):
+        if not prefix or (self.field or "").startswith((prefix, "--")):
             return self
         return ConfigError(self.message, prefix + self.field if self.field else
                            prefix.rstrip("."), self.hint)

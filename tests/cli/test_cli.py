@@ -13,6 +13,17 @@ def test_list_shows_registered_experiments():
     assert "cpi-toy" in result.output
 
 
+def test_list_shows_the_suites_and_the_benchmarks_by_name():
+    from knowflow.data.benchmarks import list_benchmarks
+    from knowflow.data.suites import list_suites
+
+    out = runner.invoke(app, ["list"], terminal_width=200).output
+    assert all(name in out for name in list_suites())
+    for row in list_benchmarks():
+        assert row["name"] in out and row["preset"] in out
+        assert (row["hub"] or "files")[:40] in out
+
+
 def test_config_lists_every_settable_key():
     result = runner.invoke(app, ["config", "cpi-toy"])
     assert result.exit_code == 0

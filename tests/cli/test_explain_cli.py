@@ -180,7 +180,7 @@ def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_mode
     lines = [line for line in missing.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "attribution" in lines[0] and "explain fit" in lines[0]
     fit = runner.invoke(app, ["explain", "fit", "--model", str(tiny_model_dir), "--contexts",
-                              "4", "--fit-ablations", "8"])
+                              "4", "--ablations", "8"])
     assert fit.exit_code == 0, fit.output
     (saved,) = (tmp_path / "cache" / "models").glob("*.explain-learned.json")
     prov = json.loads(saved.read_text())["provenance"]
@@ -210,7 +210,7 @@ def test_fit_then_learned_attribution_and_learned_without_an_estimator(tiny_mode
                  "--answer", "Italy", "--levels", "source,sentences")
     assert plain.exit_code == 0 and "attribution: ablation" in plain.output  # the default
     bad = runner.invoke(app, ["explain", "refit", "--model", str(tiny_model_dir)])
-    assert bad.exit_code == 2 and "action" in bad.output
+    assert bad.exit_code == 2 and "No such command" in bad.output  # fit is the one
 
 
 LAYOUTS = Path(__file__).parent.parent / "data" / "layouts"

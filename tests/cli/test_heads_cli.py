@@ -52,4 +52,4 @@ def test_probe_head_project_and_bad_input(model_dir, tmp_path):
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
     bad = runner.invoke(app, ["probe", "heads", "--model", str(model_dir), "--ablation",
                               "zero", "--out", str(tmp_path / "y")])
-    assert bad.exit_code == 2 and "rank_by" in bad.output
+    assert bad.exit_code == 2 and "--rank-by:" in bad.output

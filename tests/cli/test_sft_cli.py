@@ -209,10 +209,10 @@ def test_sft_tracks_a_users_file_and_reports_to_tensorboard(tmp_path, base_gpt2_
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--report-to", "nope"], "config field 'report_to': unknown logger 'nope'"),
+    (["--report-to", "nope"], "--report-to: unknown logger 'nope'"),
     (["--report-to", "none,tensorboard"], "'none' goes alone"),
     (["--track", "no-such-suite"], "unknown suite 'no-such-suite' and no such file"),
-    (["--track-fields", "context"], "config field 'track.fields'"),
+    (["--track-fields", "context"], "--track-fields: 'context' is not FIELD=COLUMN"),
 ])
 def test_sft_refuses_bad_tracking_and_loggers(tmp_path, model_dir, data_file, args, message):
     res = runner.invoke(app, ["sft", "--model", str(model_dir), "--data", str(data_file),
@@ -238,14 +238,14 @@ def test_sft_says_when_and_why_it_stopped(tmp_path, monkeypatch):
     tests/train/test_tracker_own_trainer.py, checks the rule and the sentence)."""
     from types import SimpleNamespace
 
-    import knowflow.experiments.runner as runner_module
+    import knowflow.api
 
     why = ("stopped at step 40: counterfactual accuracy 0.31 fell 0.22 below its peak 0.53 "
            "(step 20); --stop-drop 0.2")
     summary = {"steps": 40, "train_loss": 1.0, "seconds": 1.0, "cf_acc_start": 0.4,
                "cf_acc_peak": 0.53, "cf_acc_peak_step": 20, "cf_acc_final": 0.31,
                "stopped_early": {"step": 40, "reason": why}}
-    monkeypatch.setattr(runner_module, "run_experiment", lambda *a, **k: SimpleNamespace(
+    monkeypatch.setattr(knowflow.api, "finetune", lambda *a, **k: SimpleNamespace(
         summary=summary, out_dir=tmp_path, config={}))
     res = runner.invoke(app, ["sft", "--stop-drop", "0.2", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output

@@ -47,33 +47,33 @@ EVAL_CASES = [
     C("eval --device cuda", 2, "CUDA is not available", cuda=False),
     C("eval --device cuda:3", 2, "CUDA is not available", cuda=False),
     C("eval --device mps", 2, "MPS"),
-    C("eval --seed -1", 2, "'seed': must not be negative"),
+    C("eval --seed -1", 2, "--seed: must not be negative"),
     C("eval --no-context --context-only", 2, "not both"),
     C("eval --suite ''", 2, "unknown suite ''"),
     C("eval --suite ,,", 2, "unknown suite"),
     C("eval --suite nope", 2, "unknown suite 'nope'"),
     C("eval --suite cf-bio,nope", 2, "unknown suite 'nope'"),
-    C("eval --scoring best", 2, "'scoring'"),
-    C("eval --prompt-format yaml", 2, "'prompt_format'"),
-    C("eval --limit 0", 2, "'limit': must be at least 1"),
-    C("eval --limit -3", 2, "'limit'"),
-    C("eval --batch-size -1", 2, "'batch_size'"),
-    C("eval --max-new-tokens 0", 2, "'max_new_tokens'"),
+    C("eval --scoring best", 2, "--scoring:"),
+    C("eval --prompt-format yaml", 2, "--prompt-format:"),
+    C("eval --limit 0", 2, "--limit: must be at least 1"),
+    C("eval --limit -3", 2, "--limit:"),
+    C("eval --batch-size -1", 2, "--batch-size:"),
+    C("eval --max-new-tokens 0", 2, "--max-new-tokens:"),
     C("eval --method beam", 2, "unknown method 'beam'"),
     C("eval --method cad,", 2, "unknown method ''"),
-    C("eval --alpha x", 2, "'alpha': 'x' is not a number"),
-    C("eval --alpha 0,-1", 2, "'alpha': must be a finite number >= 0"),
-    C("eval --method cad --alpha nan", 2, "'alpha'"),
+    C("eval --alpha x", 2, "--alpha: 'x' is not a number"),
+    C("eval --alpha 0,-1", 2, "--alpha: must be a finite number >= 0"),
+    C("eval --method cad --alpha nan", 2, "--alpha:"),
     C("eval --conditions hostile", 2, "unknown condition 'hostile'"),
     C("eval --conditions ''", 2, "unknown condition ''"),
     C("eval --no-context --method cad", 2, "no context is shown"),
     C("eval --no-context --conditions irrelevant", 2, "--no-context shows none"),
-    C("eval --threads 0", 2, "'--threads': must be at least 1"),
-    C("eval --threads -1", 2, "'--threads'"),
+    C("eval --threads 0", 2, "--threads: must be at least 1"),
+    C("eval --threads -1", 2, "--threads:"),
     C("eval --out afile", 2, "afile: the output folder is a file"),
     C("eval --out afile/sub", 2, "afile is a file"),
     C("eval --model no-such-model-xyz", 2, "not a local folder"),
-    C("eval --model ''", 2, "'--model': is empty"),
+    C("eval --model ''", 2, "--model: is empty"),
     C("eval --model adir", 2, "has no config.json"),
     C(f"{EVAL.replace('items.jsonl', 'missing.jsonl')}", 2, "missing.jsonl: no such file"),
     C(f"{EVAL.replace('items.jsonl', 'trunc.json')}", 2, "trunc.json, line 2"),
@@ -90,6 +90,15 @@ EVAL_CASES = [
     C(f"{EVAL.replace('items.jsonl', 'wrongtype.jsonl')}", 2, "expected a string"),
     C(f"{EVAL.replace('items.jsonl', 'same.jsonl')}", 2, "every item's answer equals"),
     C(f"{EVAL.replace('items.jsonl', 'nocols.csv')}", 2, "missing column"),
+    C(f"{EVAL.replace('items.jsonl', 'nqswap-noorg.jsonl')}", 2, "line 1: field 'org_answer': "
+      "the nq-swap preset (recognised from sub_context, sub_answer) needs column org_answer "
+      "(the memory answer)"),
+    C(f"{EVAL.replace('items.jsonl', 'nqswap-noorg.jsonl')} --preset nq-swap", 2,
+      "field 'org_answer': the nq-swap preset needs column org_answer"),
+    C(f"{EVAL.replace('items.jsonl', 'nq-swapp')}", 2, "nq-swapp: no such file, nor a "
+      "benchmark name (nq-swap, conflictqa, memotrap, clasheval); did you mean nq-swap?"),
+    C(f"{EVAL.replace('items.jsonl', 'clasheval')}", 2, "clasheval: no hub copy of this "
+      "benchmark is registered; download dataset.pqt"),
     C(f"{EVAL.replace('items.jsonl', 'adir')}", 2, "adir: no such file"),
     C(f"{EVAL.replace('items.jsonl', 'good.jsonl')}", 2, "good.jsonl, line 1: field 'context'"),
     C(f"{EVAL.replace('items.jsonl', 'notalist.json')}", 2, "expected an object"),
@@ -100,17 +109,17 @@ EVAL_CASES = [
 ]
 
 SFT_CASES = [
-    C("sft --lr nan", 2, "'sft.lr': 'nan' is not a finite number"),
-    C("sft --lr inf", 2, "'sft.lr': 'inf' is not a finite number"),
+    C("sft --lr nan", 2, "--lr: 'nan' is not a finite number"),
+    C("sft --lr inf", 2, "--lr: 'inf' is not a finite number"),
     C("sft --lr -inf", 2, "not a finite number"),
-    C("sft --lr -1", 2, "'sft.lr': must be positive"),
-    C("sft --lr 0", 2, "'sft.lr'"),
-    C("sft --steps 0", 2, "'sft.steps'"),
-    C("sft --steps -5", 2, "'sft.steps'"),
-    C("sft --batch-size 0", 2, "'sft.batch_size'"),
-    C("sft --max-length 0", 2, "'sft.max_length'"),
-    C("sft --train half", 2, "'sft.train'"),
-    C("sft --lora-r 0", 2, "'sft.lora_r'"),
+    C("sft --lr -1", 2, "--lr: must be positive"),
+    C("sft --lr 0", 2, "--lr:"),
+    C("sft --steps 0", 2, "--steps:"),
+    C("sft --steps -5", 2, "--steps:"),
+    C("sft --batch-size 0", 2, "--batch-size:"),
+    C("sft --max-length 0", 2, "--max-length:"),
+    C("sft --train half", 2, "--train:"),
+    C("sft --lora-r 0", 2, "--lora-r:"),
     C("sft --set sft.weight_decay=-1", 2, "'sft.weight_decay': must not be negative"),
     C("sft --set sft.weight_decay=nan", 2, "not a finite number"),
     C("sft --set sft.scheduler=sometimes", 2, "unknown scheduler 'sometimes'"),
@@ -127,33 +136,33 @@ SFT_CASES = [
     C("sft --set mixture.c=0 --set mixture.cs=0", 2, "sum to 0.25, not 1"),
     C("sft --set mixture.size=0", 2, "'mixture.size'"),
     C("sft --set mixture.heldout_share=1", 2, "'mixture.heldout_share'"),
-    C("sft --no-track --keep-peak", 2, "'track.keep_peak': --keep-peak needs tracking"),
-    C("sft --no-track --stop-drop 0.1", 2, "'track.stop_drop'"),
-    C("sft --stop-drop 2", 2, "'track.stop_drop'"),
-    C("sft --curate sometimes", 2, "'curate.mode': 'sometimes' is not one of none, dynamic"),
-    C("sft --curate dynamic --curate-fraction 2", 2, "'curate.fraction': must lie in (0, 1)"),
-    C("sft --curate dynamic --curate-fraction 0", 2, "'curate.fraction'"),
-    C("sft --curate dynamic --curate-fraction 1", 2, "'curate.fraction'"),
+    C("sft --no-track --keep-peak", 2, "--keep-peak: --keep-peak needs tracking"),
+    C("sft --no-track --stop-drop 0.1", 2, "--stop-drop:"),
+    C("sft --stop-drop 2", 2, "--stop-drop:"),
+    C("sft --curate sometimes", 2, "--curate: 'sometimes' is not one of none, dynamic"),
+    C("sft --curate dynamic --curate-fraction 2", 2, "--curate-fraction: must lie in (0, 1)"),
+    C("sft --curate dynamic --curate-fraction 0", 2, "--curate-fraction:"),
+    C("sft --curate dynamic --curate-fraction 1", 2, "--curate-fraction:"),
     C("sft --curate dynamic --curate-fraction nan", 2, "not a finite number"),
-    C("sft --curate dynamic --curate-every 0", 2, "'curate.every': must be at least 1"),
-    C("sft --curate dynamic --curate-threshold -1", 2, "'curate.threshold': must be positive"),
+    C("sft --curate dynamic --curate-every 0", 2, "--curate-every: must be at least 1"),
+    C("sft --curate dynamic --curate-threshold -1", 2, "--curate-threshold: must be positive"),
     C("sft --curate-every 5", 2, "need --curate dynamic"),
-    C("sft --curate-fraction 0.5", 2, "'curate.mode'"),
+    C("sft --curate-fraction 0.5", 2, "--curate:"),
     C("sft --curate dynamic --curate-every many", 2, "Invalid value", usage=True),
     C("sft --track nope", 2, "unknown suite 'nope'"),
-    C("sft --track-every 0", 2, "'track.every'"),
-    C("sft --track-limit 0", 2, "'track.limit'"),
+    C("sft --track-every 0", 2, "--track-every:"),
+    C("sft --track-limit 0", 2, "--track-limit:"),
     C("sft --set track.scoring=guess", 2, "'track.scoring'"),
     C("sft --set track_items=some", 2, "'track_items'"),
     C("sft --set tracking=maybe", 2, "cannot parse 'maybe' as bool"),
-    C("sft --prompt-format yaml", 2, "'sft.prompt_format'"),
+    C("sft --prompt-format yaml", 2, "--prompt-format:"),
     C("sft --set track.prompt_format=plain", 2, "'track.prompt_format'"),
     C("sft --set nope=1", 2, "'nope': unknown key"),
     C("sft --set sft.nope=1", 2, "'sft.nope': unknown key"),
     C("sft --set sft=3", 2, "'sft': is a section, not a value"),
     C("sft --set sft.lr", 2, "is not of the form key=value"),
     C("sft --set =3", 2, "has an empty key"),
-    C("sft --run-dir out/sft/x", 2, "'--run-dir': only works with --resume"),
+    C("sft --run-dir out/sft/x", 2, "--run-dir: only works with --resume"),
     C("sft --resume --lr 0.1", 2, "--resume continues a run with its saved config"),
     C("sft --resume --runs-dir out", 2, "no unfinished run of 'sft'"),
     C("sft --resume --run-dir out/sft/none", 2, "no such run directory"),
@@ -175,23 +184,23 @@ SFT_CASES = [
     C(f"sft {M} --data latin1.jsonl", 2, "not UTF-8"),
     C(f"sft {M} --data nooutput.jsonl", 2, "field 'output'"),
     C(f"sft {M} --runs-dir afile", 2, "afile is a file"),
-    C("sft --threads 0", 2, "'--threads'"),
+    C("sft --threads 0", 2, "--threads:"),
     C("sft --lr fast", 2, "Invalid value", usage=True),
-    C(f"{SFT} --lora-targets q_proj,nope", 2, "'sft.lora_targets': unknown target module"),
-    C(f"{SFT} --max-length 3", 2, "'sft.max_length': no training examples"),
+    C(f"{SFT} --lora-targets q_proj,nope", 2, "--lora-targets: unknown target module"),
+    C(f"{SFT} --max-length 3", 2, "--max-length: no training examples"),
     C(f"{SFT} --data chat.jsonl --prompt-format plain", 2, "needs --prompt-format chat"),
 ]
 
 CURATE = f"curate {M} --data good.jsonl --out kept.jsonl"
 CURATE_CASES = [
-    C(f"{CURATE} --drop 1.5", 2, "'drop': must lie in [0, 1)"),
-    C(f"{CURATE} --drop -0.1", 2, "'drop'"),
-    C(f"{CURATE} --drop nan", 2, "'drop'"),
-    C(f"{CURATE} --by luck", 2, "'by'"),
-    C(f"{CURATE} --prompt-format yaml", 2, "'prompt_format'"),
-    C(f"{CURATE} --batch-size 0", 2, "'batch_size'"),
-    C(f"{CURATE} --threads 0", 2, "'--threads'"),
-    C(f"{CURATE} --seed -1", 2, "'--seed'"),
+    C(f"{CURATE} --drop 1.5", 2, "--drop: must lie in [0, 1)"),
+    C(f"{CURATE} --drop -0.1", 2, "--drop:"),
+    C(f"{CURATE} --drop nan", 2, "--drop:"),
+    C(f"{CURATE} --by luck", 2, "--by:"),
+    C(f"{CURATE} --prompt-format yaml", 2, "--prompt-format:"),
+    C(f"{CURATE} --batch-size 0", 2, "--batch-size:"),
+    C(f"{CURATE} --threads 0", 2, "--threads:"),
+    C(f"{CURATE} --seed -1", 2, "--seed:"),
     C(f"{CURATE} --device bogus", 2, "unknown device"),
     C(f"{CURATE} --device cuda", 2, "CUDA is not available", cuda=False),
     C(f"{CURATE} --model no-such-model-xyz", 2, "not a local folder"),
@@ -210,11 +219,11 @@ CURATE_CASES = [
 
 AUGMENT = "augment --data good.jsonl --out aug.jsonl"
 AUGMENT_CASES = [
-    C(f"{AUGMENT} --ratio -1", 2, "'--ratio': must be a positive number"),
-    C(f"{AUGMENT} --ratio 0", 2, "'--ratio'"),
-    C(f"{AUGMENT} --ratio nan", 2, "'--ratio'"),
-    C(f"{AUGMENT} --ratio inf", 2, "'--ratio'"),
-    C(f"{AUGMENT} --seed -1", 2, "'--seed'"),
+    C(f"{AUGMENT} --ratio -1", 2, "--ratio: must be a positive number"),
+    C(f"{AUGMENT} --ratio 0", 2, "--ratio:"),
+    C(f"{AUGMENT} --ratio nan", 2, "--ratio:"),
+    C(f"{AUGMENT} --ratio inf", 2, "--ratio:"),
+    C(f"{AUGMENT} --seed -1", 2, "--seed:"),
     C("augment --data good.jsonl --out adir", 2, "the output file is a folder"),
     C("augment --data good.jsonl --out good.jsonl", 2, "is the input file"),
     C("augment --data good.jsonl --out afile/aug.jsonl", 2, "afile is a file"),
@@ -233,7 +242,7 @@ for kind in ("knockout", "sublayer", "project", "attention"):
     PROBE_CASES += [
         C(f"{base} --device bogus", 2, "unknown device"),
         C(f"{base} --device cuda", 2, "CUDA is not available", cuda=False),
-        C(f"{base} --threads 0", 2, "'--threads'"),
+        C(f"{base} --threads 0", 2, "--threads:"),
         C(f"{base} --limit 0", 2, "--limit: must be at least 1"),
         C(f"{base} --out afile", 2, "afile: the output folder is a file"),
         C(f"{base} --runs-dir afile", 2, "afile: the output folder is a file"),
@@ -293,10 +302,10 @@ ANSWER_TEXT_CASES = [
 
 # flags with no effect under the chosen method, a run generation cannot score
 OPTION_CASES = [
-    C("eval --method greedy --beta 0.5", 2, "config field 'beta': is the plausibility "
+    C("eval --method greedy --beta 0.5", 2, "--beta: is the plausibility "
       "constraint of cad, adacad, cocoa, but --method greedy uses none of them"),
-    C("eval --method opinion --beta 0,0.3", 2, "'beta'"),
-    C("eval --alpha 2", 2, "config field 'alpha': is CAD's alpha, but --method greedy has no "
+    C("eval --method opinion --beta 0,0.3", 2, "--beta:"),
+    C("eval --alpha 2", 2, "--alpha: is CAD's alpha, but --method greedy has no "
       "cad"),
     C("eval --method adacad --alpha 0.5", 2, "--method adacad has no cad"),
     C(f"{_data(EVAL, 'caseonly.jsonl')} --scoring generate", 2, "caseonly.jsonl: generation "
@@ -322,9 +331,9 @@ RUN_CASES = [
     C("run cpi-toy --set seed=-1", 2, "'seed': must not be negative"),
     C("run cpi-toy --set world.n_answers=1000000000 --set workers=1 --set parts=inversion", 2,
       "memory: this config needs more memory"),
-    C("run cpi-toy --threads -1", 2, "'--threads': must be at least 1"),
-    C("run cpi-toy --threads 0", 2, "'--threads'"),
-    C("run cpi-toy --run-dir runs/cpi-toy/x", 2, "'--run-dir': only works with --resume"),
+    C("run cpi-toy --threads -1", 2, "--threads: must be at least 1"),
+    C("run cpi-toy --threads 0", 2, "--threads:"),
+    C("run cpi-toy --run-dir runs/cpi-toy/x", 2, "--run-dir: only works with --resume"),
     C("run cpi-toy --runs-dir afile", 2, "afile is a file"),
     C("run cpi-toy --runs-dir afile/deeper", 2, "afile is a file"),
     C("run no-such-experiment", 2, "unknown experiment 'no-such-experiment'"),
@@ -349,6 +358,35 @@ RUN_CASES = [
     C("run sft --set device=cuda", 2, "CUDA is not available", cuda=False),
     C("run cpi-toy --threads many", 2, "Invalid value", usage=True),
     C("run", 2, "Missing argument", usage=True),
+]
+
+# model folders saved or edited the ways a new user's are (`files.write_models`): each refused
+# from its files (config, index, safetensors headers, tokenizer files) or its tokenizer before
+# the weights load, naming the file and the fix
+MODEL_CASES = [
+    C("sft --model models/no-tokenizer-gpt2 --data good.jsonl --steps 1 --no-track "
+      "--runs-dir out", 2, "models/no-tokenizer-gpt2: no tokenizer files (tokenizer.json, "
+      "tokenizer.model, vocab.json, ...): the model was saved without its tokenizer"),
+    C("eval --model models/empty-weights --data items.jsonl --out out", 2,
+      "models/empty-weights/model.safetensors: damaged weights file (the file is empty)"),
+    C("curate --model models/added-tokens --data good.jsonl --out kept.jsonl", 2,
+      "models/added-tokens: the tokenizer has token ids up to 261, but the model embeds only "
+      "260"),
+    C("export lm-eval --model models/template-raises --out ex --suite cf-capitals --limit 2 "
+      "--prompt-format chat", 2, "models/template-raises/chat_template.jinja: its chat "
+      "template fails on a two-turn conversation (TemplateError: no system role)"),
+    C("eval --model models/template-empty --data items.jsonl --out out", 2,
+      "models/template-empty/chat_template.jinja: its chat template renders a conversation to "
+      "nothing"),
+    C("explain --model models/bert --data items.jsonl --out out", 2,
+      "models/bert/config.json: a bert encoder (is_decoder is not true"),
+    C("probe knockout --model models/nan --runs-dir out", 2,
+      "weight model.layers.0.mlp.up_proj.weight holds NaN or infinite values"),
+    C("eval --model models/empty-index --data items.jsonl --out out", 2,
+      "models/empty-index/model.safetensors.index.json: the weight_map is empty"),
+    C("probe heads --model models/wrong-embedding --runs-dir out", 2,
+      "models/wrong-embedding/model.safetensors: tensor model.embed_tokens.weight is 300 x 64, "
+      "but config.json gives 260 x 64 (vocab_size x hidden size)"),
 ]
 
 REPORT_CASES = [
@@ -439,19 +477,19 @@ CLASS_CASES = {
         C(f"probe knockout {M} --data nanrows.jsonl", 2, "nanrows.jsonl, line 2"),
     ],
     "numeric limit": [
-        C("eval --threads 100000", 2, "'--threads': must be at most"),
-        C("eval --method cad --alpha 1e300", 2, "'alpha': must be at most 1000"),
-        C("sft --threads 100000", 2, "'--threads': must be at most"),
+        C("eval --threads 100000", 2, "--threads: must be at most"),
+        C("eval --method cad --alpha 1e300", 2, "--alpha: must be at most 1000"),
+        C("sft --threads 100000", 2, "--threads: must be at most"),
         C("sft --set mixture.size=100000000", 2, "'mixture.size': must be at most 1000000"),
         C("sft --set sft.scheduler=reduce_lr_on_plateau", 2, "unknown scheduler"),
         C("sft --set sft.scheduler=cosine_with_min_lr", 2, "unknown scheduler"),
         C("sft --set sft.optim=adamw_bnb_8bit", 2, "'sft.optim': 'adamw_bnb_8bit' is not"),
         C("sft --set sft.optim=galore_adamw", 2, "'sft.optim'"),
         C("sft --set sft.seed=99999999999", 2, "'sft.seed': must be at most 4294967295"),
-        C(f"{CURATE} --threads 100000", 2, "'--threads': must be at most"),
-        C(f"{AUGMENT} --ratio 999999", 2, "'--ratio': must be a positive number up to 100"),
-        C(f"probe sublayer {M} --threads 100000", 2, "'--threads': must be at most"),
-        C("run cpi-toy --threads 100000", 2, "'--threads': must be at most"),
+        C(f"{CURATE} --threads 100000", 2, "--threads: must be at most"),
+        C(f"{AUGMENT} --ratio 999999", 2, "--ratio: must be a positive number up to 100"),
+        C(f"probe sublayer {M} --threads 100000", 2, "--threads: must be at most"),
+        C("run cpi-toy --threads 100000", 2, "--threads: must be at most"),
         C("run cpi-toy --set workers=100000", 2, "'workers': must be at most 256"),
         C("run inversion-tiny --set sft.scheduler=bogus", 2, "'sft.scheduler': unknown"),
         C("run inversion-smollm2 --set sft.scheduler=bogus", 2, "'sft.scheduler': unknown"),
@@ -474,7 +512,7 @@ CLASS_CASES = {
 CLASS_CASES = {name: [dataclasses.replace(c, klass=name) for c in cs]
                for name, cs in CLASS_CASES.items()}
 CASES = (EVAL_CASES + SFT_CASES + CURATE_CASES + AUGMENT_CASES + PROBE_CASES
-         + ANSWER_TEXT_CASES + OPTION_CASES + RUN_CASES
+         + ANSWER_TEXT_CASES + OPTION_CASES + MODEL_CASES + RUN_CASES
          + REPORT_CASES + CONFIG_CASES + [c for cs in CLASS_CASES.values() for c in cs])
 
 

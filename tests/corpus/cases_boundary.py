@@ -120,7 +120,7 @@ BOUNDARY_CASES = [
       "'my data' and 'my_data' both export as task 'knowflow_my_data'"),
     # ranges the model or the number type sets
     C(f"probe project {M} --top-k 100000000 --out out --threads 1", 2,
-      "'top_k': must be at most the model's vocabulary size"),
+      "--top-k: must be at most the model's vocabulary size"),
     C("run ocr-toy --set model.init_scale=1e30 --set seeds=[0] --set train.steps=2 "
       "--set train.eval_every=1 --runs-dir out", 2,
       "'model.init_scale': the initial weights give non-finite logits"),

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from corpus.cases import Case
-from corpus.files import _instructions, _items
+from corpus.files import _instructions, _items, write_models
 
 BOM = "\ufeff"
 M = "--model {model}"
@@ -52,6 +52,7 @@ def write_valid(root: Path) -> None:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8", newline="")
+    write_models(root)
 
 
 def _answer_text_files(items: list[dict]) -> dict[str, str]:
@@ -87,4 +88,9 @@ VALID = [
          "--max-length 512 --runs-dir 'données/runs'", 0, "run directory"),
     Case(f"probe knockout {M} --data bom-prompts.jsonl --window 1 --all --out 'sondé ü'", 0,
          "run directory"),
+    # near-misses of the broken model folders (`corpus.cases.MODEL_CASES`): special tokens
+    # added within padded embedding rows, another chat template that renders, sharded weights
+    *(Case(f"eval --model models/{name} --prompt-format chat --scoring loglik "
+           "--no-known-filter --out out --data bom.jsonl", 0, "results: out")
+      for name in ("padded-vocab", "own-template", "sharded")),
 ]

@@ -212,7 +212,7 @@ def test_a_broken_jsonl_file_keeps_its_line_message(tmp_path):
 def test_parquet_answers_follow_the_same_rule(tmp_path):
     """A table (parquet, save_to_disk, the Hub) reaches the same reader: NQ-Swap's answer lists
     cleaned, an answer left empty refused by row and column."""
-    pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (pip install '.[data]')")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     def table(answers, memories):

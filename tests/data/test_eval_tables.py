@@ -24,7 +24,7 @@ def _rows(name: str) -> list[dict]:
 
 
 def _parquet(tmp_path: Path, name: str, rows: list[dict]) -> Path:
-    pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (pip install '.[data]')")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = tmp_path / name
@@ -33,7 +33,7 @@ def _parquet(tmp_path: Path, name: str, rows: list[dict]) -> Path:
 
 
 def _disk(tmp_path: Path, name: str, rows: list[dict]) -> Path:
-    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install '.[data]')")
+    import datasets
     path = tmp_path / name
     datasets.Dataset.from_list(rows).save_to_disk(str(path))
     return path
@@ -65,7 +65,7 @@ def test_nq_swap_save_to_disk_recognised(tmp_path):
 
 
 def test_dataset_dict_folder_asks_for_a_split(tmp_path):
-    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install '.[data]')")
+    import datasets
     path = tmp_path / "nqswap"
     datasets.DatasetDict({"dev": datasets.Dataset.from_list(_rows("nq_swap.jsonl"))}
                          ).save_to_disk(str(path))
@@ -213,7 +213,7 @@ def test_empty_files(tmp_path):
 
 
 def test_empty_table_with_columns(tmp_path):
-    pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (pip install '.[data]')")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = pa.schema([(c, pa.string()) for c in ("context", "question", "answer",

@@ -7,12 +7,12 @@ socket refused. The parsing and the missing-`datasets` message need no `datasets
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hub_env import NO_NETWORK, READ, offline_env
 
 from knowflow.data.hub import HubSpec, parse_spec
 from knowflow.data.loaders import load_items
@@ -44,17 +44,18 @@ def test_malformed_spec_is_one_data_error(text):
         load_items(text)
 
 
-def test_missing_datasets_names_the_extra(monkeypatch):
+def test_missing_datasets_is_one_line(monkeypatch):
+    """datasets is one of knowflow's dependencies; a broken install says how to mend it."""
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(DataError, match=r"^hf:org/name: reading a hub dataset needs the "
-                                        r"datasets package; pip install 'knowflow\[data\]'"):
+                                        r"datasets package, one of knowflow's dependencies; "
+                                        r"pip install datasets \(or reinstall knowflow\)$"):
         load_items("hf:org/name")
 
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory):
     """A HF_HOME whose datasets cache holds three tiny hub datasets, as if downloaded."""
-    pytest.importorskip("datasets")
     from knowflow.data.hub_cache import lay_out_hub_dataset
 
     home = tmp_path_factory.mktemp("hf-home")
@@ -64,34 +65,12 @@ def hf_home(tmp_path_factory):
     return home
 
 
-def _offline_env(hf_home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    return {**env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-
-READ = """
-import json, sys
-from knowflow.data.loaders import load_items_checked
-from knowflow.errors import DataError
-out = {}
-for spec in sys.argv[1:]:
-    try:
-        items, counts = load_items_checked(spec)
-        out[spec] = {"suite": items[0].suite, "n": len(items), "preset": counts.get("preset"),
-                     "first": [items[0].counterfactual_answer, items[0].parametric_answer]}
-    except DataError as exc:
-        out[spec] = {"error": str(exc)}
-print(json.dumps(out))
-"""
-
-
 def test_cached_hub_datasets_read_offline(hf_home):
     specs = ["hf:knowflow-test/nq-swap-mini", "hf:knowflow-test/nq-swap-mini@dev",
              "hf:knowflow-test/ConflictQA-mini:popQA-chatgpt@test",
              "hf:knowflow-test/two-splits", "hf:knowflow-test/two-splits@train",
              "hf:knowflow-test/nq-swap-mini@train", "hf:knowflow-test/not-cached"]
-    res = subprocess.run([sys.executable, "-c", READ, *specs], env=_offline_env(hf_home),
+    res = subprocess.run([sys.executable, "-c", READ, *specs], env=offline_env(hf_home),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
@@ -112,23 +91,6 @@ def test_cached_hub_datasets_read_offline(hf_home):
         "datasets; datasets.load_dataset('knowflow-test/not-cached')\"")
 
 
-# Runs the knowflow CLI with every socket refused, counting the attempts.
-NO_NETWORK = """
-import atexit, json, socket, sys
-attempts = []
-def refuse(*args, **kwargs):
-    attempts.append(repr(args[1:2]))
-    raise OSError("network disabled by the test")
-socket.socket.connect = socket.socket.connect_ex = refuse
-socket.create_connection = socket.getaddrinfo = refuse
-report, *argv = sys.argv[1:]
-atexit.register(lambda: open(report, "w").write(json.dumps(attempts)))
-from knowflow.cli import app
-sys.argv = ["knowflow", *argv]
-app()
-"""
-
-
 def test_eval_on_a_cached_hub_dataset_without_network(hf_home, tiny_model_dir, tmp_path):
     """The closing transcript's command, offline: `knowflow eval --data hf:ORG/NAME --preset
     nq-swap` with a local model folder and every connection refused."""
@@ -137,7 +99,7 @@ def test_eval_on_a_cached_hub_dataset_without_network(hf_home, tiny_model_dir, t
         [sys.executable, "-c", NO_NETWORK, str(report), "eval", "--model", str(tiny_model_dir),
          "--data", "hf:knowflow-test/nq-swap-mini", "--preset", "nq-swap",
          "--scoring", "loglik", "--no-known-filter", "--out", str(out)],
-        env=_offline_env(hf_home), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        env=offline_env(hf_home), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert json.loads(report.read_text()) == []
     assert "nq-swap-mini: columns read with the nq-swap preset" in res.stdout
@@ -162,7 +124,7 @@ print(json.dumps({"suites": list(result.summary), "presets": result.config["pres
 
 def test_python_api_reads_a_hub_dataset(hf_home, tiny_model_dir, tmp_path):
     res = subprocess.run([sys.executable, "-c", API, str(tiny_model_dir)],
-                         env=_offline_env(hf_home), capture_output=True, text=True,
+                         env=offline_env(hf_home), capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.strip().splitlines()[-1]) == {
@@ -171,7 +133,6 @@ def test_python_api_reads_a_hub_dataset(hf_home, tiny_model_dir, tmp_path):
 
 def test_demo_script_lays_out_nq_swap_mini(tmp_path):
     """benchmarks/data/hub_dataset_demo.py: the dataset the closing transcript evaluates."""
-    pytest.importorskip("datasets")
     script = Path(__file__).parents[2] / "benchmarks" / "data" / "hub_dataset_demo.py"
     home = tmp_path / "home"
     made = subprocess.run([sys.executable, str(script), str(home)], capture_output=True,
@@ -179,7 +140,7 @@ def test_demo_script_lays_out_nq_swap_mini(tmp_path):
     assert made.returncode == 0, made.stderr
     assert "knowflow eval --data hf:knowflow-test/nq-swap-mini --preset nq-swap" in made.stdout
     res = subprocess.run([sys.executable, "-c", READ, "hf:knowflow-test/nq-swap-mini"],
-                         env=_offline_env(home), capture_output=True, text=True, timeout=300)
+                         env=offline_env(home), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["hf:knowflow-test/nq-swap-mini"] == {
         "suite": "nq-swap-mini", "n": 6, "preset": "nq-swap",

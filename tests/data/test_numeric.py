@@ -52,8 +52,8 @@ def test_by_strength_against_hand_counts(tmp_path):
                rec(2, False, False), rec(2, True, False), rec(1, True, False)]
     block = by_strength(records, "generate", n_boot=200)["by_strength"]
     assert list(block) == ["s1", "s2"]
-    assert block["s1"]["n"] == 3 and block["s1"]["counterfactual_accuracy"] == 2 / 3
-    assert block["s2"]["parametric_accuracy"] == 0.0
+    assert block["s1"]["n"] == 3 and block["s1"]["cf_acc"] == 2 / 3
+    assert block["s2"]["param_acc"] == 0.0
     assert by_strength([{"meta": {}, "generate": {}}], "generate") == {}
     summary = {"cf-numeric": {"generate": {"by_strength": block}}, "cf-bio": {"generate": {}}}
     assert strength_figure(summary, tmp_path / "c.png").stat().st_size > 1000

@@ -91,8 +91,8 @@ def test_clasheval_numbers_and_unmodified_rows():
 
 
 def test_preset_parquet(tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     rows = [json.loads(line) for line in (LAYOUTS / "clasheval.jsonl").read_text().splitlines()]
     rows = [{**r, "answer_mod": float(r["answer_mod"]),  # a float column, as numbers come
              "answer_original": float(r["answer_original"])} for r in rows[:2]]
@@ -103,26 +103,99 @@ def test_preset_parquet(tmp_path):
     assert _fields(items[1])[2:] == ("1878", "1858")
 
 
-def test_preset_missing_column_names_it_and_the_columns(tmp_path):
-    path = tmp_path / "clash.jsonl"
-    rows = [json.loads(line) for line in (LAYOUTS / "clasheval.jsonl").read_text().splitlines()]
-    path.write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer_original"})
-                              for r in rows))
+def _layout_rows(name: str) -> list[dict]:
+    text = (LAYOUTS / name).read_text()
+    return json.loads(text) if name.endswith(".json") else \
+        [json.loads(line) for line in text.splitlines()]
+
+
+# preset -> (fixture, the column left out, its role, the columns that recognise the layout)
+MISSING = {
+    "nq-swap": ("nq_swap.jsonl", "org_answer", "the memory answer", "sub_context, sub_answer"),
+    "conflictqa": ("conflictqa.json", "counter_answer", "the context's answer", "counter_memory"),
+    "clasheval": ("clasheval.jsonl", "answer_original", "the memory answer",
+                  "context_mod, answer_mod"),
+    "memotrap": ("memotrap.csv", "answer_index", "which answer the prompt asks for",
+                 "prompt, classes"),
+}
+
+
+def _without(tmp_path, preset: str) -> tuple[Path, str]:
+    """The preset's fixture with one required column left out; the columns it keeps."""
+    name, column, _, _ = MISSING[preset]
+    if name.endswith(".csv"):
+        lines = (LAYOUTS / name).read_text().splitlines()
+        keep = [c for c in lines[0].split(",") if c != column]
+        path = tmp_path / "trap.csv"
+        path.write_text("\n".join([",".join(keep), *(line.rsplit(",", 1)[0]
+                                                     for line in lines[1:])]) + "\n")
+        return path, ", ".join(keep)
+    rows = [{k: v for k, v in r.items() if k != column} for r in _layout_rows(name)]
+    path = tmp_path / f"{preset}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, ", ".join(rows[0])
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["recognised", "named"])
+@pytest.mark.parametrize("preset", list(MISSING))
+def test_missing_column_names_the_preset_and_the_column(tmp_path, preset, named):
+    """A file in a preset's layout lacking one column: the error names the preset, the
+    column (as the field) and what the preset reads from it, whether the preset was named
+    or recognised from the columns that are there."""
+    _, column, role, marks = MISSING[preset]
+    path, kept = _without(tmp_path, preset)
     with pytest.raises(DataError) as err:
-        load_items(path, preset="clasheval")
-    assert str(err.value).startswith(
-        f"{path}: field 'answer_original': --preset clasheval needs column(s) answer_original; "
-        "columns found: question, context_mod, answer_mod, dataset, mod_type")
+        load_items(path, preset=preset if named else None)
+    how = "" if named else f" (recognised from {marks})"
+    assert str(err.value) == (
+        f"{path}, line 1: field '{column}': the {preset} preset{how} needs column {column} "
+        f"({role}); columns found: {kept}; give the file in that layout, or map its columns "
+        "with --fields")
 
 
-def test_preset_missing_column_of_a_csv_names_the_header_line(tmp_path):
-    path = tmp_path / "trap.csv"
-    path.write_text("prompt,classes\n"
-                    '"Say ""early"": Better late than","[\' early\', \' never\']"\n')
-    with pytest.raises(DataError, match=r"trap.csv, line 1: field 'answer_index': --preset "
-                                        r"memotrap needs column\(s\) answer_index; columns "
-                                        r"found: prompt, classes"):
-        load_items(path, preset="memotrap")
+@pytest.mark.parametrize("preset", ["nq-swap", "conflictqa", "clasheval"])
+def test_a_record_lacking_a_preset_column_names_the_preset_and_the_line(tmp_path, preset):
+    """JSON records each name their columns: the second record lacking one is named by line,
+    not as a knowflow field ('memory_answer') the file never had."""
+    name, column, role, _ = MISSING[preset]
+    first, second = _layout_rows(name)[:2]
+    second = {k: v for k, v in second.items() if k != column}
+    path = tmp_path / "two.jsonl"
+    path.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(DataError) as err:
+        load_items(path)
+    assert str(err.value) == (
+        f"{path}, line 2: field '{column}': the {preset} preset needs column {column} "
+        f"({role}); the record has {', '.join(second)}; give the file in that layout, or map "
+        "its columns with --fields")
+
+
+def test_memotrap_json_record_lacking_classes(tmp_path):
+    path = tmp_path / "trap.jsonl"
+    row = {"prompt": 'Say "early": Better late than', "classes": [" early", " never"],
+           "answer_index": 0}
+    path.write_text(json.dumps(row) + "\n"
+                    + json.dumps({"prompt": row["prompt"], "answer_index": 0}) + "\n")
+    with pytest.raises(DataError, match=r"trap.jsonl, line 2: field 'classes': the memotrap "
+                                        r"preset needs column classes \(the two answers\); "
+                                        r"the record has prompt, answer_index"):
+        load_items(path)
+
+
+def test_columns_missing_in_several_presets_are_not_guessed(tmp_path):
+    """One column of two layouts each: neither preset is named; the plain error lists the
+    columns."""
+    path = tmp_path / "mixed.csv"
+    path.write_text("sub_context,context_mod,question\na,b,c\n")
+    with pytest.raises(DataError, match="no usable column mapping; columns found: "
+                                        "sub_context, context_mod, question"):
+        load_items(path)
+
+
+def test_fields_may_supply_the_column_a_preset_lacks(tmp_path):
+    path, _ = _without(tmp_path, "nq-swap")
+    items = load_items(path, {"memory_answer": "org_context"}, preset="nq-swap")
+    assert items[0].parametric_answer.startswith("<P> Frankenstein")
 
 
 def test_unknown_preset():
@@ -162,7 +235,7 @@ def test_eval_records_the_preset_in_config_and_summary(tiny_lm, tok, tmp_path):
 
     result = evaluate(tiny_lm, [LAYOUTS / "clasheval.jsonl", LAYOUTS / "nq_swap.jsonl"],
                       tokenizer=tok, scoring="loglik", known_filter=False, n_bootstrap=10,
-                      out_dir=tmp_path / "run")
+                      out=tmp_path / "run")
     assert result.config["preset"] is None
     assert result.config["presets"] == {"clasheval": "clasheval", "nq_swap": "nq-swap"}
     assert result.summary["clasheval"]["loglik"]["preset"] == "clasheval"
@@ -171,9 +244,10 @@ def test_eval_records_the_preset_in_config_and_summary(tiny_lm, tok, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--preset", "nqswap"], "error: config field '--preset': unknown preset 'nqswap'"),
-    (["--preset", "memotrap"], "field 'prompt': --preset memotrap needs column(s) prompt, "
-                               "classes, answer_index; columns found: question"),
+    (["--preset", "nqswap"], "error: --preset: unknown preset 'nqswap'"),
+    (["--preset", "memotrap"], "field 'prompt': the memotrap preset needs columns prompt "
+                               "(the prompt), classes (the two answers), answer_index (which "
+                               "answer the prompt asks for); columns found: question"),
     (["--data", "hf:knowflow-test"], "error: hf:knowflow-test: not a hub dataset: expected "
                                      "hf:ORG/NAME[:CONFIG][@SPLIT]"),
 ])

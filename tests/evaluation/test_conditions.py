@@ -111,8 +111,8 @@ def test_eval_sweep_writes_tradeoff_figure(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     (["--method", "beam"], "unknown method 'beam'"),
-    (["--alpha", "x"], "'alpha'"),
-    (["--alpha", "-1"], "'alpha'"),
+    (["--alpha", "x"], "--alpha:"),
+    (["--alpha", "-1"], "--alpha:"),
     (["--conditions", "hostile"], "unknown condition 'hostile'"),
     (["--no-context", "--method", "cad"], "no context is shown"),
 ])

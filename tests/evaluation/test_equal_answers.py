@@ -44,9 +44,9 @@ def test_case_only_rows_scored_by_loglik_skipped_by_generation(tmp_path, tiny_mo
     assert gen["n"] == 2 and gen["n_skipped_equal_answers"] == 3
     # the generation metrics are those of the two distinguishable rows alone
     kept = [r for r in recs if not r["generate"]["equal_answers"]]
-    assert gen["counterfactual_accuracy"] == summarize(
-        [{"generate": r["generate"]} for r in kept], "generate")["counterfactual_accuracy"]
-    assert ll["counterfactual_accuracy"] == sum(
+    assert gen["cf_acc"] == summarize(
+        [{"generate": r["generate"]} for r in kept], "generate")["cf_acc"]
+    assert ll["cf_acc"] == sum(
         r["loglik"]["counterfactual_logprob"] > r["loglik"]["parametric_logprob"]
         for r in recs) / 5
 
@@ -71,4 +71,4 @@ def test_lm_eval_acc_equals_knowflow_on_case_only_rows(tmp_path, tiny_model_dir,
     task = list(tasks)[0]
     assert len(out["samples"][task]) == len(ROWS) == ours.summary["memotrap_case"]["loglik"]["n"]
     assert out["results"][task]["acc,none"] == \
-        ours.summary["memotrap_case"]["loglik"]["counterfactual_accuracy"]
+        ours.summary["memotrap_case"]["loglik"]["cf_acc"]

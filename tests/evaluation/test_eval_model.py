@@ -137,7 +137,7 @@ def test_evaluate_api_writes_results(model, tokenizer, tmp_path):
     for modes in res.summary.values():
         g, ll = modes["generate"], modes["loglik"]
         assert g["n"] == ll["n"] == 3
-        for key in ("counterfactual_accuracy", "parametric_accuracy"):
+        for key in ("cf_acc", "param_acc"):
             assert 0 <= g[key] <= 1 and 0 <= ll[key] <= 1
             lo, hi = g[f"{key}_ci"]
             assert lo <= g[key] <= hi
@@ -150,7 +150,7 @@ def test_evaluate_api_writes_results(model, tokenizer, tmp_path):
     assert not any(isinstance(v, dict) for v in rec.values())  # flat: one column per field
     # the per-item records are what the summary is computed from
     cf_hits = [r["generate"]["counterfactual"] for r in res.by_suite["cf-quotes"]]
-    assert res.summary["cf-quotes"]["generate"]["counterfactual_accuracy"] == \
+    assert res.summary["cf-quotes"]["generate"]["cf_acc"] == \
         pytest.approx(sum(cf_hits) / 3)
 
 
@@ -205,7 +205,7 @@ def test_cli_eval_on_a_local_model_folder(model, tokenizer, tmp_path):
     assert "cf-bio" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["cf-bio"]) == {"generate", "loglik"}
-    assert {"n", "counterfactual_accuracy", "parametric_accuracy"} <= \
+    assert {"n", "cf_acc", "param_acc"} <= \
         set(summary["cf-bio"]["generate"])
     assert "memorization_ratio" in summary["cf-bio"]["loglik"]
 
@@ -216,7 +216,7 @@ def test_cli_eval_on_a_local_model_folder(model, tokenizer, tmp_path):
     (["--data", "{tmp}/bad.jsonl"], "line 1: field 'answer'"),
     (["--model", "no-such-org/no-such-model", "--suite", "cf-bio", "--limit", "1"],
      "not in the Hugging Face cache"),
-    (["--suite", "cf-bio", "--prompt-format", "xml"], "prompt_format"),
+    (["--suite", "cf-bio", "--prompt-format", "xml"], "--prompt-format:"),
 ])
 def test_cli_eval_bad_input_is_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "bad.jsonl").write_text('{"context": "c", "question": "q", "memory_answer": 1}\n')

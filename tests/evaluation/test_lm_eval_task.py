@@ -70,10 +70,10 @@ def test_samples_give_knowflow_metrics(tmp_path, tiny_model_dir):
     theirs = from_lm_eval(files, out_dir=tmp_path / "out")
     for suite in ours.summary:
         a, b = ours.summary[suite]["loglik"], theirs.summary[suite]["loglik"]
-        for key in ("n", "counterfactual_accuracy", "parametric_accuracy",
-                    "memorization_ratio", "counterfactual_accuracy_ci"):
+        for key in ("n", "cf_acc", "param_acc",
+                    "memorization_ratio", "cf_acc_ci"):
             assert a[key] == b[key], key
-        assert "counterfactual_accuracy_norm" not in b  # lm-eval logs no token counts
+        assert "cf_acc_norm" not in b  # lm-eval logs no token counts
     assert (tmp_path / "out" / "summary.json").exists()
 
 
@@ -91,8 +91,8 @@ def test_cli_export_and_from_lm_eval(tmp_path, tiny_model_dir):
     res = runner.invoke(app, ["eval", "--from-lm-eval", str(path), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["cf-bio"]["loglik"]["counterfactual_accuracy"] == pytest.approx(1 / 3)
-    assert summary["cf-bio"]["loglik"]["parametric_accuracy"] == pytest.approx(1 / 3)
+    assert summary["cf-bio"]["loglik"]["cf_acc"] == pytest.approx(1 / 3)
+    assert summary["cf-bio"]["loglik"]["param_acc"] == pytest.approx(1 / 3)
 
 
 def test_bad_samples_files(tmp_path):
@@ -128,7 +128,7 @@ def test_lm_eval_acc_equals_knowflow_loglik_accuracy(tmp_path, tiny_model_dir, m
     for suite in by_suite:
         task = f"knowflow_{suite}"
         acc = out["results"][task]["acc,none"]
-        assert acc == ours.summary[suite]["loglik"]["counterfactual_accuracy"]
+        assert acc == ours.summary[suite]["loglik"]["cf_acc"]
         path = tmp_path / f"samples_{task}.jsonl"
         path.write_text("\n".join(json.dumps(s, default=str) for s in out["samples"][task]))
         files.append(path)
@@ -139,5 +139,5 @@ def test_lm_eval_acc_equals_knowflow_loglik_accuracy(tmp_path, tiny_model_dir, m
             assert rec["loglik"]["choice"] == mine[rec["id"]]["choice"]
             assert rec["loglik"]["counterfactual_logprob"] == pytest.approx(
                 mine[rec["id"]]["counterfactual_logprob"], abs=1e-3)
-        assert back.summary[suite]["loglik"]["counterfactual_accuracy"] == \
-            ours.summary[suite]["loglik"]["counterfactual_accuracy"]
+        assert back.summary[suite]["loglik"]["cf_acc"] == \
+            ours.summary[suite]["loglik"]["cf_acc"]

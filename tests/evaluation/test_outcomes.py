@@ -52,7 +52,7 @@ def test_shares_sum_to_one_and_reach_summaries():
                           "outcome": o}} for o in outcomes]
     s = summarize(recs, "generate", n_boot=50)
     assert s["outcome_cut_off"] == 0.3 and s["outcome_cut_off_ci"] == wilson_ci(3, 10)
-    assert s["counterfactual_accuracy"] == s["outcome_context"] + s["outcome_both"]
+    assert s["cf_acc"] == s["outcome_context"] + s["outcome_both"]
     row = condition_summary({"conflicting": recs}, "generate", n_boot=50)["conflicting"]
     assert row["outcome_garbled"] == 0.1 and row["outcome_garbled_ci"] == wilson_ci(1, 10)
 

@@ -94,10 +94,10 @@ def test_split_candidates_and_choice():
     assert HeadSteering(((0, 0),), 3.0) in cands and HeadSteering(((0, 1),), 0.0) in cands
     assert HeadSteering(((0, 0), (1, 1)), 3.0) in cands
     assert HeadSteering(((0, 1), (1, 0)), 0.0) in cands
-    scored = [{"heads": [], "counterfactual_accuracy": 0.5, "robustness": 0.9},
-              {"heads": [[0, 0]], "counterfactual_accuracy": 0.9, "robustness": 0.7},
-              {"heads": [[0, 1]], "counterfactual_accuracy": 0.7, "robustness": 0.86},
-              {"heads": [[0, 1], [1, 0]], "counterfactual_accuracy": 0.7, "robustness": 0.9}]
+    scored = [{"heads": [], "cf_acc": 0.5, "robustness": 0.9},
+              {"heads": [[0, 0]], "cf_acc": 0.9, "robustness": 0.7},
+              {"heads": [[0, 1]], "cf_acc": 0.7, "robustness": 0.86},
+              {"heads": [[0, 1], [1, 0]], "cf_acc": 0.7, "robustness": 0.9}]
     assert choose(scored, 0.05)["heads"] == [[0, 1]]
 
 

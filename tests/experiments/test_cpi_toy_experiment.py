@@ -124,8 +124,8 @@ def test_default_config_shows_the_inversion_and_no_fall_without_c_plus_s(tmp_pat
     assert inv["mc_peak"] - inv["mc_final"] >= 0.10
     assert inv["mc_peak"] > inv["mc_start"]
     assert inv["mc_peak_step"] <= inv["steps"] / 4
-    assert inv["attn_ctx_at_mc_peak"] > inv["attn_ctx_start"] + 0.2  # attention rises...
-    assert inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_final"] >= 0.05  # ...then falls
+    assert inv["attn_context_at_mc_peak"] > inv["attn_context_start"] + 0.2  # attention rises...
+    assert inv["attn_context_at_mc_peak"] - inv["attn_context_final"] >= 0.05  # ...then falls
     assert inv["proj_theta_C_start"] > 0
     assert inv["proj_theta_C_after_peak_negative_share"] > 0.5
     assert inv["cf_acc_start"] < 0.5 < inv["cf_acc_at_mc_peak"]  # the argmax inverts too

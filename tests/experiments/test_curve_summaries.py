@@ -45,10 +45,10 @@ def test_tiny_summary_is_the_cf_acc_curve():
     s = tiny_summary(records)
     assert {k: s[f"cf_acc_{k}"] for k in ("start", "peak", "peak_step", "final")} == \
         {k: HAND[k] for k in ("start", "peak", "peak_step", "final")}
-    assert (s["rise"], s["fall"]) == (HAND["rise"], HAND["fall"])
-    assert (s["param_acc_final"], s["attn_ctx_start"], s["attn_ctx_final"]) == \
+    assert (s["cf_acc_rise"], s["cf_acc_fall"]) == (HAND["rise"], HAND["fall"])
+    assert (s["param_acc_final"], s["attn_context_start"], s["attn_context_final"]) == \
         (0.5, (0.25 + 0.125) / 2, (0.5 + 0.25) / 2)
-    assert s["attn_ctx_at_peak"] == (0.75 + 0.375) / 2  # the step-10 record
+    assert s["attn_context_at_peak"] == (0.75 + 0.375) / 2  # the step-10 record
 
 
 def test_cpi_toy_summary_is_the_mc_curve():
@@ -57,7 +57,7 @@ def test_cpi_toy_summary_is_the_mc_curve():
                 "value_conf_C+S": v / 2} for s, v in zip(STEPS, VALUES, strict=True)]
     s = trajectory_summary(records)
     assert {k: s[f"mc_{k}"] for k in HAND} == HAND
-    assert s["attn_ctx_at_mc_peak"] == 0.75 and s["steps"] == 30
+    assert s["attn_context_at_mc_peak"] == 0.75 and s["steps"] == 30
     assert s["proj_theta_C_after_peak_negative_share"] == 1.0  # steps 20 and 30
     assert (s["value_conf_C+S_start"], s["value_conf_C+S_final"]) == (0.125, 0.25)
 
@@ -75,9 +75,9 @@ def test_inversion_tiny_arm_fall_is_the_mean_of_the_seeds_own_falls():
     # the arm's fall is 0.4; the seed-mean curve [0.1, 0.5, 0.45, 0.5, 0.4] falls only 0.1
     arm = arm_summary({0: _tiny_records([0.0, 0.8, 0.4, 0.2, 0.2]),
                        1: _tiny_records([0.2, 0.2, 0.5, 0.8, 0.6])}, {})
-    assert arm["fall_seeds"] == pytest.approx([0.6, 0.2])
-    assert arm["fall"] == pytest.approx(0.4)
-    assert arm["rise"] == pytest.approx((0.8 + 0.6) / 2)
-    assert arm["cf_acc_peak"] - arm["cf_acc_final"] == pytest.approx(arm["fall"])
+    assert arm["cf_acc_fall_seeds"] == pytest.approx([0.6, 0.2])
+    assert arm["cf_acc_fall"] == pytest.approx(0.4)
+    assert arm["cf_acc_rise"] == pytest.approx((0.8 + 0.6) / 2)
+    assert arm["cf_acc_peak"] - arm["cf_acc_final"] == pytest.approx(arm["cf_acc_fall"])
     assert arm["cf_acc_peak_step"] == 30  # the median seed's (upper of two)
     assert arm["mean_curve_fall"] == pytest.approx(0.1)

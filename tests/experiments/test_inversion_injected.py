@@ -168,8 +168,8 @@ def test_loglik_answer_tokenisation_matches_full_sequence_smollm2_tokenizer():
 
 
 def _arm(falls, rises, indist=0.9):
-    return {"loglik_fall_seeds": falls, "loglik_rise_seeds": rises,
-            "fall": sum(falls) / len(falls), "rise": sum(rises) / len(rises),
+    return {"cf_acc_fall_seeds": falls, "cf_acc_rise_seeds": rises,
+            "cf_acc_fall": sum(falls) / len(falls), "cf_acc_rise": sum(rises) / len(rises),
             "indist_final": indist}
 
 
@@ -200,7 +200,7 @@ def test_smoke_run_caches_stage_1(tmp_path, monkeypatch):
     parts = row["audit_end"]
     assert sum(parts[k] for k in ("cf_only", "param_only", "both", "neither")) == \
         pytest.approx(1.0)
-    assert row["loglik"]["peak"] >= row["loglik"]["final"]
+    assert row["cf_acc"]["peak"] >= row["cf_acc"]["final"]
     folder = tmp_path / "cache" / "injected" / stage1_key(cfg, 0, 0)
     info = json.loads((folder / STAGE1).read_text())
     assert info["recall"] == summary["stage1"]["seed0-e0"]["recall"]

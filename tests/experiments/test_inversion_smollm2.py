@@ -41,7 +41,7 @@ def test_all_arms_write_records(tmp_path, model_dir):
     assert [r["step"] for r in dyn] == [0, 1] and [r["n_dropped"] for r in dyn] == [6, 10]
     assert set(dyn[0]["dropped"]) < set(dyn[1]["dropped"])
     assert summary["findings"].get("dynamic_fall_removed") is not None or \
-        summary["lora"]["fall"] == 0
+        summary["lora"]["cf_acc_fall"] == 0
     assert summary["curated"]["n_examples"] == 18  # 24 minus the 25% least critical
     # 24 plus up to 6 counterfactual copies (fewer when a relation has one answer only)
     assert 24 < summary["augmented"]["n_examples"] <= 30

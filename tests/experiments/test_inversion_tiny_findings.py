@@ -11,8 +11,8 @@ from knowflow.experiments.inversion_tiny.world import Mixture
 
 
 def _arm(rises, falls, c_acc=1.0, cs_acc=1.0):
-    return {"rise": sum(rises) / len(rises), "fall": sum(falls) / len(falls),
-            "rise_seeds": rises, "fall_seeds": falls, "c_acc_final": c_acc,
+    return {"cf_acc_rise": sum(rises) / len(rises), "cf_acc_fall": sum(falls) / len(falls),
+            "cf_acc_rise_seeds": rises, "cf_acc_fall_seeds": falls, "c_acc_final": c_acc,
             "cs_acc_final": cs_acc}
 
 
@@ -34,14 +34,14 @@ def test_mitigation_reduces_the_fall_on_every_seed_or_not():
     out = findings(s)
     assert out["filtered_reduces_fall_every_seed"] is False
     assert out["augmented_reduces_fall_every_seed"] is True
-    assert out["augmented_fall_minus_mixed"] == pytest.approx(-0.275)
+    assert out["augmented_cf_acc_fall_minus_mixed"] == pytest.approx(-0.275)
 
 
 def test_dynamic_curation_goal_needs_the_fall_gone_and_in_distribution_kept():
     mixed = _arm([0.6, 0.5], [0.3, 0.2], c_acc=0.98, cs_acc=1.0)
     good = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.04, 0.0], 0.97, 0.99)})
     assert good["dynamic_fall_removed"] == pytest.approx(1 - 0.02 / 0.25)
-    assert good["dynamic_in_dist_minus_mixed"] == pytest.approx(-0.01)
+    assert good["dynamic_indist_minus_mixed"] == pytest.approx(-0.01)
     assert good["dynamic_meets_goal"] is True
     weak = findings({"mixed": mixed, "dynamic": _arm([0.6, 0.5], [0.1, 0.0], 0.98, 1.0)})
     assert weak["dynamic_fall_removed"] == pytest.approx(0.8)  # exactly 80% counts
@@ -64,8 +64,10 @@ def test_mechanism_attention_leaving_the_context():
     curve = _curve(cf=[0.0, 0.8, 0.4, 0.2], ctx=[0.1, 0.5, 0.3, 0.2], subj=[0.6, 0.2, 0.4, 0.5],
                    grad_cs=[0.0, -1.0, -1.0, -1.0], grad_c=[5.0, 1.0, 0.5, 0.5])
     m = mechanism_summary(curve, Mixture(100, 0.1, 0.8, 0.1, 0), "qk_only")
-    assert m["peak_step"] == 10 and m["L0_ctx_at_peak"] == 0.5 and m["L0_ctx_final"] == 0.2
-    assert m["L0_ctx_corr_cf"] > 0.9 and m["L1_ctx_corr_cf"] == 0.0  # constant layer
+    assert m["peak_step"] == 10 and m["L0_attn_context_at_peak"] == 0.5 \
+        and m["L0_attn_context_final"] == 0.2
+    assert m["L0_attn_context_corr_cf_acc"] > 0.9
+    assert m["L1_attn_context_corr_cf_acc"] == 0.0  # a constant layer
     assert m["grad_C+S_after_peak"] == pytest.approx(-0.8)  # share-weighted
     assert m["grad_C_after_peak"] == pytest.approx(0.05)
     text = mechanism_verdict(m)

@@ -263,9 +263,10 @@ def test_phase_study_writes_every_cell(tmp_path):
         cells = {(r["cs_share"], r["reliability"]) for r in phase[model]}
         assert cells == {(0.0, 0.5), (0.5, 0.5), (0.0, 0.9), (0.5, 0.9)}
         for row in phase[model]:
-            assert len(row["fall_seeds"]) == 2
-            assert row["fall_mean"] == pytest.approx(sum(row["fall_seeds"]) / 2)
-            assert row["inverts"] == (row["fall_mean"] >= 0.1)
+            metric = {"tiny": "cf_acc", "toy": "mc"}[model]
+            assert row["metric"] == metric and len(row[f"{metric}_fall_seeds"]) == 2
+            assert row[f"{metric}_fall"] == pytest.approx(sum(row[f"{metric}_fall_seeds"]) / 2)
+            assert row["inverts"] == (row[f"{metric}_fall"] >= 0.1)
     records = read_jsonl(result.out_dir / "metrics.jsonl")
     tiny = [r for r in records if r["model"] == "tiny"]
     assert len(tiny) == 4 * 2 * 6  # cells x seeds x evaluations

@@ -14,9 +14,9 @@ from knowflow.cli import app
 from knowflow.config import config_to_dict, flatten
 from knowflow.data.people import FAMILY_NAMES, generate
 from knowflow.errors import ConfigError
-from knowflow.evaluation.rank_table import family_table
 from knowflow.experiments.ocr_smollm2.experiment import encode_texts, run, smoke_config
 from knowflow.experiments.ocr_smollm2.figures import table_markdown
+from knowflow.experiments.ocr_smollm2.rank_table import family_ranks
 from knowflow.experiments.runner import build_config, run_experiment
 from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 from knowflow.store.identity import CONFIG, METRICS
@@ -57,7 +57,7 @@ def test_three_step_run_writes_every_record(tmp_path):
     assert sorted(p.name for p in (run_dir / "figures").glob("*.png")) == \
         ["1_mean_rank.png", "2_table.png"]
     assert (run_dir / "report.html").stat().st_size > 1000
-    md = table_markdown(family_table(records)).splitlines()
+    md = table_markdown(family_ranks(records)).splitlines()
     assert len(md) == 2 + len(FAMILY_NAMES) + 1 and md[-1].startswith("| all |")
     assert not (run_dir / "checkpoints").exists()  # removed once the run is done
 

@@ -55,14 +55,14 @@ def test_ocr_smollm2_verdict_reads_both_gains():
 
 def _arm(start: float, peak: float, final: float) -> dict:
     return {"cf_acc_start": start, "cf_acc_peak": peak, "cf_acc_peak_step": 30,
-            "cf_acc_final": final, "rise": peak - start, "fall": peak - final}
+            "cf_acc_final": final, "cf_acc_rise": peak - start, "cf_acc_fall": peak - final}
 
 
 def test_inversion_smollm2_verdict_is_about_the_lora_arm():
     found = inversion_smollm2.findings({"lora": _arm(0.1, 0.6, 0.3),
                                         "curated": _arm(0.1, 0.6, 0.55)})
     assert found["verdict"].startswith("Inversion in LoRA finetuning")
-    assert "curated 0.050" in found["verdict"] and found["lora_fall"] == 0.3
+    assert "curated 0.050" in found["verdict"] and found["lora_cf_acc_fall"] == 0.3
     flat = inversion_smollm2.findings({"lora": _arm(0.1, 0.2, 0.2)})
     assert flat["verdict"].startswith("No inversion")
     assert "verdict" not in inversion_smollm2.findings({"curated": _arm(0.1, 0.6, 0.3)})

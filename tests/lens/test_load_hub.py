@@ -24,16 +24,6 @@ REPO = "knowflow-test/tiny-llama"
 OFFLINE = ModelSource(offline=True)
 
 
-@pytest.fixture
-def hf_home(tmp_path, monkeypatch):
-    """An empty Hugging Face home for this test (huggingface_hub reads its cache folder at
-    import, so the constant is patched too; subprocesses get HF_HOME)."""
-    home = tmp_path / "hf"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-    return home
-
-
 def _embedding(model) -> torch.Tensor:
     return model.get_input_embeddings().weight.detach()
 

@@ -111,7 +111,7 @@ CASES = [
     ("template-raises", "its chat template fails on a two-turn conversation (TemplateError: "
      "no system role)"),
     ("template-syntax", "(TemplateSyntaxError: unexpected '}')"),
-    ("bert", "the folder holds a BertForMaskedLM, not a causal language model"),
+    ("bert", "config.json: a BertForMaskedLM, not a causal language model"),
     ("string-layers", "config.json: field 'num_hidden_layers': expected an integer, got '2'"),
     ("pickle", "pytorch_model.bin: weights saved as a pickle, which can run code"),
     ("nan", "weight model.layers.0.mlp.up_proj.weight holds NaN or infinite values"),

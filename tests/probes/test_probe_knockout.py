@@ -185,7 +185,7 @@ def test_bad_configs(setup):
     with pytest.raises(ConfigError, match="head 7"):
         knockout(model, tok, [PROMPT], KnockoutConfig(window=2, heads=(7,)))
     with pytest.raises(KnowflowError, match="unknown source"):
-        knockout(model, tok, [PROMPT], KnockoutConfig(window=2, sources=("verbs",)))
+        knockout(model, tok, [PROMPT], KnockoutConfig(window=2, source=("verbs",)))
     with pytest.raises(KnowflowError, match="has no subject"):
         knockout(model, tok, [ProbeExample(prompt="The city of")], KnockoutConfig(window=2))
 

@@ -54,7 +54,7 @@ def test_subject_knockout_hurts_a_known_fact(smollm2):
     prediction of a fact the model knows (the paper's central observation)."""
     model, tok = smollm2
     fact = builtin_facts()[0]  # The capital of France is -> Paris
-    records = knockout(model, tok, [fact], KnockoutConfig(sources=("subject",)))
+    records = knockout(model, tok, [fact], KnockoutConfig(source=("subject",)))
     assert records and records[0]["prediction"] == " Paris"
     assert min(r["rel_change"] for r in records) < -0.5
 

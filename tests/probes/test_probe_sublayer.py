@@ -69,4 +69,4 @@ def test_records_and_config_errors(make_tiny_llama):
     with pytest.raises(ConfigError, match="larger than the model"):
         sublayer_knockout(model, tok, [PROMPT], SublayerConfig(window=9))
     with pytest.raises(ConfigError, match="unknown sublayer"):
-        sublayer_knockout(model, tok, [PROMPT], SublayerConfig(window=1, sublayers=("ln",)))
+        sublayer_knockout(model, tok, [PROMPT], SublayerConfig(window=1, sublayer=("ln",)))

@@ -56,7 +56,7 @@ def test_numbers_are_rounded_to_three_decimals_and_ints_stay_ints(inversion_run)
     summary = read_json(inversion_run / "summary.json")
     summary["mixed"]["cf_acc_peak"] = 0.123456789
     summary["mixed"]["n_examples"] = 3000
-    summary["findings"]["mixed_fall"] = 0.98765432
+    summary["findings"]["mixed_cf_acc_fall"] = 0.98765432
     atomic_write_json(inversion_run / "summary.json", summary)
     body = _body(render_report([inversion_run]))
     assert ">0.123<" in body and ">0.988<" in body and ">3000<" in body
@@ -80,7 +80,7 @@ def test_findings_are_a_key_value_list_without_the_verdict(inversion_run, browse
     rows = re.findall(r"<tr><th>(.*?)</th><td[^>]*>(.*?)</td></tr>", found.group(1))
     keys = dict(rows)
     assert keys["inversion shown"] == "yes"  # the glossary's words, not the raw key
-    assert re.fullmatch(r"0\.\d{3}", keys["mixed fall"])
+    assert re.fullmatch(r"0\.\d{3}", keys["mixed cf acc fall"])
     assert "verdict" not in keys
     assert page.count(browser_check.VERDICTS["inversion-tiny"]) == 1
 

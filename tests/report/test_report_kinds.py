@@ -22,8 +22,8 @@ def runs(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("kinds")
     model = str(tiny_model_dir)
     knowflow.evaluate(model, "cf-capitals,cf-world", limit=2, max_new_tokens=4,
-                      method="greedy,cad", out_dir=root / "eval", device="cpu")
-    knowflow.probe(model, "cf-capitals", kind="heads", limit=3, out_dir=root / "heads",
+                      method="greedy,cad", out=root / "eval", device="cpu")
+    knowflow.probe(model, "cf-capitals", kind="heads", limit=3, out=root / "heads",
                    device="cpu")
     knowflow.explain(model, "cf-capitals", limit=1, offset=1, ablations=8, holdout=4,
                      device="cpu").save(root / "explain")
@@ -70,7 +70,7 @@ def test_eval_page_has_the_item_table_and_both_methods(pages, runs):
     assert "figures/methods.png" in page and "figures/context_vs_memory.png" in page
     summary = read_json(runs["eval"] / "summary.json")
     shares = summary["cf-capitals"]["loglik"]
-    assert f"{shares['counterfactual_accuracy']:.3f} (" in page  # a value with its interval
+    assert f"{shares['cf_acc']:.3f} (" in page  # a value with its interval
 
 
 def test_heads_page_ranks_the_heads_the_summary_ranks(pages, runs):

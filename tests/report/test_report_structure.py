@@ -30,8 +30,8 @@ def _item(i, cf, param, choice):
 
 @pytest.fixture
 def folders(tmp_path):
-    mode = {"n": 2, "counterfactual_accuracy": 0.5, "counterfactual_accuracy_ci": [0.0, 1.0],
-            "parametric_accuracy": 0.5, "parametric_accuracy_ci": [0.0, 1.0]}
+    mode = {"n": 2, "cf_acc": 0.5, "cf_acc_ci": [0.0, 1.0],
+            "param_acc": 0.5, "param_acc_ci": [0.0, 1.0]}
     ev = _run(tmp_path / "eval", "eval", {"model": "tiny", "suites": ["cf-capitals"],
                                           "scoring": "both"},
               {"cf-capitals": {"generate": mode, "loglik": mode}},

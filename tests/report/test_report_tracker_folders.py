@@ -108,6 +108,36 @@ def test_same_folder_names_are_told_apart(tmp_path):
     assert 'id="overlay"' in page and "tracker run" in page
 
 
+
+def test_runs_are_named_by_model_data_and_arm(tmp_path, drawn):
+    """Two sft runs of the same command (folders named by time) and a tracker folder that
+    wrote its tracker.json: each verdict line and the overlay's legend say what the run ran
+    on — the arm, the model and the data — not a timestamp."""
+    runs = []
+    for i, (train, curve) in enumerate((("lora", RISE_FALL), ("full", STEADY))):
+        run = _folder(tmp_path, f"2026120{i}-000000", curve)
+        (run / "config.json").write_text(json.dumps(
+            {"model": "models/SmolLM2-135M", "data": "data/train.jsonl",
+             "sft": {"train": train}, "curate": {"mode": "none"}}))
+        (run / "run.json").write_text(json.dumps({"command": "sft"}))
+        runs.append(run)
+    tracked = _folder(tmp_path, "mine", STEADY)
+    (tracked / "tracker.json").write_text(json.dumps(
+        {"model": "org/tiny", "data": ["cf-capitals"], "label": "curated"}))
+    page = render_report([*runs, tracked])
+    assert "<b>sft</b></a> (lora on SmolLM2-135M, train.jsonl):" in page
+    assert "<b>sft</b></a> (full on SmolLM2-135M, train.jsonl):" in page
+    assert "(curated on tiny, cf-capitals):" in page
+    legend = [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()]
+    assert legend == ["lora on SmolLM2-135M, train.jsonl", "full on SmolLM2-135M, train.jsonl",
+                      "curated on tiny, cf-capitals"]
+    res = runner.invoke(app, ["report", *map(str, runs), str(tracked), "--out",
+                              str(tmp_path / "all.html")], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    # the command prints every run's verdict, an sft run's as a tracker folder's
+    assert f"{runs[0]}: (lora on SmolLM2-135M, train.jsonl) " in res.output
+    assert f"{tracked}: (curated on tiny, cf-capitals) " in res.output
+
 @pytest.mark.parametrize("content,where", [
     ('{"step": 0, "cf_acc": 0.5}\n{"step": 1, "cf_acc": 0.5\n', "line 2: damaged JSON line"),
     ('{"step": 0, "cf_acc": 0.5}\n\n{"step": 2, "cf_acc": 1.5}\n', "line 3: field 'cf_acc'"),

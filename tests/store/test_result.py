@@ -58,7 +58,7 @@ def test_evaluate_round_trips(tiny_lm, tok, tmp_path):
 def test_probe_round_trips(tiny_lm, tok, tmp_path):
     model = tiny_lm
     res = knowflow.probe(model, [FACT], tokenizer=tok, kind="knockout", window=1,
-                         known_only=False, sources=("last",))
+                         known_only=False, source=("last",))
     assert res.command == "probe-knockout"
     _round_trip(res, tmp_path / "probe")
     assert (tmp_path / "probe" / "figures" / "knockout.png").exists()

@@ -54,10 +54,12 @@ def test_evaluates_at_zero_every_n_steps_and_at_the_end(tmp_path):
         EvalCallback(evaluator, every=0)
 
 
-def test_logged_loss_joins_its_step_and_later_records(tmp_path):
+def test_logged_loss_joins_its_own_step_only(tmp_path):
+    """A record holds the loss logged at its step, never an earlier step's (a curve of a short
+    run logged every few steps would repeat a stale loss and look flat)."""
     cb = EvalCallback(_Evaluator(), every=2, out_dir=tmp_path)
     _drive(cb, torch.nn.Linear(2, 2), steps=4, losses={1: 2.5, 2: 2.0})
-    assert [(r["step"], r["train_loss"]) for r in cb.records] == [(0, None), (2, 2.0), (4, 2.0)]
+    assert [(r["step"], r["train_loss"]) for r in cb.records] == [(0, None), (2, 2.0), (4, None)]
     assert read_jsonl(tmp_path / "metrics.jsonl")[1]["train_loss"] == 2.0  # rewritten
 
 
@@ -76,7 +78,7 @@ def test_resume_keeps_the_records_up_to_the_resumed_step(tmp_path):
     _drive(cb, torch.nn.Linear(2, 2), steps=6, start=4)  # resumed from checkpoint-4
     assert cb.records[:5] == saved[:5]  # kept, not re-evaluated
     assert [r["step"] for r in cb.records] == [0, 1, 2, 3, 4, 6] and evaluator.calls == 1
-    assert cb.records[-1]["train_loss"] == saved[4]["train_loss"]  # the loss before the cut
+    assert cb.records[-1]["train_loss"] is None  # no loss was logged at step 6
     assert read_jsonl(tmp_path / "metrics.jsonl") == cb.records
     fresh = EvalCallback(_Evaluator(), every=2, out_dir=tmp_path)
     _drive(fresh, torch.nn.Linear(2, 2), steps=2)  # a new run in the folder starts over

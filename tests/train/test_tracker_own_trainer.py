@@ -15,7 +15,7 @@ import knowflow
 from knowflow.cli import app
 from knowflow.data.facts import ConflictItem
 from knowflow.errors import ConfigError, DataError
-from knowflow.store.readers import read_jsonl
+from knowflow.store.readers import read_json, read_jsonl
 from knowflow.train.tracker import RelianceTracker, TrackerConfig, stop_reason, tracked_items
 
 CAPITALS = [("France", "Paris", "Lyon"), ("Italy", "Rome", "Milan"), ("Japan", "Tokyo", "Osaka"),
@@ -180,3 +180,27 @@ def test_stop_drop_records_when_and_why(tok, make_tiny_llama, rows, tmp_path):
     assert stop_reason({"step": 4, "cf_acc": 0.5}, {"step": 0, "cf_acc": 0.75}, 0.25)[
         "drop"] == 0.25
     assert _Scripted(tok, [0.5]).summary() == {} and _Scripted(tok, [0.5]).stopped is None
+
+
+def test_a_tracker_folder_says_what_it_tracks(tok, make_tiny_llama, rows, tmp_path):
+    """tracker.json names the model, the tracked data and the label, for the report."""
+    out = tmp_path / "tracked"
+    tracker = RelianceTracker(tok, TrackerConfig(every=2, label="curated"), out,
+                              items={"s": [_item()]})
+    tracker.measure = lambda model: {"n": 1, "cf_acc": 0.5, "param_acc": 0.5}
+    model = make_tiny_llama(tok)
+    model.config.name_or_path = "org/tiny-llama"
+    _trainer(model, tok, rows, tmp_path, [], tracker, steps=2).train()
+    assert read_json(out / "tracker.json") == {"model": "org/tiny-llama", "data": ["s"],
+                                               "label": "curated"}
+
+
+def test_the_limit_samples_items_given_as_it_samples_suites(tok):
+    """TrackerConfig.limit holds for items passed in (a seeded sample per suite, the same
+    one every run), as for the suites and files it reads itself; None keeps every item."""
+    items = knowflow.get_suite("cf-capitals", limit=10)
+    eight = RelianceTracker(tok, TrackerConfig(limit=8), items=items).items["cf-capitals"]
+    again = RelianceTracker(tok, TrackerConfig(limit=8), items=items).items["cf-capitals"]
+    assert len(eight) == 8 and eight == again and set(eight) <= set(items)
+    assert len(RelianceTracker(tok, TrackerConfig(limit=None), items=items).items[
+        "cf-capitals"]) == 10

@@ -19,20 +19,20 @@ def _fmt(value, ci=None) -> str:
 
 def print_eval(summary: dict) -> None:
     """One row per suite and scoring mode: all items, then the known-fact subset."""
-    table = Table("suite", "scoring", "n", "cf acc (95% CI)", "param acc (95% CI)",
-                  "mem ratio", "known share", "cf acc | known", "param acc | known", "n known",
-                  caption="cf: the context's answer; param: the memorized answer; known: "
-                          + _known_caption(summary))
+    table = Table("suite", "scoring", "n", "cf_acc (95% CI)", "param_acc (95% CI)",
+                  "memorization_ratio", "known_share", "cf_acc | known", "param_acc | known",
+                  "n known", caption="cf: the context's answer; param: the memorized answer; "
+                  "known: " + _known_caption(summary))
     for suite, modes in summary.items():
         for mode, m in modes.items():
             known = m.get("known", {})
             table.add_row(
                 suite, mode, str(m["n"]),
-                _fmt(m["counterfactual_accuracy"], m.get("counterfactual_accuracy_ci")),
-                _fmt(m["parametric_accuracy"], m.get("parametric_accuracy_ci")),
+                _fmt(m["cf_acc"], m.get("cf_acc_ci")),
+                _fmt(m["param_acc"], m.get("param_acc_ci")),
                 _fmt(m.get("memorization_ratio"), m.get("memorization_ratio_ci")),
-                _fmt(m.get("known_share")), _fmt(known.get("counterfactual_accuracy")),
-                _fmt(known.get("parametric_accuracy")), str(known.get("n", "-")))
+                _fmt(m.get("known_share")), _fmt(known.get("cf_acc")),
+                _fmt(known.get("param_acc")), str(known.get("n", "-")))
     console.print(table)
     print_outcomes([(suite, "", m) for suite, modes in summary.items()
                     for mode, m in modes.items() if mode == "generate"])
@@ -81,13 +81,14 @@ def print_strength(summary: dict) -> None:
             for label, m in (metrics.get("by_strength") or {}).items()]
     if not rows:
         return
-    table = Table("suite", "scoring", "strength", "n", "follows context (95% CI)",
-                  "per-token (95% CI)", "keeps memory (95% CI)",
+    table = Table("suite", "scoring", "strength", "n", "cf_acc (95% CI)",
+                  "cf_acc_norm (95% CI)", "param_acc (95% CI)",
                   caption="strength: how far the context's value is from the true one; "
-                          "per-token: log-likelihood choice divided by token count")
+                          "cf_acc: follows the context; param_acc: keeps the memorized value; "
+                          "_norm: log-likelihood choice divided by token count")
     for suite, mode, label, m in rows:
-        table.add_row(suite, mode, label, str(m["n"]), _cell(m, "counterfactual_accuracy"),
-                      _cell(m, "counterfactual_accuracy_norm"), _cell(m, "parametric_accuracy"))
+        table.add_row(suite, mode, label, str(m["n"]), _cell(m, "cf_acc"),
+                      _cell(m, "cf_acc_norm"), _cell(m, "param_acc"))
     console.print(table)
 
 

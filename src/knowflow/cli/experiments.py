@@ -9,26 +9,32 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from knowflow.cli.common import (
-    Opt,
-    SetOpt,
-    check_run_dir,
-    check_run_folders,
-    check_threads,
-    console,
-    print_paths,
-    set_threads,
-)
+from knowflow.cli.common import console, print_paths
+from knowflow.cli.flags import SET_HELP, command
 
 
 def list_cmd() -> None:
-    """List the registered experiments."""
+    """List the registered experiments, the built-in suites and the benchmarks `--data` takes
+    by name (with where each comes from and its size where recorded)."""
+    from knowflow.data.benchmarks import list_benchmarks
+    from knowflow.data.suites import list_suites
     from knowflow.experiments.registry import list_experiments
 
     table = Table("experiment", "what it does")
     for exp in list_experiments():
         table.add_row(exp.name, exp.description)
     console.print(table)
+    suites = Table("suite (--suite)", "what it holds")
+    for name, description in list_suites().items():
+        suites.add_row(name, description)
+    console.print(suites)
+    benchmarks = Table("benchmark (--data NAME)", "read from", "preset", "rows", "published in",
+                       caption="rows: '-' where no count is recorded; a run's summary counts "
+                               "its items (n)")
+    for row in list_benchmarks():
+        benchmarks.add_row(str(row["name"]), str(row["hub"] or "files (see the error it gives)"),
+                           str(row["preset"]), str(row["rows"] or "-"), str(row["source"]))
+    console.print(benchmarks)
 
 
 def config_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
@@ -63,55 +69,43 @@ def print_summary(summary: dict, columns: tuple[str, ...]) -> None:
                       not isinstance(value, bool) else f"{key}: {value}", highlight=False)
 
 
-def run_cmd(
-    name: Annotated[str, typer.Argument(help="Registered experiment (see `knowflow list`).")],
-    set_: SetOpt = None,
-    runs_dir: Annotated[Path, Opt(help="Where run directories go.")] = Path("runs"),
-    resume: Annotated[bool, Opt(
-        "--resume", help="Continue the newest unfinished run of this experiment.")] = False,
-    run_dir: Annotated[Path | None, Opt(
-        help="With --resume: the run directory to continue.")] = None,
-    threads: Annotated[int, Opt(
-        help="torch threads per process (1 is fastest for small models).")] = 1,
-) -> None:
+def _run_sections() -> dict[str, type]:
+    from knowflow.lens.device import ExperimentThreads
+    from knowflow.store.run_folder import ResumeOptions
+
+    return {"resume": ResumeOptions, "threads": ExperimentThreads}
+
+
+@command(_run_sections, sets=SET_HELP)
+def run_cmd(name: Annotated[str, typer.Argument(
+        help="Registered experiment (see `knowflow list`).")], resume, threads,
+            sets: list[str]) -> None:
     """Run a registered experiment; writes runs/<name>/<timestamp>/ with a report.html."""
+    from knowflow.api import run_experiment
     from knowflow.experiments.registry import get_experiment
-    from knowflow.experiments.runner import run_experiment
     from knowflow.store.identity import REPORT
 
-    check_threads(threads)
-    check_run_dir(run_dir, resume)
-    set_threads(threads)
-    result = run_experiment(name, set_ or [], runs_dir=runs_dir,
-                            resume=(run_dir or True) if resume else False)
+    threads.apply()
+    result = run_experiment(name, sets, runs_dir=resume.runs_dir, resume=resume.target)
     print_summary(result.summary, get_experiment(name).columns)
     print_paths(result.out_dir, result.out_dir / REPORT, result.seconds)
 
 
-def report_cmd(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to include.")],
-    out: Annotated[Path | None, Opt(
-        help="Output file (default: RUN_DIR/report.html for one run, ./report.html for many)."
-    )] = None,
-) -> None:
+def _report_sections() -> dict[str, type]:
+    from knowflow.store.run_folder import ReportFile
+
+    return {"page": ReportFile}
+
+
+@command(_report_sections)
+def report_cmd(run_dirs: Annotated[list[Path], typer.Argument(
+        help="Run directories to include.")], page) -> None:
     """Write a self-contained report.html (figures embedded, config, summary tables); several
     runs' reliance curves overlaid. A folder a RelianceTracker wrote (metrics.jsonl, no
     config.json) gets its curves, intervals, peak, fall and verdict."""
-    from knowflow.report.html import write_report
-    from knowflow.report.tracker_run import read_tracker_records, tracker_figure, tracker_summary
-    from knowflow.store.identity import CONFIG
-    from knowflow.store.outputs import check_out_files
+    from knowflow.api import report_runs
 
-    target = out or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    trackers = [d for d in run_dirs if d.is_dir() and not (d / CONFIG).exists()]
-    check_run_folders([d for d in run_dirs if d not in trackers])
-    records = {d: read_tracker_records(d) for d in trackers}  # every folder checked first
-    check_out_files({"report": target})
-    for folder, recs in records.items():
-        tracker_figure(folder, recs)
-    path = write_report(run_dirs, target)
-    for folder, recs in records.items():
-        console.print(f"{folder}: {tracker_summary(recs)['findings']['verdict']}",
-                      highlight=False)
+    path, verdicts = report_runs(run_dirs, out=page.out)
+    for folder, verdict in verdicts.items():
+        console.print(f"{folder}: {verdict}", highlight=False)
     console.print(f"report: {path}", highlight=False)
-

@@ -5,162 +5,77 @@ One item (`--context TEXT_OR_FILE --question Q [--answer A]`) or many (`--data F
 format `knowflow eval` reads, or `--suite NAME`). Everything is checked before the model
 loads where it can be (options, the data, each item's context and sentences), the rest before
 anything is written (the answer, the model's window); the run folder (config.json,
-records.jsonl, summary.json, figures/, report.html) is written at the end.
+records.jsonl, summary.json, figures/, report.html) is written at the end. `knowflow explain
+fit` fits a model's learned attribution estimator (`explanation.fit.FitConfig`).
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.table import Table
 
-from knowflow.cli.common import (
-    MAX_MEMORY_HELP,
-    DeviceOpt,
-    DtypeOpt,
-    OfflineOpt,
-    Opt,
-    RevisionOpt,
-    RunsOpt,
-    SetOpt,
-    ThreadsOpt,
-    TrustRemoteCodeOpt,
-    check_seed,
-    check_threads,
-    console,
-    model_source,
-    print_paths,
-    set_threads,
-)
+from knowflow.cli.common import console, print_paths
+from knowflow.cli.flags import SET_HELP, command
 from knowflow.cli.progress import Bars
-from knowflow.errors import ConfigError, KnowflowError
+from knowflow.errors import KnowflowError
 
 
-def explain_cmd(
-    action: Annotated[str | None, typer.Argument(
-        help="fit: fit the model's learned attribution estimator on generated contexts and "
-             "save it beside its cache entry (then --attribution learned uses it).",
-        show_default=False)] = None,
-    model: Annotated[str, Opt(help="HF id or local folder, or smollm2-135m-instruct.")
-                     ] = "smollm2-135m-instruct",
-    revision: RevisionOpt = None, trust_remote_code: TrustRemoteCodeOpt = False,
-    offline: OfflineOpt = False,
-    context: Annotated[str | None, Opt(help="The context: text, or a path to a text file.")
-                       ] = None,
-    question: Annotated[str | None, Opt(help="The question asked after the context.")] = None,
-    answer: Annotated[str | None, Opt(help="The answer to explain (default: per --target).")
-                      ] = None,
-    data: Annotated[Path | None, Opt(help="Items to explain: any file `knowflow eval` reads.")
-                    ] = None,
-    suite: Annotated[str | None, Opt(help="A built-in suite instead (e.g. needle-cf).")
-                     ] = None,
-    fields: Annotated[str | None, Opt(help="--data column mapping: context=COL,question=COL,"
-                                           "answer=COL,memory_answer=COL.")] = None,
-    preset: Annotated[str | None, Opt(help="--data layout: nq-swap, conflictqa, memotrap or "
-                                           "clasheval (default: recognised).")] = None,
-    target: Annotated[str, Opt(help="The answer explained: generated (the model's own), "
-                                    "counterfactual (the context's) or parametric (memory's)."
-                               )] = "generated",
-    levels: Annotated[str, Opt(help="What to compute: source, sentences, mechanism, tokens "
-                                    "(per-token attribution of the whole generation), "
-                                    "one_pass (gradient x input beside the ablation: a "
-                                    "forward and a backward pass); comma-separated; source "
-                                    "is always on.")
-                      ] = "source,sentences,mechanism",
-    attribution: Annotated[str, Opt(help="Sentence attribution: ablation (the reference), "
-                                         "learned (one pass; needs `explain fit`; below "
-                                         "ablation's fidelity so far), auto (learned where "
-                                         "fitted), gradient (one pass, no fit: each "
-                                         "sentence's keep-weight gradient).")] = "ablation",
-    ablations: Annotated[int, Opt(help="Random sentence subsets for the surrogate.")] = 64,
-    contexts: Annotated[int, Opt(help="fit: generated training contexts.")] = 48,
-    fit_ablations: Annotated[int, Opt(help="fit: ablations per training context.")] = 32,
-    holdout: Annotated[int, Opt(help="Held-out subsets for the LDS.")] = 16,
-    limit: Annotated[int | None, Opt(help="Items of --data/--suite (seeded sample).")] = None,
-    offset: Annotated[int, Opt(help="Skip the first N items of the seeded order (held-out "
-                                    "samples: --offset 60 --limit 60).")] = 0,
-    prompt_format: Annotated[str, Opt(help="auto (chat with a chat template, else plain), "
-                                           "chat, alpaca, tulu or plain.")] = "auto",
-    out: Annotated[Path | None, Opt(help="Output folder (default: RUNS_DIR/explain/TIME).")
-                   ] = None,
-    runs_dir: RunsOpt = Path("runs"), set_: SetOpt = None, seed: Annotated[int, Opt()] = 0,
-    device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", threads: ThreadsOpt = None,
-    max_memory: Annotated[float | None, Opt(help=MAX_MEMORY_HELP)] = None,
-) -> None:
-    """Explain answers: source verdict, sentence attribution and mechanism."""
-    started = time.perf_counter()      # the printed time is the whole command's
-    if action is not None:
-        if action != "fit":
-            raise ConfigError(f"{action!r} is not an action; the one action is fit", "action")
-        return _fit(model, model_source(revision, trust_remote_code, offline), contexts,
-                    fit_ablations, prompt_format, seed, device, dtype, threads, started)
-    from knowflow.api import explain
-    from knowflow.config import resolve_config
-    from knowflow.data.prompts import format_note
-    from knowflow.data.tables import parse_fields
-    from knowflow.explanation.estimator import check_estimator
+def _sections() -> dict[str, type]:
+    from knowflow.data.options import ExplainData
     from knowflow.explanation.options import ExplainConfig
-    from knowflow.explanation.run import load_explain_items
-    from knowflow.lens.load import check_device, check_model
-    from knowflow.store.outputs import check_out_dir
+    from knowflow.lens.device import Threads
+    from knowflow.lens.hub import ModelOptions
+    from knowflow.store.run_folder import OutOptions
 
-    check_threads(threads)
-    check_seed(seed)
-    cfg = resolve_config(ExplainConfig, ExplainConfig(
-        target=target, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
-        ablations=ablations, holdout=holdout, limit=limit, offset=offset,
-        prompt_format=prompt_format, attribution=attribution,
-        seed=seed, max_memory=max_memory), set_)
-    source = _source(context, question, answer, data, suite)
-    mapping = parse_fields(fields)
-    load_explain_items(source, question, cfg, mapping, preset)  # bad items: before the model
-    check_device(device)
-    target_dir = out or runs_dir / "explain"
-    check_out_dir(target_dir, what="output folder")
-    check_estimator(model, cfg)                  # learned without an estimator: before loading
-    check_model(model, model_source(revision, trust_remote_code, offline))
-    set_threads(threads)
+    return {"model": ModelOptions, "cfg": ExplainConfig, "data": ExplainData,
+            "run": OutOptions, "threads": Threads}  # checked in this order
+
+
+@command(_sections, job="cfg", sets=SET_HELP)
+def explain_cmd(model, data, cfg, run, threads) -> None:
+    """Explain answers: source verdict, sentence attribution and mechanism."""
+    from knowflow.api import explain
+    from knowflow.data.prompts import format_note
+
+    started = time.perf_counter()      # the printed time is the whole command's
+    threads.apply()
     with Bars("explain") as progress, _hidden_on_error(progress):
-        result = explain(model, source, question, answer, config=cfg, fields=mapping,
-                         preset=preset, device=device, dtype=dtype, progress=progress,
-                         revision=revision, trust_remote_code=trust_remote_code,
-                         offline=offline)
-    run_dir = result.save(out, runs_dir=runs_dir)
-    report = run_dir / "report.html"
+        result = explain(model.model, data.source, data.question, data.answer, config=cfg,
+                         fields=data.table.mapping, preset=data.table.preset, out=run.out,
+                         runs_dir=run.runs_dir, progress=progress, **model.load_keywords)
     _table(result.records)
     console.print(result.summary["findings"]["verdict"], highlight=False)
     console.print(format_note(cfg.prompt_format, result.config["prompt_format"]), highlight=False)
     console.print(result.config["attribution_note"], highlight=False, markup=False)
-    print_paths(run_dir, report, time.perf_counter() - started)
+    print_paths(result.out_dir, result.out_dir / "report.html", time.perf_counter() - started)
 
 
-def _fit(model: str, source, contexts: int, ablations: int, prompt_format: str, seed: int,
-         device: str, dtype: str, threads: int, started: float) -> None:
-    """`knowflow explain fit`: fit and save the model's learned estimator, print its
-    provenance."""
-    from knowflow.explanation.fit import FitConfig, fit_model
-    from knowflow.lens.load import check_device, check_model
+def _fit_sections() -> dict[str, type]:
+    from knowflow.explanation.fit import FitConfig
+    from knowflow.lens.device import Threads
+    from knowflow.lens.hub import ModelOptions
 
-    check_threads(threads)
-    check_seed(seed)
-    cfg = FitConfig(contexts=contexts, ablations=ablations, prompt_format=prompt_format,
-                    seed=seed)
-    cfg.validate()
-    check_device(device)
-    check_model(model, source)
-    set_threads(threads)
+    return {"model": ModelOptions, "cfg": FitConfig, "threads": Threads}
+
+
+@command(_fit_sections, job="cfg")
+def fit_cmd(model, cfg, threads) -> None:
+    """Fit the model's learned attribution estimator on generated contexts and save it beside
+    its cache entry (then --attribution learned uses it)."""
+    from knowflow.explanation.fit import fit_model
+
+    started = time.perf_counter()
+    threads.apply()
     with Bars("fit") as progress, _hidden_on_error(progress):
-        est, path = fit_model(model, cfg, device=device, dtype=dtype, progress=progress,
-                              source=source)
+        est, path = fit_model(model.model, cfg, device=model.device, dtype=model.dtype,
+                              progress=progress, source=model.source)
     prov = est.provenance
     lds = prov["heldout_lds"]
     top = sorted(range(len(est.weights)), key=lambda i: -abs(est.weights[i]))[:5]
-    console.print(f"learned estimator of {model}: {prov['n_contexts']} generated contexts "
-                  f"({prov['n_train']} fit, {prov['n_heldout']} held out), "
+    console.print(f"learned estimator of {model.model}: {prov['n_contexts']} generated "
+                  f"contexts ({prov['n_train']} fit, {prov['n_heldout']} held out), "
                   f"{prov['ablations_used']} ablations, held-out LDS "
                   f"{'-' if lds is None else f'{lds:.3f}'}, ridge {prov['ridge']:g}, "
                   f"{prov['fit_cpu_seconds']:.0f} CPU s", highlight=False)
@@ -181,27 +96,6 @@ def _hidden_on_error(bars: Bars):
             bars.bars.remove_task(task)
         bars.bars.live.transient = True
         raise
-
-
-def _source(context, question, answer, data, suite):
-    """What to explain: the context text (from a file if it names one), or --data/--suite."""
-    given = [name for name, v in (("--context", context), ("--data", data), ("--suite", suite))
-             if v is not None]
-    if len(given) != 1:
-        raise ConfigError("give exactly one of --context (with --question), --data, --suite",
-                          given[1] if len(given) > 1 else "--context")
-    if context is not None:
-        if question is None:
-            raise ConfigError("a context needs its question", "--question")
-        try:
-            is_file = "\n" not in context and Path(context).is_file()
-        except OSError:  # text too long to be a file name
-            is_file = False
-        return Path(context).read_text(encoding="utf-8") if is_file else context
-    if question is not None or answer is not None:
-        raise ConfigError("goes with --context (one item), not --data/--suite",
-                          "--question" if question is not None else "--answer")
-    return str(data) if data is not None else suite
 
 
 def _table(records: list[dict]) -> None:

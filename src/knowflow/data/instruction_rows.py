@@ -7,6 +7,9 @@ A file is JSONL (or a JSON list) in one of two forms, which may not be mixed:
 Extra fields (`kind`, `meta`, ...) are kept for curation and augmentation. Prompts are
 rendered by `prompts.instruction_prompt`, the same function evaluation uses, so a
 model is tracked in the layout it is trained in. Chat rows use the tokenizer's own template.
+Where a command takes a file of rows, "builtin" names the built-in C / C+S / S mixture
+(`instructions.py`); `instruction_rows` reads either, or takes rows in memory, and
+`check_rows_out` checks the files a command writes from them before any work.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from knowflow.data.facts import Instruction
+from knowflow.data.instructions import MixtureConfig, builtin_mixture
 from knowflow.data.loaders import json_records
 from knowflow.data.prompts import check_plain_text, instruction_prompt, resolve_format
-from knowflow.data.quality import duplicate_key_lines
+from knowflow.data.quality import duplicate_key_lines, warn_duplicate_keys
 from knowflow.errors import ConfigError, DataError, KnowflowError
 from knowflow.store.files import atomic_write_jsonl
+from knowflow.store.outputs import check_out_files
 from knowflow.store.readers import input_file, read_text
 
 IGNORE = -100  # label of tokens that carry no loss
@@ -171,3 +176,38 @@ def encode_all(tokenizer, examples: Sequence[Instruction], fmt: str, max_length:
         else:
             dropped.append(i)
     return kept, dropped
+
+
+BUILTIN = "builtin"  # the built-in mixture, where a command takes an instruction file
+
+
+def load_rows(data: str, mixture: MixtureConfig) -> list[Instruction]:
+    """The rows of an instruction file, or of the built-in mixture for "builtin"."""
+    return builtin_mixture(mixture) if data == BUILTIN else load_instructions(data)
+
+
+def instruction_rows(data, seed: int = 0) -> list[Instruction]:
+    """Instruction rows: a JSONL/JSON instruction file (repeated keys are warned of),
+    "builtin" (the C/C+S/S mixture of `seed`), or rows in memory (`Instruction`s, or records
+    as `knowflow.augment` returns them)."""
+    if data is None or isinstance(data, (str, Path)):
+        if data is not None and str(data) != BUILTIN:  # one reading: load_rows gets its rows
+            warn_duplicate_keys(Path(data), read_instruction_file(data).duplicate_key_lines)
+        return load_rows(str(data or BUILTIN), MixtureConfig(seed=seed))
+    return [r if isinstance(r, Instruction) else parse_instruction(r, "rows", i)
+            for i, r in enumerate(data, start=1)]
+
+
+def check_rows_out(data, out: str | Path, derived: tuple[tuple[str, str], ...] = ()) -> None:
+    """`out`, and the files named after it (`derived`: (what, suffix)), are new or replaceable
+    files, none the input file `data` nor another's (checked before any work)."""
+    out = Path(out)
+    named = isinstance(data, (str, Path)) and str(data) != BUILTIN
+    if named and not Path(data).is_file():
+        raise DataError(data, "no such file" if not Path(data).exists() else "not a file",
+                        hint="give a JSONL instruction file or 'builtin'")
+    if named and out.resolve() == Path(data).resolve():
+        raise ConfigError(f"{out} is the input file", "out", "write to a new file; the input "
+                          "is read while the output is written")
+    check_out_files({"output": out, **{what: out.with_suffix(suffix) for what, suffix in derived}},
+                    inputs=[Path(data)] if named else [])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from knowflow.config import require
+from knowflow.config import option, require
 from knowflow.data.facts import ConflictItem, Instruction, read_table, templates
 from knowflow.data.people import known_words, make_names
 from knowflow.data.prompts import SHORT_ANSWER
@@ -70,7 +70,7 @@ class MixtureConfig(MixtureShares):
     """The built-in instruction mixture (`MixtureShares`: size and the C/C+S/S shares)."""
 
     heldout_share: float = 0.5       # subjects kept for counterfactual evaluation
-    seed: int = 0
+    seed: int = option(0, flag="seed")  # set with the finetuning's --seed
 
     def validate(self, prefix: str = "mixture.") -> None:
         super().validate(prefix)

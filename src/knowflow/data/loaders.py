@@ -1,8 +1,11 @@
 """Loaders for external knowledge-conflict files and hub datasets: the one loader.
 
-Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk folder
+`load_suites` gives built-in suites and files together, by name (a seeded sample of each with
+a limit). Records come from a JSON list, JSONL, CSV, parquet, a `datasets` save_to_disk folder
 (`tables.py` reads the last two and maps other layouts' columns) or a hub dataset
-(`hf:ORG/NAME[:CONFIG][@SPLIT]`, read by `hub.py`); they are read as:
+(`hf:ORG/NAME[:CONFIG][@SPLIT]`, or a published benchmark's name such as `nq-swap`
+(`benchmarks.py`), read by `hub.py` with the benchmark's preset; a file of that name wins);
+they are read as:
 - records with `context`, `question`, `answer` and `memory_answer` or `parametric_answer`
   (optional `id`, `answer_aliases`, `memory_aliases`), or columns mapped to those names
   (`fields`, or a layout preset of `presets.py`: NQ-Swap, ConflictQA, MemoTrap, ClashEval,
@@ -28,16 +31,19 @@ normalisation makes them one answer, skips them itself (`evaluation.items`,
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from knowflow.data.answer_text import answer_problem, clean_answer, unique_aliases
+from knowflow.data.benchmarks import no_such_file
 from knowflow.data.conditions import AGREEING, with_condition_contexts
 from knowflow.data.facts import ConflictItem
-from knowflow.data.hub import hub_table, is_hub, parse_spec
-from knowflow.data.presets import get_preset
+from knowflow.data.hub import HubSpec, hub_table, is_hub, resolve
+from knowflow.data.presets import check_columns, get_preset
 from knowflow.data.quality import warn_duplicate_keys
+from knowflow.data.suites import get_suite, list_suites, sample
 from knowflow.data.tables import (
     QA_FIELDS,
     arrow_rows,
@@ -48,7 +54,7 @@ from knowflow.data.tables import (
     resolve_columns,
     table_rows,
 )
-from knowflow.errors import DataError
+from knowflow.errors import ConfigError, DataError
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.readers import csv_rows, json_records, not_a_list
 
@@ -57,10 +63,12 @@ log = logging.getLogger(__name__)
 
 def load_items(path: str | Path, fields: Mapping[str, str] | None = None,
                preset: str | None = None) -> list[ConflictItem]:
-    """Items of an external file or hub dataset (`hf:ORG/NAME[:CONFIG][@SPLIT]`); their suite
-    is the file's stem (the dataset's name or config). `fields` maps knowflow's field names to
-    the file's columns (`tables.parse_fields`); `preset` names a published layout
-    (`presets.PRESETS`), which `fields` may override field by field."""
+    """Items of an external file, a hub dataset (`hf:ORG/NAME[:CONFIG][@SPLIT]`) or a published
+    benchmark by name (`benchmarks.BENCHMARKS`: `nq-swap`, ... when no file of that name
+    exists); their suite is the file's stem (the dataset's config or name; the benchmark's
+    name). `fields` maps knowflow's field names to the file's columns (`tables.parse_fields`);
+    `preset` names a published layout (`presets.PRESETS`; a benchmark's own by default), which
+    `fields` may override field by field."""
     return load_items_checked(path, fields, preset)[0]
 
 
@@ -74,9 +82,10 @@ def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
     """`load_items`, and the data-quality counts: items skipped because their two answers
     coincide, records that give a key twice (each warned about in one line), and `preset`:
     the layout preset the columns were read with (given or recognised), if any."""
+    source = resolve(path) if is_hub(path) else Path(path)
+    preset = preset or (source.preset if isinstance(source, HubSpec) else None)
     chosen = get_preset(preset) if preset else None
-    items, used = _read_items(str(path) if is_hub(path) else Path(path), dict(fields or {}),
-                              chosen)
+    items, used = _read_items(source, dict(fields or {}), chosen)
     same = [it for it in items if _same_answers(it)]
     if len(same) == len(items):
         raise DataError(path, "every item's answer equals its memory answer",
@@ -95,23 +104,25 @@ def load_items_checked(path: str | Path, fields: Mapping[str, str] | None = None
     return with_condition_contexts([it for it in items if not _same_answers(it)]), counts
 
 
-def _read_items(path: Path | str, fields: dict[str, str], preset
+def _read_items(path: Path | HubSpec, fields: dict[str, str], preset
                 ) -> tuple[list[ConflictItem], str | None]:
     """The items of `path` and the preset their columns were read with."""
-    tabular = isinstance(path, str) or is_table(path)
-    if isinstance(path, str):  # a hub dataset
-        spec = parse_spec(path)
-        suite = spec.suite
-        columns, rows = arrow_rows(hub_table(spec))
+    tabular = isinstance(path, HubSpec) or is_table(path)
+    if isinstance(path, HubSpec):  # a hub dataset
+        suite = path.suite
+        columns, rows = arrow_rows(hub_table(path))
         kind, mapping, used = resolve_columns(path, columns, fields, preset=preset)
     elif not path.exists() or not (path.is_file() or is_table(path)):
-        raise DataError(path, "no such file")
+        raise no_such_file(path)
     else:
         suite = path.stem if path.is_file() else path.name
         rows, (kind, mapping, used) = _file_rows(path, fields, preset)
     items = []
+    need = get_preset(used) if used else None  # each record holds the columns it reads
     for i, (line, rec) in enumerate(rows):
         where, at = (f"{path}, row {line}", None) if tabular else (path, line)
+        if need is not None and isinstance(rec, dict):
+            check_columns(where, need, list(rec), line=at, mapping=mapping, record=True)
         if kind == "memotrap":
             items.append(_memotrap_item(where, at, _cells(where, at, rec, mapping), suite, i))
         else:
@@ -138,9 +149,10 @@ def _file_rows(path: Path, fields: dict[str, str], preset):
         raise DataError(path, "no records")
     columns = list(first[1]) if isinstance(first[1], dict) else []
     if fields or preset:
-        return _chain(first, rows), resolve_columns(path, columns, fields, preset=preset)
+        return _chain(first, rows), resolve_columns(path, columns, fields, header_line=first[0],
+                                                    preset=preset)
     found = None if {"answer", "counterfactual_answer"} & set(columns) else \
-        known_layout(path, columns)
+        known_layout(path, columns, line=first[0])
     return _chain(first, rows), found or ("json", {}, None)
 
 
@@ -310,3 +322,36 @@ def _memotrap_item(path, line: int | None, row: dict, suite: str, index: int
     return ConflictItem(
         id=f"{suite}-{index:04d}", suite=suite, context=(context + sep).strip(),
         question=rest.strip(), counterfactual_answer=cf, parametric_answer=par, task="complete")
+
+
+def load_suites(suites: str | Sequence[str] | None = None,
+                data: str | Path | Sequence[str | Path] | None = None,
+                limit: int | None = None, seed: int = 0,
+                quality: dict[str, dict] | None = None,
+                fields: dict[str, str] | None = None, preset: str | None = None
+                ) -> dict[str, list[ConflictItem]]:
+    """Items by suite name: built-in suites by name, external files by their stem (hub
+    datasets, `hf:ORG/NAME`, by their name).
+
+    `quality`, if given, receives each file's data-quality counts by suite name; `fields`
+    maps knowflow's field names to the files' columns (`data.tables.parse_fields`), `preset`
+    names their published layout (`data.presets`)."""
+    names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
+        list(suites or [])
+    files = [data] if isinstance(data, (str, Path)) else list(data or [])
+    if isinstance(suites, str) and not any(names):
+        raise ConfigError(f"{suites!r} names no suite", "suite",
+                          f"give one or more of {', '.join(list_suites())}, comma-separated")
+    if not names and not files:
+        names = list(list_suites())
+    out: dict[str, list[ConflictItem]] = {}
+    for name in filter(None, names):
+        out[name] = get_suite(name, seed=seed, limit=limit)
+    for path in files:
+        items, counts = load_items_checked(path, fields, preset)
+        name = items[0].suite
+        if quality is not None:
+            quality[name] = counts
+        out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
+                           name)
+    return out

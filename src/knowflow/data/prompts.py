@@ -24,6 +24,8 @@ from knowflow.errors import ConfigError, KnowflowError
 
 PromptFormat = Literal["auto", "chat", "alpaca", "tulu", "plain"]
 FORMATS: tuple[str, ...] = ("auto", "chat", "alpaca", "tulu", "plain")
+FORMAT_HELP = ("auto (chat if the tokenizer has a chat template, else plain), chat (the model's "
+               "template), alpaca, tulu or plain.")  # --prompt-format
 
 CONTEXT_ONLY = "Answer based on the context only."
 SHORT_ANSWER = "Answer in a few words."

@@ -43,13 +43,13 @@ def parse_fields(text: str | None) -> dict[str, str]:
     for part in text.split(","):
         key, sep, column = (s.strip() for s in part.partition("="))
         if not sep or not key or not column:
-            raise ConfigError(f"{part.strip()!r} is not FIELD=COLUMN", "--fields",
+            raise ConfigError(f"{part.strip()!r} is not FIELD=COLUMN", "fields",
                               "give e.g. context=sub_context,answer=sub_answer")
         if key not in FIELD_NAMES:
-            raise ConfigError(f"unknown field {key!r}", "--fields",
+            raise ConfigError(f"unknown field {key!r}", "fields",
                               f"fields are {', '.join(FIELD_NAMES)}")
         if key in out:
-            raise ConfigError(f"field {key!r} is mapped twice", "--fields")
+            raise ConfigError(f"field {key!r} is mapped twice", "fields")
         out[key] = column
     return out
 
@@ -67,8 +67,9 @@ def table_rows(path: Path) -> tuple[list[str], Rows]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise DataError(path, "reading parquet needs pyarrow",
-                            hint="pip install 'knowflow[data]'") from None
+            raise DataError(path, "reading parquet needs pyarrow, one of knowflow's "
+                            "dependencies", hint="pip install pyarrow (or reinstall "
+                            "knowflow)") from None
         try:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
@@ -98,8 +99,9 @@ def _disk_table(path: Path):
     try:
         from datasets import load_from_disk
     except ImportError:
-        raise DataError(path, "reading a save_to_disk folder needs the datasets package",
-                        hint="pip install 'knowflow[data]'") from None
+        raise DataError(path, "reading a save_to_disk folder needs the datasets package, one "
+                        "of knowflow's dependencies", hint="pip install datasets (or reinstall "
+                        "knowflow)") from None
     try:
         return load_from_disk(str(path)).data
     except Exception as exc:  # damaged arrow files, version mismatches, ...
@@ -119,8 +121,9 @@ def resolve_columns(path: Path, columns: list[str], fields: Mapping[str, str],
             raise DataError(path, f"--fields names column(s) the file does not have "
                             f"({', '.join(missing)}); columns found: {_listing(columns)}")
     if preset is not None:
-        check_columns(path, preset, columns, line=header_line)
-        return preset.kind, preset.mapping(have) | dict(fields), preset.name
+        mapping = preset.mapping(have) | dict(fields)
+        check_columns(path, preset, columns, line=header_line, mapping=mapping)
+        return preset.kind, mapping, preset.name
     if fields:
         mapping = {k: k for k in FIELD_NAMES if k in have} | dict(fields)
         if all(k in mapping for k in MEMOTRAP_FIELDS) and not any(
@@ -133,19 +136,18 @@ def resolve_columns(path: Path, columns: list[str], fields: Mapping[str, str],
             have & {"memory_answer", "parametric_answer"}:
         memory = "memory_answer" if "memory_answer" in have else "parametric_answer"
         return "qa", {k: k for k in FIELD_NAMES if k in have} | {"memory_answer": memory}, None
-    found = known_layout(path, columns)
+    found = known_layout(path, columns, line=header_line)
     if found is not None:
         return found
-    if "prompt" in have:  # MemoTrap's columns, one or more missing
-        missing = next(f for f in MEMOTRAP_FIELDS if f not in have)
-        raise DataError(path, f"missing column; columns found: {_listing(columns)}",
-                        line=header_line, field=missing)
     raise no_mapping(path, columns, line=header_line)
 
 
-def known_layout(path, columns: list[str]) -> tuple[str, dict[str, str], str] | None:
-    """(kind, mapping, preset name) of the one preset whose columns `columns` has, if any."""
-    preset = detect(path, columns)
+def known_layout(path, columns: list[str], line: int | None = None
+                 ) -> tuple[str, dict[str, str], str] | None:
+    """(kind, mapping, preset name) of the one preset whose columns `columns` has, if any;
+    columns of one preset's layout with some missing are that preset's error
+    (`presets.detect`)."""
+    preset = detect(path, columns, line=line)
     return None if preset is None else (preset.kind, preset.mapping(set(columns)), preset.name)
 
 

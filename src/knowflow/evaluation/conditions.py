@@ -108,12 +108,12 @@ def condition_summary(by_condition: dict[str, list[dict]], mode: str, n_boot: in
         m = summarize(recs, mode, n_boot, seed)
         row: dict = {"n": m["n"]}
         for suffix in ("", "_norm"):
-            if f"parametric_accuracy{suffix}" not in m:
+            if f"param_acc{suffix}" not in m:
                 continue
             # agreeing: the passage states the memorized answer, so both shares are that one
-            ctx = "parametric" if cond == "agreeing" else "counterfactual"
-            for share, key in ((f"context_share{suffix}", f"{ctx}_accuracy{suffix}"),
-                               (f"memory_share{suffix}", f"parametric_accuracy{suffix}")):
+            ctx = "param_acc" if cond == "agreeing" else "cf_acc"
+            for share, key in ((f"context_share{suffix}", f"{ctx}{suffix}"),
+                               (f"memory_share{suffix}", f"param_acc{suffix}")):
                 row[share], row[f"{share}_ci"] = m[key], m[f"{key}_ci"]
         row.update({k: v for k, v in m.items() if k.startswith("outcome_")})  # outcomes.py
         if "garbled_share" in m:  # generation: names a misspelt context answer (garbled.py)

@@ -104,7 +104,7 @@ def score(model, tokenizer, items: list[ConflictItem], cfg: EvalConfig,
     run = dataclasses.replace(cfg, method=f"{HEADS}:{steering.spec}", scoring="loglik",
                               known_filter=False, conditions="conflicting")
     out = {"heads": [list(h) for h in steering.heads], "gamma": steering.gamma}
-    for cond, key, answer in (("conflicting", "counterfactual_accuracy", "counterfactual"),
+    for cond, key, answer in (("conflicting", "cf_acc", "counterfactual"),
                               ("irrelevant", "robustness", "parametric")):
         shown = [c for c in (condition_item(it, cond) for it in items) if c]
         recs = evaluate_items(model, tokenizer, f"calibration [{cond}]", shown, run, None) \
@@ -120,7 +120,7 @@ def choose(scored: list[dict], max_loss: float) -> dict:
     base = scored[0]["robustness"]
     ok = [s for s in scored if base is None or s["robustness"] is None
           or s["robustness"] >= base - max_loss - 1e-12]
-    return max(ok, key=lambda s: (s["counterfactual_accuracy"] or 0.0, -len(s["heads"])))
+    return max(ok, key=lambda s: (s["cf_acc"] or 0.0, -len(s["heads"])))
 
 
 def calibrate(model, tokenizer, cfg: EvalConfig, by_suite: dict[str, list[ConflictItem]],

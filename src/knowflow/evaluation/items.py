@@ -7,7 +7,6 @@ the context-condition sweep per (method, condition), the finetuning tracker per 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,10 +14,9 @@ from pathlib import Path
 from knowflow.config import flatten
 from knowflow.data.facts import ConflictItem
 from knowflow.data.hub import is_hub
-from knowflow.data.loaders import load_items_checked
+from knowflow.data.loaders import load_suites
 from knowflow.data.prompts import PromptConfig, render
-from knowflow.data.suites import get_suite, list_suites, sample
-from knowflow.errors import ConfigError, DataError
+from knowflow.errors import DataError
 from knowflow.evaluation.decoding import generate_with, score_with, single_method
 from knowflow.evaluation.garbled import garbled
 from knowflow.evaluation.generate import generate
@@ -29,39 +27,6 @@ from knowflow.evaluation.outcomes import classify
 from knowflow.lens.prompt_batches import encode_prompts
 from knowflow.lens.scorer import score_continuations
 from knowflow.store.run_folder import Progress
-
-
-def load_suites(suites: str | Sequence[str] | None = None,
-                data: str | Path | Sequence[str | Path] | None = None,
-                limit: int | None = None, seed: int = 0,
-                quality: dict[str, dict] | None = None,
-                fields: dict[str, str] | None = None, preset: str | None = None
-                ) -> dict[str, list[ConflictItem]]:
-    """Items by suite name: built-in suites by name, external files by their stem (hub
-    datasets, `hf:ORG/NAME`, by their name).
-
-    `quality`, if given, receives each file's data-quality counts by suite name; `fields`
-    maps knowflow's field names to the files' columns (`data.tables.parse_fields`), `preset`
-    names their published layout (`data.presets`)."""
-    names = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else \
-        list(suites or [])
-    files = [data] if isinstance(data, (str, Path)) else list(data or [])
-    if isinstance(suites, str) and not any(names):
-        raise ConfigError(f"{suites!r} names no suite", "suite",
-                          f"give one or more of {', '.join(list_suites())}, comma-separated")
-    if not names and not files:
-        names = list(list_suites())
-    out: dict[str, list[ConflictItem]] = {}
-    for name in filter(None, names):
-        out[name] = get_suite(name, seed=seed, limit=limit)
-    for path in files:
-        items, counts = load_items_checked(path, fields, preset)
-        name = items[0].suite
-        if quality is not None:
-            quality[name] = counts
-        out[name] = sample([dataclasses.replace(i, suite=name) for i in items], limit, seed,
-                           name)
-    return out
 
 
 def load_data(data=None, limit: int | None = None, seed: int = 0,

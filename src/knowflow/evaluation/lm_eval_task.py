@@ -24,16 +24,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from knowflow.config import option
 from knowflow.data.facts import ConflictItem
 from knowflow.data.loaders import json_records
-from knowflow.data.prompts import PromptConfig, render, resolve_format
+from knowflow.data.options import SuiteData
+from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptConfig, render, resolve_format
 from knowflow.errors import ConfigError, DataError
-from knowflow.evaluation.items import choice
+from knowflow.evaluation.items import choice, load_suites
 from knowflow.evaluation.metrics import memorization_ratio
 from knowflow.evaluation.normalize import primary
+from knowflow.lens.hub import ModelName
+from knowflow.lens.load import load_tokenizer
 from knowflow.store.files import atomic_write_jsonl, atomic_write_text
+from knowflow.store.outputs import check_out_dir
 from knowflow.store.schemas import LmEvalSample, check
 from knowflow.store.staging import staged_dir
 
@@ -88,7 +94,7 @@ def check_task_names(suites: Sequence[str]) -> None:
         task = task_name(suite)
         if task in names:
             raise ConfigError(f"{names[task]!r} and {suite!r} both export as task {task!r}",
-                              "--data", "rename one of the files")
+                              "data", "rename one of the files")
         names[task] = suite
 
 
@@ -126,6 +132,35 @@ def export_lm_eval(by_suite: dict[str, list[ConflictItem]], tokenizer, out_dir: 
                 loader=LOADER, data_file=f"{task}.jsonl"))
             tasks[task] = out / f"{task}.yaml"
     return tasks
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """`knowflow export lm-eval`: where the tasks go and how their items are drawn and
+    rendered."""
+
+    out: Path = option(help="Task folder to write (lm_eval --include_path).")
+    prompt_format: str = option("auto", FORMAT_HELP + " chat and auto render with --model's "
+                                "chat template (only its tokenizer loads).", one_of=FORMATS)
+    limit: int | None = option(None, "Items per suite (seeded sample).", ge=1)
+    seed: int = option(0, "Seed for suites and sampling.")
+
+
+def export_tasks(data: SuiteData, cfg: ExportConfig, model: ModelName | None = None
+                 ) -> tuple[dict[str, Path], dict[str, list[ConflictItem]], str]:
+    """`knowflow export lm-eval`: the task folder checked, the suites and files read (their
+    task names checked), then the tokenizer of `model` loaded where the format needs its chat
+    template, and the tasks written: ({task: YAML path}, the items by suite, the format)."""
+    check_out_dir(cfg.out, what="task folder")
+    by_suite = load_suites(data.suite, list(data.data), cfg.limit, cfg.seed,
+                           fields=data.table.mapping, preset=data.table.preset)
+    check_task_names(list(by_suite))  # before the tokenizer loads
+    tokenizer = None
+    if cfg.prompt_format in ("chat", "auto"):  # auto: chat when the tokenizer has a template
+        model = model or ModelName()
+        tokenizer = load_tokenizer(model.model, model.source)
+    used = resolve_format(cfg.prompt_format, tokenizer)  # chat without a template: refused
+    return export_lm_eval(by_suite, tokenizer, cfg.out, used), by_suite, used
 
 
 def _ours(path: Path) -> bool:

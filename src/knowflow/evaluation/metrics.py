@@ -58,19 +58,19 @@ def summarize(records: list[dict], mode: str, n_boot: int = 1000, seed: int = 0)
     def columns(recs: list[dict]) -> dict[str, list[float]]:
         scores = [r[mode] for r in recs]
         if mode == "generate":
-            out = {"counterfactual_accuracy": [float(s["counterfactual"]) for s in scores],
-                   "parametric_accuracy": [float(s["parametric"]) for s in scores]}
+            out = {"cf_acc": [float(s["counterfactual"]) for s in scores],
+                   "param_acc": [float(s["parametric"]) for s in scores]}
             if all("garbled" in s for s in scores):  # evaluation.garbled
                 out["garbled_share"] = [float(s["garbled"]) for s in scores]
             return out
-        out = {"counterfactual_accuracy": [float(s["choice"] == "counterfactual")
+        out = {"cf_acc": [float(s["choice"] == "counterfactual")
                                            for s in scores],
-               "parametric_accuracy": [float(s["choice"] == "parametric") for s in scores],
+               "param_acc": [float(s["choice"] == "parametric") for s in scores],
                "memorization_ratio": [s["memorization_ratio"] for s in scores]}
         if all("choice_norm" in s for s in scores):  # not in lm-eval's samples
-            out["counterfactual_accuracy_norm"] = [float(s["choice_norm"] == "counterfactual")
+            out["cf_acc_norm"] = [float(s["choice_norm"] == "counterfactual")
                                                    for s in scores]
-            out["parametric_accuracy_norm"] = [float(s["choice_norm"] == "parametric")
+            out["param_acc_norm"] = [float(s["choice_norm"] == "parametric")
                                                for s in scores]
         return out
 

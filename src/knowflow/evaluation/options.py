@@ -7,12 +7,15 @@ evaluation sweeps are named here as strings and parsed once, when the config is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from knowflow.data.prompts import FORMATS, PromptFormat
+from knowflow.config import option
+from knowflow.data.options import SuiteData
+from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptFormat
 from knowflow.errors import ConfigError
 from knowflow.evaluation.decoding import BETA, BETA_METHODS, methods_of, parse_alphas, parse_betas
-from knowflow.lens.memory import check_max_memory
+from knowflow.lens.memory import MAX_MEMORY_HELP, check_max_memory
 
 Scoring = Literal["generate", "loglik", "both"]
 MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", "loglik")}
@@ -20,23 +23,43 @@ MODES = {"generate": ("generate",), "loglik": ("loglik",), "both": ("generate", 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    scoring: Scoring = "both"
-    prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
-    use_context: bool = True            # False: --no-context, the question alone
-    context_only: bool = False          # add "Answer based on the context only."
-    limit: int | None = None            # items per suite (a seeded sample)
-    seed: int = 0
-    batch_size: int = 16                # 0: by free GPU memory (16 on CPU), or max_memory
-    max_memory: float | None = None     # GiB for weights + one batch (lens.memory); None: no cap
-    max_new_tokens: int = 24
-    known_filter: bool | None = None    # metrics on known facts too; None: not under loglik
-    known_by: str = "auto"              # auto (loglik under --scoring loglik), loglik, generate
+    scoring: Scoring = option("both", "generate, loglik or both.")
+    prompt_format: PromptFormat = option("auto", FORMAT_HELP)
+    use_context: bool = option(True, "Ask the question alone (what the model knows).",
+                               flag="no_context")  # False: the question alone
+    context_only: bool = option(False, 'Add "Answer based on the context only."')
+    limit: int | None = option(None, "Items per suite (seeded sample).")
+    seed: int = option(0, "Seed for suites, sampling and bootstrap.")
+    batch_size: int = option(16, "Prompts per forward pass (0: as many as free GPU memory "
+                                 "allows).")  # or max_memory, with 0
+    max_memory: float | None = option(None, MAX_MEMORY_HELP + " With --batch-size 0 the batch "
+                                      "is sized to it instead.")  # lens.memory; None: no cap
+    max_new_tokens: int = option(24, "Longest generated answer.")
+    known_filter: bool | None = option(None, "Run the no-context pass that finds known facts "
+                                             "(default: under generate and both, not under "
+                                             "--scoring loglik); --no-known-filter skips it.")
+    known_by: str = option("auto", "How the no-context pass finds known facts: loglik (the "
+                                   "memorized answer is the likelier; no decoding), generate "
+                                   "(greedy output mentions it), or auto (loglik under "
+                                   "--scoring loglik, else generate).")
     n_bootstrap: int = 1000
     share_prefix: bool = True           # run the prompts' common prefix once
-    method: str = "greedy"              # decoding method(s), comma-separated (decoding.py)
-    alpha: float | str | tuple[float, ...] = 1.0  # CAD's alpha; several: a sweep
-    beta: float | str | tuple[float, ...] = BETA  # plausibility constraint (cad, adacad; 0: off)
-    conditions: str | tuple[str, ...] = "conflicting"  # context conditions (conditions.py)
+    method: str = option("greedy", "Decoding method(s), comma-separated: greedy, cad, adacad, "
+                                   "coiecd, cocoa, heads (or heads:L.H+L.HxGAMMA), opinion, "
+                                   "opinion+cad, opinion+adacad (several: one pass each, and a "
+                                   "tradeoff figure).")  # decoding.py
+    alpha: float | str | tuple[float, ...] = option(1.0, "CAD's alpha; several (0,0.5,1,2) "
+                                                         "sweep it.")
+    beta: float | str | tuple[float, ...] = option(BETA, "Plausibility constraint of cad, "
+                                                         "adacad and cocoa in generation: only "
+                                                         "tokens with p(y|c,x) >= beta * max "
+                                                         "p(.|c,x) are eligible (0: off; "
+                                                         "ignored by log-likelihood scoring); "
+                                                         "several (0,0.3) sweep it.")
+    conditions: str | tuple[str, ...] = option("conflicting", "Context conditions, "
+                                               "comma-separated: conflicting, agreeing, "
+                                               "irrelevant (sensitivity and robustness need "
+                                               "conflicting and irrelevant).")  # conditions.py
     guard: bool = True                  # contrastive generation: stops, word pieces by the
     #                                     with-context model (guard.py); False: plain methods
 
@@ -64,6 +87,23 @@ class EvalConfig:
             raise ConfigError("asks to answer from the context, but no context is shown",
                               "context_only", "give --no-context or --context-only, not both")
         validate_sweep(self)
+
+
+@dataclass(frozen=True)
+class EvalData(SuiteData):
+    """What `knowflow eval` reads: suites and files, or lm-eval's samples of knowflow's
+    exported tasks (then no model runs)."""
+
+    from_lm_eval: tuple[Path, ...] = option((), "Report knowflow's metrics from lm_eval "
+                                                "--log_samples files of tasks written by "
+                                                "`knowflow export lm-eval` (repeatable; no "
+                                                "model runs).")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.from_lm_eval and (self.suite is not None or self.data):
+            raise ConfigError("reads lm-eval's results; it takes no --suite or --data",
+                              "from_lm_eval", "drop --suite/--data")
 
 
 def known_filter(cfg: EvalConfig) -> bool:

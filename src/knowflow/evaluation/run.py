@@ -49,14 +49,14 @@ from knowflow.lens.memory import check_budget, eval_bytes, fit_rows, shape_of
 from knowflow.lens.prompt_batches import fit_batch_size
 from knowflow.lens.scorer import LONG_PROMPT
 from knowflow.store.identity import ITEMS
-from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.readers import read_jsonl
 from knowflow.store.result import Finisher, Result
-from knowflow.store.run_folder import Progress, RunFolder, start_run
+from knowflow.store.run_folder import Progress, RunFolder, read_result, start_run
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(repr=False)
 class EvalResult(Result):
     """An eval's Result: `records` are the flat per-item records items.jsonl holds, `summary`
     {suite: {"generate"|"loglik": metrics}}; `by_suite` keeps the nested records per suite,
@@ -77,11 +77,11 @@ class EvalResult(Result):
 
     @classmethod
     def _read_rest(cls, run_dir: Path) -> dict:
-        records = read_jsonl(run_dir / ITEMS) if (run_dir / ITEMS).exists() else []
+        records = read_result(run_dir, ITEMS) if (run_dir / ITEMS).exists() else []
         by_suite: dict[str, list[dict]] = {}
         for r in records:
             by_suite.setdefault(r.get("suite", ""), []).append(r)
-        swept = Swept(read_json(run_dir / "conditions.json"),
+        swept = Swept(read_result(run_dir, "conditions.json"),
                       read_jsonl(run_dir / "conditions.jsonl")) \
             if (run_dir / "conditions.json").exists() else None
         return {"by_suite": by_suite, "swept": swept}

@@ -49,22 +49,29 @@ def cell_key(share: float, reliability: float, seed: int) -> str:
 
 
 def phase_summary(curves: Mapping[tuple[float, float, int], Sequence[float]],
-                  steps: Sequence[int], cfg: PhaseConfig) -> list[dict]:
-    """One row per (share, reliability): each seed's rise and fall, their means, and whether
-    the cell inverts (seed-mean fall >= threshold)."""
+                  steps: Sequence[int], cfg: PhaseConfig, metric: str) -> list[dict]:
+    """One row per (share, reliability) of the curves of `metric` (`cf_acc`, or `mc` for
+    the theory model): its rise and fall, each the mean of the seeds' own (`<metric>_rise`,
+    `<metric>_fall`), the seeds' falls, and whether the cell inverts (fall >= threshold)."""
     rows = []
     for r in cfg.reliabilities:
         for x in cfg.cs_shares:
             own = [curve_summary(steps, curves[x, r, s]) for s in cfg.seeds]
             fall = sum(c["fall"] for c in own) / len(own)
-            rows.append({"cs_share": x, "reliability": r, "fall_mean": fall,
-                         "rise_mean": sum(c["rise"] for c in own) / len(own),
-                         "fall_seeds": [c["fall"] for c in own],
+            rows.append({"cs_share": x, "reliability": r, "metric": metric,
+                         f"{metric}_fall": fall,
+                         f"{metric}_rise": sum(c["rise"] for c in own) / len(own),
+                         f"{metric}_fall_seeds": [c["fall"] for c in own],
                          "inverts": fall >= cfg.threshold})
     return rows
 
 
-def agreement(a: Sequence[dict], b: Sequence[dict]) -> dict:
+def cell_fall(row: dict) -> float:
+    """A phase cell's fall, whatever its curve's metric."""
+    return row[f"{row['metric']}_fall"]
+
+
+def diagram_agreement(a: Sequence[dict], b: Sequence[dict]) -> dict:
     """Cells where two diagrams agree (both invert or both do not), and where they differ."""
     index = {(row["cs_share"], row["reliability"]): row for row in b}
     same, differ = 0, []

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from knowflow.experiments.phase import cell_fall
 from knowflow.report.figures import save, subplots
 from knowflow.store.identity import CONFIG
 from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 
 PHASE = "phase.json"
 
@@ -21,7 +23,7 @@ def plot_phase(run_dir: Path) -> list[Path]:
     path = Path(run_dir) / PHASE
     if not path.exists():
         return []
-    phase = read_json(path)
+    phase = read_result(run_dir, PHASE)
     models = [m for m in ("toy", "tiny") if phase.get(m)]
     if not models:
         return []
@@ -30,15 +32,15 @@ def plot_phase(run_dir: Path) -> list[Path]:
         rows = phase[model]
         shares = sorted({r["cs_share"] for r in rows})
         rels = sorted({r["reliability"] for r in rows})
-        grid = [[next(r["fall_mean"] for r in rows if r["cs_share"] == x
+        grid = [[next(cell_fall(r) for r in rows if r["cs_share"] == x
                       and r["reliability"] == rel) for x in shares] for rel in rels]
         a = ax[0, i]
         a.grid(False)
         im = a.imshow(grid, origin="lower", cmap="viridis", vmin=0, aspect="auto")
         for r in rows:
             y, x = rels.index(r["reliability"]), shares.index(r["cs_share"])
-            a.text(x, y, f"{r['fall_mean']:.2f}", ha="center", va="center", fontsize=8,
-                   color="white" if r["fall_mean"] < 0.6 * max(max(g) for g in grid) else "k",
+            a.text(x, y, f"{cell_fall(r):.2f}", ha="center", va="center", fontsize=8,
+                   color="white" if cell_fall(r) < 0.6 * max(max(g) for g in grid) else "k",
                    fontweight="bold" if r["inverts"] else "normal")
             if r["inverts"]:
                 a.add_patch(_box(x, y))

@@ -43,7 +43,7 @@ BUILTIN = (
     "knowflow.experiments.inversion_injected.experiment",
     "knowflow.experiments.inversion_smollm2.experiment",
     "knowflow.experiments.ocr_smollm2.experiment",
-    "knowflow.experiments.sft",
+    "knowflow.experiments.sft_experiment",
 )
 
 

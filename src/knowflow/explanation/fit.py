@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from knowflow.config import require
-from knowflow.data.prompts import FORMATS, PromptFormat, resolve_format
+from knowflow.config import option, require
+from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptFormat, resolve_format
 from knowflow.errors import ConfigError
 from knowflow.evaluation.generate import generate
 from knowflow.explanation.attribution import ablation_masks, score_masks
@@ -51,14 +51,14 @@ from knowflow.store.run_folder import Progress
 class FitConfig:
     RENAMED = {"n_contexts": "contexts", "n_ablations": "ablations"}  # earlier versions' keys
 
-    contexts: int = 48                   # generated training contexts
-    ablations: int = 32                # ablations per context
+    contexts: int = option(48, "Generated training contexts.")
+    ablations: int = option(32, "Ablations per training context.")
     heldout: float = 0.25                # share of contexts that choose the penalty
     multi_document: float = 0.5          # share of multi-document contexts
     world: float = 0.5                   # share of real-fact contexts (contexts.py)
     max_new_tokens: int = 12             # the answers explained
-    prompt_format: PromptFormat = "auto"
-    seed: int = 0
+    prompt_format: PromptFormat = option("auto", FORMAT_HELP)
+    seed: int = option(0, "Seed of the generated contexts and their ablations.")
     features: str = "soft"               # feature kinds (features.py), joined by "+"
 
     def kinds(self) -> tuple[str, ...]:

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from knowflow.config import option
-from knowflow.data.prompts import FORMATS, PromptFormat
+from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptFormat
 from knowflow.errors import ConfigError
-from knowflow.lens.memory import check_max_memory
+from knowflow.lens.memory import MAX_MEMORY_HELP, check_max_memory
 
 Target = Literal["generated", "counterfactual", "parametric"]
 TARGETS = ("generated", "counterfactual", "parametric")
@@ -24,11 +24,15 @@ DESIGNS = ("random", "balanced")
 class ExplainConfig:
     RENAMED = {"n_ablations": "ablations", "n_holdout": "holdout"}  # keys of earlier versions
 
-    target: Target = "generated"        # the answer explained: the model's own, or an item's
-    levels: tuple[str, ...] = DEFAULT_LEVELS  # what to compute (source always; tokens:
-    #                                      per-token attribution of the whole generation;
-    #                                      one_pass: gradient x input beside the ablation)
-    prompt_format: PromptFormat = "auto"  # auto: chat with a template, else plain
+    target: Target = option("generated", "The answer explained: generated (the model's own), "
+                                         "counterfactual (the context's) or parametric "
+                                         "(memory's).")
+    levels: tuple[str, ...] = option(DEFAULT_LEVELS, "What to compute: source, sentences, "
+                                     "mechanism, tokens (per-token attribution of the whole "
+                                     "generation), one_pass (gradient x input beside the "
+                                     "ablation: a forward and a backward pass); "
+                                     "comma-separated; source is always on.")
+    prompt_format: PromptFormat = option("auto", FORMAT_HELP)
     max_new_tokens: int = 16             # longest generated answer
     # source verdict
     context_ratio: float = 2.0           # the context supports the answer: it multiplies its
@@ -37,20 +41,25 @@ class ExplainConfig:
     # below it, docs/commands/explain.md), learned (one pass, with a fitted estimator:
     # `knowflow explain fit`), auto (learned where the model has one), gradient (one pass,
     # no fit: the `soft` feature summed over heads, every head weight 1)
-    attribution: Method = "ablation"
+    attribution: Method = option("ablation", "Sentence attribution: ablation (the reference), "
+                                             "learned (one pass; needs `explain fit`; below "
+                                             "ablation's fidelity so far), auto (learned where "
+                                             "fitted), gradient (one pass, no fit: each "
+                                             "sentence's keep-weight gradient).")
     estimator: str | None = None         # the estimator file (default: beside the model's
     #                                      cache entry, estimator.estimator_path)
     learned_ablations: int = 0           # learned: scored ablations that correct its scores
     #                                      (learned.corrected_scores; 0: one pass only)
     gradient_masks: int = 0              # gradient: `soft` averaged over this many
     #                                      antithetic half masks (even; 0: one point, keep 1/2)
-    ablations: int = 64                # random sentence subsets the surrogate is fitted on
+    ablations: int = option(64, "Random sentence subsets for the surrogate.")
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
     #                                      "balanced" (each sentence kept in exactly keep_prob
     #                                      of them, orthogonal columns where possible: see
     #                                      surrogate.balanced_masks)
-    holdout: int = 0                   # further half masks for the LDS (0: out-of-fold)
+    holdout: int = option(0, "Further held-out subsets for the LDS (0: the LDS out-of-fold, "
+                             "on the fit's own ablations).")
     top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
     cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
     # mechanism
@@ -59,7 +68,7 @@ class ExplainConfig:
     batch_size: int = 8                  # prompts per forward pass (8 is fastest on a CPU)
     score_chunk: int = 64                # ablated prompts scored per trie pass, at most ...
     score_tokens: int = 32768            # ... and at most this many prompt tokens (memory)
-    max_memory: float | None = None      # GiB for weights + one pass (lens.memory): refused
+    max_memory: float | None = option(None, MAX_MEMORY_HELP)  # weights + one pass: refused
     # long contexts: documents first, then the sentences of the top documents (opt-in: on
     # long items the flat surrogate ranked sentences better at 40 and 80 sentences, at about
     # twice the CPU; docs/commands/explain.md, "Long contexts")
@@ -67,18 +76,18 @@ class ExplainConfig:
     document_ablations: int = 32         # masks over documents (stage 1)
     top_documents: int = 2               # documents whose sentences are attributed
     block_sentences: int = 8             # one-paragraph contexts: sentences per unit
-    seed: int = 0
-    limit: int | None = None             # items per suite or file (a seeded sample)
-    offset: int = 0                      # first skip this many of the same seeded order
-    min_ablations: int = option(16, "ablations of the first round (sentence attribution "
-                                "adds rounds until its held-out LDS converges)", ge=8)
-    ablation_step: int = option(8, "ablations added per round", ge=1)
-    converge: float = option(0.02, "stop adding ablations once the out-of-fold LDS rose less "
-                             "than this over a round (0: always --ablations)", ge=0)
-    prior: str = option("gradient", "one-pass scores that steer the ablation surrogate: "
-                        "gradient (each sentence's keep-weight gradient at 1/2, one pass over "
-                        "the question and answer, the adaptive lasso's penalty weights) or none",
-                        one_of=("gradient", "none"))
+    seed: int = option(0, "Seed of the ablations and of the --limit sample.")
+    limit: int | None = option(None, "Items of --data/--suite (seeded sample).")
+    offset: int = option(0, "Skip the first N items of the seeded order (held-out samples: "
+                            "--offset 60 --limit 60).")
+    min_ablations: int = option(16, "Ablations of the first round (sentence attribution adds "
+                                "rounds until its out-of-fold LDS converges).", ge=8)
+    ablation_step: int = option(8, "Ablations added per round.", ge=1)
+    converge: float = option(0.02, "Stop adding ablations once the out-of-fold LDS rose less "
+                             "than this over a round (0: always --ablations).", ge=0)
+    prior: str = option("gradient", "One-pass scores that steer the ablation surrogate: "
+                        "gradient (each sentence's keep-weight gradient at 1/2, the adaptive "
+                        "lasso's penalty weights) or none.", one_of=("gradient", "none"))
 
     def validate(self) -> None:
         if self.target not in TARGETS:

@@ -26,12 +26,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from knowflow.config import option
 from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.lens.device import check_device
 from knowflow.store.readers import read_json
 
 log = logging.getLogger(__name__)
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SMOLLM2 = "smollm2-135m-instruct"
+# the options of how a model loads (ModelSource's, and SFTJobConfig's, which saves them)
+REVISION_HELP = "The hub id's branch, tag or commit (default: main)."
+TRUST_REMOTE_CODE_HELP = ("Let the model's repository run its own Python code (its auto_map); "
+                          "off unless given.")
+OFFLINE_HELP = "Only the Hugging Face cache, never the network (as HF_HUB_OFFLINE=1)."
+MODEL_HELP = "HF id or local folder, a knowflow checkpoint folder, or smollm2-135m-instruct."
 
 
 @dataclass(frozen=True)
@@ -41,9 +50,9 @@ class ModelSource:
     `auto_map` names; never unless asked) and `offline` (only the Hugging Face cache, never the
     network, as `HF_HUB_OFFLINE=1` does)."""
 
-    revision: str | None = None
-    trust_remote_code: bool = False
-    offline: bool = False
+    revision: str | None = option(None, REVISION_HELP)
+    trust_remote_code: bool = option(False, TRUST_REMOTE_CODE_HELP)
+    offline: bool = option(False, OFFLINE_HELP)
 
     def validate(self) -> None:
         if self.revision is not None and (not isinstance(self.revision, str) or
@@ -67,6 +76,32 @@ class ModelSource:
         so transformers never prompts)."""
         return {"revision": self.revision, "trust_remote_code": self.trust_remote_code,
                 "local_files_only": self.is_offline}
+
+
+@dataclass(frozen=True)
+class ModelName:
+    """--model and how it loads (--revision, --trust-remote-code, --offline): what a command
+    that reads a model's files takes (`knowflow export lm-eval`: its tokenizer)."""
+
+    model: str = option(SMOLLM2, MODEL_HELP)
+    source: ModelSource = option(factory=ModelSource, flags="")
+
+
+@dataclass(frozen=True)
+class ModelOptions(ModelName):
+    """The model a command loads, and where: --device (checked against this machine before
+    any work) and --dtype."""
+
+    device: str = option("auto", "auto, cpu, cuda, mps.")
+    dtype: str = option("auto", "auto, float32, bfloat16, float16.")
+
+    def validate(self) -> None:
+        check_device(self.device)
+
+    @property
+    def load_keywords(self) -> dict:
+        """The keywords every `knowflow.api` entry point takes for loading it."""
+        return {"device": self.device, "dtype": self.dtype, **dataclasses.asdict(self.source)}
 
 
 @contextlib.contextmanager
@@ -210,6 +245,23 @@ def model_configs(name: str, source: ModelSource, reason: str | None = None
     return (_read(hub_file(name, "config.json", source, reason=reason)),
             _read(hub_file(name, "tokenizer_config.json", source, required=False,
                            reason=reason)))
+
+
+def hub_weights(name: str, source: ModelSource) -> Path:
+    """The snapshot folder of hub model `name` in the Hugging Face cache, holding its config
+    and safetensors weights: the index and each file it names, or model.safetensors (from the
+    cache, or downloaded now when online, as the load would download them next), so that the
+    folder's checks read the files the load will."""
+    config = hub_file(name, "config.json", source)
+    index = hub_file(name, "model.safetensors.index.json", source, required=False)
+    weight_map = _read(index).get("weight_map") if index is not None else None
+    if isinstance(weight_map, dict):
+        for shard in sorted({f for f in weight_map.values() if isinstance(f, str)}):
+            if ".." not in Path(shard).parts:  # only files inside the repository
+                hub_file(name, shard, source, required=False)
+    elif index is None:
+        hub_file(name, "model.safetensors", source, required=False)
+    return config.parent
 
 
 def hub_reachable(name: str, source: ModelSource) -> bool:

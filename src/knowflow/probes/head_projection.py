@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from knowflow.config import option
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device, pad_id, right_pad
 from knowflow.lens.heads import head_contributions, head_shape
@@ -30,8 +31,8 @@ from knowflow.store.run_folder import Progress
 class HeadProjectionConfig:
     final_norm: bool = True   # apply the model's final norm before the unembedding
     top: int = 10             # best heads listed in the summary
-    batch_size: int = 16
-    known_only: bool = True
+    batch_size: int = option(16, ge=1)
+    known_only: bool = option(True, "Also probe facts the model gets wrong.", flag="all")
 
 
 def head_top_tokens(model, z: torch.Tensor, final_norm: bool = True) -> torch.Tensor:

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from knowflow.config import option
 from knowflow.data.facts import ConflictItem
-from knowflow.data.prompts import FORMATS, PromptConfig, render
+from knowflow.data.prompts import FORMAT_HELP, FORMATS, PromptConfig, render
 from knowflow.errors import ConfigError, KnowflowError
 from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.heads import (
@@ -44,7 +45,7 @@ from knowflow.lens.heads import (
     last_position_sweep,
     log_odds_rows,
 )
-from knowflow.lens.memory import check_max_memory, prompt_rows
+from knowflow.lens.memory import ROWS_MEMORY_HELP, check_max_memory, prompt_rows
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.head_projection import head_top_tokens
 from knowflow.probes.spans import locate
@@ -55,14 +56,15 @@ ABLATIONS = ("zero", "mean", "block")
 
 @dataclass(frozen=True)
 class HeadsConfig:
-    ablations: tuple[str, ...] = ABLATIONS  # which edits to sweep
-    rank_by: str = "mean"                    # the edit whose effects rank the heads
+    ablations: tuple[str, ...] = option(ABLATIONS, "zero, mean and/or block (repeatable).",
+                                        flag="ablation")
+    rank_by: str = option("mean", "The ablation that ranks the heads.")
     top: int = 10                            # heads listed per side in the summary
-    prompt_format: str = "auto"              # how items are rendered (as `knowflow eval`)
+    prompt_format: str = option("auto", FORMAT_HELP)  # how items are rendered (as eval)
     batch_size: int = 64                     # variant rows per forward pass
-    max_memory: float | None = None          # GiB: fewer rows per pass where 64 would not fit
+    max_memory: float | None = option(None, ROWS_MEMORY_HELP)  # fewer rows where 64 won't fit
     n_bootstrap: int = 1000
-    seed: int = 0
+    seed: int = option(0, "Seed of the --limit sample.")
 
     def validate(self) -> None:
         bad = [a for a in self.ablations if a not in ABLATIONS]

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
+from knowflow.config import option
 from knowflow.lens.arch import arch_of
 from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
-from knowflow.lens.memory import prediction_rows, prompt_rows
+from knowflow.lens.memory import ROWS_MEMORY_HELP, check_max_memory, prediction_rows, prompt_rows
 from knowflow.lens.prefix import Prefix
 from knowflow.probes.common import check_heads, check_layers, window
 from knowflow.probes.examples import ProbeExample
@@ -37,15 +38,22 @@ from knowflow.store.run_folder import Progress
 
 @dataclass(frozen=True)
 class KnockoutConfig:
-    window: int = 9                                   # k consecutive layers per knockout
-    sources: tuple[str, ...] = ("subject", "non_subject", "last")
-    heads: tuple[int, ...] = ()                       # heads to cut; empty = all heads
+    RENAMED = {"sources": "source"}  # keys of earlier versions
+
+    window: int = option(9, "Layers per knockout window.")  # k consecutive layers
+    source: tuple[str, ...] = option(("subject", "non_subject", "last"), "Source set to block "
+                                     "(repeatable): subject, non_subject, last, relation, "
+                                     "first, subject_last, pos:i,j ...")
+    heads: tuple[int, ...] = option((), "Heads to block, e.g. 0,3 (default: all).")
     layers: tuple[int, ...] = ()                      # window centres; empty = every layer
-    batch_size: int = 128                             # variant rows per forward pass
-    max_memory: float | None = None                   # GiB: fewer rows where 128 won't fit
+    batch_size: int = option(128, ge=1)               # variant rows per forward pass
+    max_memory: float | None = option(None, ROWS_MEMORY_HELP)  # fewer rows where 128 won't fit
     shared_prefix: bool = True                        # share the prompt prefix's KV cache
-    known_only: bool = True                           # probe only facts the model gets right
+    known_only: bool = option(True, "Also probe facts the model gets wrong.", flag="all")
     spare_first: bool = False                         # never cut edges to position 0 (a sink)
+
+    def validate(self) -> None:
+        check_max_memory(self.max_memory)
 
 
 @dataclass(frozen=True)
@@ -150,12 +158,12 @@ def knockout(model, tokenizer, examples: Sequence[ProbeExample],
     arch = arch_of(model)
     centres = check_layers("window", cfg.window, cfg.layers, arch.n_layers)
     check_heads(cfg.heads, arch.n_heads)
-    for source in cfg.sources:
+    for source in cfg.source:
         check_source(source)
 
     def variants(loc: Located) -> list[Keyed]:
         out = []
-        for source in cfg.sources:
+        for source in cfg.source:
             pos = tuple(p for p in loc.positions(source) if p or not cfg.spare_first)
             for centre in centres:
                 win = window(centre, cfg.window, arch.n_layers)

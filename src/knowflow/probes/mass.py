@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from knowflow.config import option
+from knowflow.data.prompts import FORMATS
 from knowflow.errors import KnowflowError
 from knowflow.lens.arch import arch_of
 from knowflow.lens.attention import AttentionPlan, intercepted
@@ -43,7 +45,9 @@ def span_mass(rows: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class AttentionMassConfig:
-    batch_size: int = 8
+    batch_size: int = option(8, ge=1)
+    prompt_format: str = option("plain", "With --suite: chat, alpaca, tulu or plain.",
+                                one_of=FORMATS)  # how a suite's prompts are rendered
 
 
 @torch.no_grad()

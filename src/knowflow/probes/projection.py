@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from knowflow.config import option
 from knowflow.errors import ConfigError
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device, pad_id, right_pad
@@ -37,10 +38,12 @@ _STOP = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", 
 
 @dataclass(frozen=True)
 class ProjectionConfig:
-    final_norm: bool = True   # apply the model's final norm before the unembedding
-    top_k: int = 50           # tokens per projection for the attributes rate
-    batch_size: int = 16
-    known_only: bool = True
+    final_norm: bool = option(True, "Project without the final norm before unembedding.")
+    top_k: int = option(50, "Tokens for the attributes rate.")  # per projection
+    batch_size: int = option(16, ge=1)
+    known_only: bool = option(True, "Also probe facts the model gets wrong.", flag="all")
+
+
 # record key -> the hook point it projects (the residual stream is "hidden" in the records)
 POINT_OF = {"attn": "attn.out", "mlp": "mlp.out", "hidden": "resid_post"}
 

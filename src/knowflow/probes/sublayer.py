@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from knowflow.config import option
 from knowflow.errors import ConfigError
 from knowflow.lens.arch import arch_of
 from knowflow.lens.batching import model_device
@@ -32,12 +33,16 @@ SUBLAYERS = ("mlp", "attn")
 
 @dataclass(frozen=True)
 class SublayerConfig:
-    window: int = 9                                  # k consecutive layers per knockout
-    sublayers: tuple[str, ...] = SUBLAYERS           # which outputs to zero
-    positions: tuple[str, ...] = ("subject", "last")  # source sets where they are zeroed
+    RENAMED = {"sublayers": "sublayer"}  # keys of earlier versions
+
+    window: int = option(9, "Layers per knockout window.")  # k consecutive layers
+    sublayer: tuple[str, ...] = option(SUBLAYERS, "mlp and/or attn (repeatable).")
+    positions: tuple[str, ...] = option(("subject", "last"), "Where to zero (repeatable): "
+                                        "subject, last, ... (the source sets of knockout's "
+                                        "--source).")
     layers: tuple[int, ...] = ()                     # window centres; empty = every layer
-    batch_size: int = 64                             # variant rows per forward pass
-    known_only: bool = True
+    batch_size: int = option(64, ge=1)               # variant rows per forward pass
+    known_only: bool = option(True, "Also probe facts the model gets wrong.", flag="all")
 
 
 @contextmanager
@@ -84,15 +89,15 @@ def sublayer_knockout(model, tokenizer, examples: Sequence[ProbeExample],
     """One record per (example, sublayer, position set, window centre)."""
     arch = arch_of(model)
     centres = check_layers("window", cfg.window, cfg.layers, arch.n_layers)
-    for kind in cfg.sublayers:
+    for kind in cfg.sublayer:
         if kind not in SUBLAYERS:
-            raise ConfigError(f"unknown sublayer {kind!r} (known: mlp, attn)", "sublayers")
+            raise ConfigError(f"unknown sublayer {kind!r} (known: mlp, attn)", "sublayer")
     for source in cfg.positions:
         check_source(source)
 
     def variants(loc: Located) -> list[Keyed]:
         out = []
-        for kind in cfg.sublayers:
+        for kind in cfg.sublayer:
             for source in cfg.positions:
                 pos = loc.positions(source)
                 for centre in centres:

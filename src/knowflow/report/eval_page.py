@@ -17,6 +17,7 @@ from knowflow.evaluation.curves import wilson_interval
 from knowflow.report.names import label, percent, with_interval
 from knowflow.report.page import esc, run_figures, table
 from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.run_folder import read_result
 
 EXCERPT = 160
 MAX_ROWS = 2000          # rows drawn in the page; the rest stay in items.jsonl
@@ -31,8 +32,8 @@ CAPTIONS = {
     "tradeoff.png": "sensitivity against robustness per decoding method (up and right is "
                     "better; error bars: 95% bootstrap intervals)",
 }
-SHORT = {"n": "items", "counterfactual_accuracy": "context's answer",
-         "parametric_accuracy": "memorized answer", "known_share": "known facts",
+SHORT = {"n": "items", "cf_acc": "context's answer",
+         "param_acc": "memorized answer", "known_share": "known facts",
          "memorization_ratio": "memorization ratio", "garbled_share": "misspelt context answer"}
 LEGEND = ("context's answer: counterfactual accuracy (share of items answered with the answer "
           "the context asserts); memorized answer: parametric accuracy; known facts: share "
@@ -103,8 +104,8 @@ def finding(run_dir: Path) -> str:
             + " (95% Wilson intervals).")
 
 
-def _suite_table(summary: dict) -> str:
-    keys = ("n", "counterfactual_accuracy", "parametric_accuracy", "known_share",
+def suite_table(summary: dict) -> str:
+    keys = ("n", "cf_acc", "param_acc", "known_share",
             "memorization_ratio", "garbled_share")
     shown = [k for k in keys if any(k in m for s in summary.values() if isinstance(s, dict)
                                     for m in s.values() if isinstance(m, dict))]
@@ -210,12 +211,12 @@ def _cell_text(row_html: str, col: int) -> str:
 def eval_body(run_dir: Path) -> tuple[str, str]:
     """(body, inline script) of an eval run's section, after its finding."""
     run_dir = Path(run_dir)
-    summary = read_json(run_dir / "summary.json")
+    summary = read_result(run_dir, "summary.json")
     parts = run_figures(run_dir, CAPTIONS)
-    parts.append("<h3>Per suite</h3>" + _suite_table(summary)
+    parts.append("<h3>Per suite</h3>" + suite_table(summary)
                  + f'<p class="note">{LEGEND}</p>')
     if (run_dir / "conditions.json").exists():
         parts.append("<h3>Per decoding method (all suites)</h3>"
-                     + _methods_table(read_json(run_dir / "conditions.json")))
+                     + _methods_table(read_result(run_dir, "conditions.json")))
     parts.append("<h3>Items</h3>" + items_table(item_rows(run_dir)))
     return "\n".join(parts), SCRIPT

@@ -10,12 +10,13 @@ from knowflow.report.strength import FIGURE as STRENGTH_FIGURE
 from knowflow.report.strength import strength_figure
 from knowflow.report.tradeoff import tradeoff_from_run
 from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 
 FIGURE = "context_vs_memory.png"
 METHODS_FIGURE = "methods.png"
-_BARS = (("counterfactual_accuracy", "context's answer", None),
-         ("parametric_accuracy", "memorized answer", None),
-         ("counterfactual_accuracy", "context's answer | known", "known"))
+_BARS = (("cf_acc", "context's answer", None),
+         ("param_acc", "memorized answer", None),
+         ("cf_acc", "context's answer | known", "known"))
 
 
 def context_memory_figure(summary: dict, path: Path, title: str = "") -> Path | None:
@@ -103,12 +104,12 @@ def eval_figures(run_dir: str | Path) -> list[Path]:
     conditions.json)."""
     run_dir = Path(run_dir)
     config = read_json(run_dir / "config.json")
-    summary = read_json(run_dir / "summary.json")
+    summary = read_result(run_dir, "summary.json")
     title = str(config.get("model", ""))
     drawn = [context_memory_figure(summary, run_dir / "figures" / FIGURE, title=title),
              strength_figure(summary, run_dir / "figures" / STRENGTH_FIGURE, title=title)]
     if (run_dir / "conditions.json").exists():
-        conditions = read_json(run_dir / "conditions.json")
+        conditions = read_result(run_dir, "conditions.json")
         drawn.append(methods_figure(conditions, run_dir / "figures" / METHODS_FIGURE,
                                     title=title))
         drawn.append(tradeoff_from_run(run_dir))

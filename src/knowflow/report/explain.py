@@ -22,7 +22,8 @@ from knowflow.report.page import page as whole_page
 from knowflow.report.tables import key_values
 from knowflow.store.files import atomic_write_text
 from knowflow.store.identity import CONFIG, RECORDS, REPORT, SUMMARY
-from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 
 MAX_ITEMS = 60          # items drawn as cards; the rest are in records.jsonl
 
@@ -181,7 +182,7 @@ def layers_figure(summary: dict, path: Path, title: str = "knockout from the ans
 
 
 def explain_figures(run_dir: Path) -> list[Path]:
-    fig = layers_figure(read_json(Path(run_dir) / SUMMARY), Path(run_dir) / "figures" /
+    fig = layers_figure(read_result(run_dir, SUMMARY), Path(run_dir) / "figures" /
                         "layers.png")
     return [fig] if fig is not None else []
 
@@ -205,8 +206,8 @@ def explain_body(run_dir: str | Path) -> str:
     """An explain run's cards, summary and figures (after its finding): the page's body, and
     its section in a combined report."""
     run_dir = Path(run_dir)
-    summary = read_json(run_dir / SUMMARY)
-    records = read_jsonl(run_dir / RECORDS)
+    summary = read_result(run_dir, SUMMARY)
+    records = read_result(run_dir, RECORDS)
     rest = _measured({k: v for k, v in summary.items() if k not in ("findings", "mechanism")})
     cards = [_card(r) for r in records[:MAX_ITEMS]]
     more = (f"<p>{len(records) - MAX_ITEMS} more items in records.jsonl.</p>"
@@ -242,7 +243,7 @@ def _headline(summary: dict) -> str:
 
 def render_explain(run_dir: str | Path, title: str = "knowflow explain") -> str:
     run_dir = Path(run_dir)
-    summary = read_json(run_dir / SUMMARY)
+    summary = read_result(run_dir, SUMMARY)
     config = read_json(run_dir / CONFIG)
     return whole_page(f"{title}: {config.get('model', '')}",
                       finding_box(summary["findings"]["verdict"]) + explain_body(run_dir))

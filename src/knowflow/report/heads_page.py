@@ -10,7 +10,7 @@ from pathlib import Path
 
 from knowflow.report.names import with_interval
 from knowflow.report.page import esc, run_figures, table
-from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 
 CAPTIONS = {"heads.png": "change in log p(cf) − log p(param) when one head is removed, per "
                          "layer and head, one panel per ablation, one colour scale: red "
@@ -22,7 +22,7 @@ def _head(cell: dict) -> str:
     return f"L{cell['layer']}.H{cell['head']}"
 
 
-def _ranked(cells: list[dict]) -> str:
+def ranked(cells: list[dict]) -> str:
     rows = [[i, _head(c), f"{c['effect']:+.3f}",
              f"{c['ci'][0]:+.3f} to {c['ci'][1]:+.3f}" if c.get("ci") else "–"]
             for i, c in enumerate(cells, start=1)]
@@ -92,7 +92,7 @@ def attention_section(example: dict | None) -> str:
 
 def heads_body(run_dir: Path) -> str:
     """The section of a heads probe run, after its finding."""
-    summary = read_json(Path(run_dir) / "summary.json")
+    summary = read_result(run_dir, "summary.json")
     parts = run_figures(run_dir, CAPTIONS)
     rank_by = summary.get("rank_by", "mean")
     half = summary.get("half_effect_heads") or {}
@@ -100,15 +100,15 @@ def heads_body(run_dir: Path) -> str:
             f"{half.get('context', '–')}, memory {half.get('memory', '–')}. Intervals: 95% "
             "bootstrap over items.</p>")
     parts.append(f"<h3>Context heads ({esc(rank_by)} ablation): removing them lowers "
-                 "log p(cf) − log p(param)</h3>" + _ranked(summary.get("context_heads", []))
+                 "log p(cf) − log p(param)</h3>" + ranked(summary.get("context_heads", []))
                  + f"<h3>Memory heads ({esc(rank_by)} ablation): removing them raises it</h3>"
-                 + _ranked(summary.get("memory_heads", [])) + note)
+                 + ranked(summary.get("memory_heads", [])) + note)
     for kind, block in (summary.get("effects") or {}).items():
         if kind == rank_by:
             continue
         parts.append(f"<details><summary>{esc(kind)} ablation: ranked heads</summary>"
-                     "<h4>context heads</h4>" + _ranked(block.get("context_heads", []))
-                     + "<h4>memory heads</h4>" + _ranked(block.get("memory_heads", []))
+                     "<h4>context heads</h4>" + ranked(block.get("context_heads", []))
+                     + "<h4>memory heads</h4>" + ranked(block.get("memory_heads", []))
                      + "</details>")
     parts.append(attention_section(summary.get("example_attention")))
     projection = summary.get("projection")

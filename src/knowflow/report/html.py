@@ -38,8 +38,9 @@ from knowflow.report.tracker_run import (
     tracker_summary,
 )
 from knowflow.store.files import atomic_write_text
-from knowflow.store.identity import CONFIG, METRICS, SUMMARY, run_command
+from knowflow.store.identity import CONFIG, METRICS, SUMMARY, TRACKER, run_command
 from knowflow.store.readers import read_json
+from knowflow.store.run_folder import read_result
 from knowflow.store.staging import target_of
 
 NO_VERDICT = "the summary states no finding of its own; its measurements follow"
@@ -48,12 +49,13 @@ UNFINISHED = "unfinished run: no summary.json yet"
 
 @dataclass(frozen=True)
 class RunView:
-    """What the page shows of one run directory."""
+    """What the page shows of one run directory; `about`: what it ran on (`run_about`)."""
 
     run_dir: Path
     experiment: str
     config: dict
     summary: dict | None
+    about: str = ""
 
     @property
     def verdict(self) -> str:
@@ -84,13 +86,39 @@ def load_run(run_dir: str | Path) -> RunView:
     run_dir = Path(run_dir)
     if is_tracker_folder(run_dir):
         summary = tracker_summary(read_tracker_records(run_dir))
-        return RunView(run_dir, f"tracker {run_dir.resolve().name}", {}, summary)
+        return RunView(run_dir, f"tracker {run_dir.resolve().name}", {}, summary,
+                       run_about(run_dir, {}))
     if not (run_dir / CONFIG).exists():
         raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG}) nor a "
                         f"RelianceTracker folder (no {METRICS})")
-    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else None
+    summary = read_result(run_dir, SUMMARY) if (run_dir / SUMMARY).exists() else None
     config = read_json(run_dir / CONFIG)
-    return RunView(run_dir, run_name(run_dir, config), config, summary)
+    return RunView(run_dir, run_name(run_dir, config), config, summary,
+                   run_about(run_dir, config))
+
+
+def run_about(run_dir: Path, config: dict) -> str:
+    """What a finetuning run ran on, in a few words — the model, the data and the arm (`lora
+    on SmolLM2-135M-Instruct, train.jsonl`; a tracker folder's from its `tracker.json`) — so
+    that overlaid runs can be told apart; "" for a run that names none of them."""
+    if not config and (Path(run_dir) / TRACKER).is_file():
+        try:
+            config = read_json(Path(run_dir) / TRACKER)
+        except DataError:
+            config = {}
+    if not isinstance(config, dict):
+        return ""
+    model, data = config.get("model"), config.get("data")
+    sft = config.get("sft") if isinstance(config.get("sft"), dict) else {}
+    curate = config.get("curate") if isinstance(config.get("curate"), dict) else {}
+    arm = config.get("label") or config.get("arm") or sft.get("train") or ""
+    if curate.get("mode") not in (None, "none"):
+        arm = f"{arm}, curated ({curate['mode']})".lstrip(", ")
+    names = [Path(str(model)).name if model else "",
+             ", ".join(Path(str(d)).name for d in data) if isinstance(data, list) else
+             Path(str(data)).name if data else ""]
+    said = " on ".join(x for x in (arm, ", ".join(n for n in names if n)) if x)
+    return said
 
 
 def run_name(run_dir: Path, config: dict) -> str:
@@ -108,8 +136,9 @@ def run_name(run_dir: Path, config: dict) -> str:
 
 
 def _verdicts(runs: list[RunView]) -> str:
-    lines = [f'<p><a href="#run-{i}"><b>{html.escape(run.experiment)}</b></a>: '
-             f"{html.escape(run.verdict)}</p>" for i, run in enumerate(runs)]
+    lines = [f'<p><a href="#run-{i}"><b>{html.escape(run.experiment)}</b></a>'
+             + (f" ({html.escape(run.about)})" if run.about else "")
+             + f": {html.escape(run.verdict)}</p>" for i, run in enumerate(runs)]
     return '<div class="verdicts">' + "".join(lines) + "</div>"
 
 
@@ -139,12 +168,14 @@ def _kind_body(run: RunView) -> tuple[str, str, set[str]]:
         return explain_body(run.run_dir), "", set(run.summary)
     records = curve_records(run.run_dir)
     if records:
-        return sft_page.sft_body(run.run_dir, records, run.summary), "", sft_page.SHOWN
+        return sft_page.sft_body(run.run_dir, records, run.summary, run.about), "", \
+            sft_page.SHOWN
     return _generic_body(run), "", {"findings"}
 
 
 def _run_section(run: RunView, index: int) -> tuple[str, str]:
-    parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)} '
+    about = f" ({html.escape(run.about)})" if run.about else ""
+    parts = [f'<section id="run-{index}"><h2>{html.escape(run.experiment)}{about} '
              f"<small>{html.escape(str(target_of(run.run_dir)))}</small></h2>"]
     if run.summary is None:
         parts.append(f"<p><b>{html.escape(UNFINISHED.capitalize())}</b>.</p>")
@@ -160,9 +191,18 @@ def _run_section(run: RunView, index: int) -> tuple[str, str]:
 
 
 def run_labels(run_dirs: list[Path]) -> list[str]:
-    """A short, distinct name per run folder: its name, with its parent's where two share
-    one (runs/sft/<time> and runs/other/<time>), else its index."""
-    names = [d.resolve().name or str(d) for d in run_dirs]
+    """A short, distinct name per run folder: what it ran on (`run_about`: the arm, model and
+    data) where every run says, else its folder name, with its parent's where two share one
+    (runs/sft/<time> and runs/other/<time>); the folder name is added where two still share
+    one, else the index."""
+    abouts = [load_run(d).about for d in run_dirs]
+    folders = [d.resolve().name or str(d) for d in run_dirs]
+    if all(abouts):
+        names = abouts if len(set(abouts)) == len(abouts) else \
+            [f"{a} ({f})" for a, f in zip(abouts, folders, strict=True)]
+        if len(set(names)) == len(names):
+            return names
+    names = folders
     if len(set(names)) < len(names):
         names = [f"{d.resolve().parent.name}/{d.resolve().name}" for d in run_dirs]
     if len(set(names)) < len(names):
@@ -177,7 +217,8 @@ def overlay_section(run_dirs: list[Path]) -> str:
               if (recs := curve_records(d)) is not None}
     if len(curves) < 2:
         return ""
-    caption = ("one colour per run (legend: folder names); star: each run's peak "
+    caption = ("one colour per run (legend: what each ran on, or its folder); star: each "
+               "run's peak "
                "counterfactual accuracy; shaded: 95% Wilson score intervals over the items "
                "scored at each step")
     return ('<section id="overlay"><h2>Reliance curves, overlaid</h2>'

@@ -12,10 +12,10 @@ import math
 
 CI = "_ci"
 NAMES = {
-    "counterfactual_accuracy": "context's answer (counterfactual accuracy)",
-    "parametric_accuracy": "memorized answer (parametric accuracy)",
-    "counterfactual_accuracy_norm": "context's answer, per-token likelihood",
-    "parametric_accuracy_norm": "memorized answer, per-token likelihood",
+    "cf_acc": "context's answer (counterfactual accuracy)",
+    "param_acc": "memorized answer (parametric accuracy)",
+    "cf_acc_norm": "context's answer, per-token likelihood",
+    "param_acc_norm": "memorized answer, per-token likelihood",
     "memorization_ratio": "memorization ratio p(mem) / (p(mem) + p(ctx))",
     "garbled_share": "misspelt context answer (share)",
     "known_share": "known facts (share answered from memory without the context)",
@@ -25,8 +25,8 @@ NAMES = {
     "sensitivity": "sensitivity (follows a conflicting context)",
     "robustness": "robustness (keeps memory under an irrelevant context)",
     "n_items": "items",
-    "cf_acc": "counterfactual accuracy",
-    "param_acc": "parametric accuracy",
+    "cf_acc_gen": "context's answer, generation-scored (counterfactual accuracy)",
+    "param_acc_gen": "memorized answer, generation-scored (parametric accuracy)",
     "attn_context": "attention on the context",
     "train_loss": "training loss (nats per token)",
     "seconds": "seconds",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from knowflow.report.heads import head_effects_figure, head_projection_figure
+from knowflow.report.head_figures import head_effects_figure, head_projection_figure
 from knowflow.report.probes import attention_mass_figure, knockout_figure, projection_figure
 
 

@@ -35,13 +35,16 @@ def _loss(records: list[dict], summary: dict) -> tuple[object, object]:
     return summary.get("train_loss_start"), summary.get("train_loss", summary.get("loss"))
 
 
-def sft_body(run_dir: Path, records: list[dict], summary: dict | None = None) -> str:
-    """The figures and the curve table of one finetuning run, after its finding."""
+def sft_body(run_dir: Path, records: list[dict], summary: dict | None = None,
+             name: str = "") -> str:
+    """The figures and the curve table of one finetuning run, after its finding (`name`: the
+    curve's legend, what the run ran on; default its folder's name)."""
     summary = summary or {}
     curve = tracker_summary(records)
     figures = run_figures(run_dir, {"reliance.png": CAPTION})
     if not any("reliance" in f for f in figures):
-        figures.insert(0, embedded_figure(reliance_png({target_of(run_dir).name: records}),
+        figures.insert(0, embedded_figure(reliance_png({name or target_of(run_dir).name:
+                                                        records}),
                                           "reliance curves", CAPTION))
     loss_start, loss_end = _loss(records, summary)
     rows = [

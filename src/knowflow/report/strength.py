@@ -12,9 +12,9 @@ from pathlib import Path
 from knowflow.report.figures import save, subplots
 
 FIGURE = "conflict_strength.png"
-_LINES = (("counterfactual_accuracy", "follows the context", "o-", "C0"),
-          ("counterfactual_accuracy_norm", "follows the context (per-token log-lik.)", "^:", "C2"),
-          ("parametric_accuracy", "keeps the memorized value", "s--", "C1"))
+_LINES = (("cf_acc", "follows the context", "o-", "C0"),
+          ("cf_acc_norm", "follows the context (per-token log-lik.)", "^:", "C2"),
+          ("param_acc", "keeps the memorized value", "s--", "C1"))
 
 
 def strength_rows(summary: dict) -> list[tuple[str, str, list[tuple[str, dict]]]]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from knowflow.evaluation.conditions import ALL, condition_summary
 from knowflow.report.figures import save, subplots
 from knowflow.store.files import atomic_write_json
-from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.readers import read_jsonl
+from knowflow.store.run_folder import read_result
 
 FIGURE = "tradeoff.png"
 
@@ -60,7 +61,7 @@ def tradeoff_figure(summary: dict, path: Path, suite: str = "all", title: str = 
 def tradeoff_from_run(run_dir: str | Path) -> Path | None:
     """figures/tradeoff.png of an eval run folder, from its conditions.json."""
     run_dir = Path(run_dir)
-    return tradeoff_figure(read_json(run_dir / "conditions.json"),
+    return tradeoff_figure(read_result(run_dir, "conditions.json"),
                            run_dir / "figures" / FIGURE)
 
 

@@ -125,3 +125,15 @@ def _safetensors_complete(path: Path) -> bool:
     except (DataError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return False
     return path.stat().st_size >= 8 + size + end
+
+
+def check_run_folders(run_dirs: list[Path]) -> None:
+    """Each path is an existing knowflow run folder whose files are readable (`report`)."""
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            raise DataError(run_dir, "no such run folder" if not run_dir.exists() else
+                            "a file, not a run folder", hint="give runs/<experiment>/<timestamp>")
+        if not (run_dir / CONFIG).exists():
+            raise DataError(run_dir, f"not a knowflow run directory (no {CONFIG})",
+                            hint="give runs/<experiment>/<timestamp>")
+        check_run_files(run_dir, resume=False)

@@ -22,6 +22,7 @@ ITEMS, RECORDS = "items.jsonl", "records.jsonl"  # an eval's per-item, a probe's
 IDENTITY = "run.json"
 LOCK = ".knowflow.lock"
 IN_PROGRESS = "in_progress"  # run.json's mark of a run kept to be resumed
+TRACKER = "tracker.json"  # a RelianceTracker folder's: the model, the tracked data, a label
 
 
 def config_hash(run_dir: Path) -> str:

@@ -35,8 +35,8 @@ from knowflow.store.identity import (
     SUMMARY,
     run_command,
 )
-from knowflow.store.readers import read_json, read_jsonl
-from knowflow.store.run_folder import RunFolder, start_run
+from knowflow.store.readers import read_json
+from knowflow.store.run_folder import RunFolder, read_result, start_run
 
 # command (a family ends in "-": "probe-") -> its records file; any other: an experiment's
 RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
@@ -45,6 +45,9 @@ RECORDS_FILES = {"eval": ITEMS, "explain": RECORDS, "probe-": RECORDS,
 FINISHERS = {"eval": "knowflow.report.finish:finish_eval",
              "explain": "knowflow.report.finish:finish_explain",
              "probe-": "knowflow.report.finish:finish_probe"}
+# what a notebook shows of a Result and of one of its records (`_repr_html_`)
+VIEWS = {"result": "knowflow.report.notebook:result_html",
+         "item": "knowflow.report.notebook:item_html"}
 # command -> "module:class" its run folder loads as (any other: Result)
 CLASSES = {"eval": "knowflow.evaluation.run:EvalResult", "curate": "knowflow.api:CurateResult"}
 Finisher = Callable[["Result", RunFolder], None]
@@ -72,7 +75,7 @@ def _named(table: dict[str, str], command: str):
     return getattr(importlib.import_module(module), attr)
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     """One run's records, summary and config; see the module docstring."""
 
@@ -142,8 +145,8 @@ class Result:
         records = run_dir / records_file(command)
         summary = run_dir / SUMMARY
         target = _named(CLASSES, command) or Result
-        return target(records=read_jsonl(records) if records.exists() else [],
-                      summary=read_json(summary) if summary.exists() else {},
+        return target(records=read_result(run_dir, records.name) if records.exists() else [],
+                      summary=read_result(run_dir, SUMMARY) if summary.exists() else {},
                       config=read_json(run_dir / CONFIG), command=command, out_dir=run_dir,
                       **target._read_rest(run_dir))
 
@@ -151,3 +154,34 @@ class Result:
     def _read_rest(cls, run_dir: Path) -> dict:
         """A subclass's own fields, read from its folder."""
         return {}
+
+    def __repr__(self) -> str:
+        """One line, whatever the run's size: the class, the command, how many records, the
+        summary's first keys and the folder (`.records`, `.summary` hold the rest)."""
+        keys = list(self.summary)
+        shown = ", ".join(map(str, keys[:5])) + (f", ... ({len(keys)} keys)" if len(keys) > 5
+                                                  else "")
+        n = len(self.records)
+        return (f"{type(self).__name__}({self.command!r}, {n} record{'s' * (n != 1)}, "
+                f"summary: {shown or 'empty'}, out_dir={self.out_dir})")
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the run's finding, its headline numbers and tables (an
+        eval's metrics per suite, an explain run's cards, a heads probe's ranked heads)."""
+        return _named(VIEWS, "result")(self)
+
+    def item(self, index: int) -> Record:
+        """Record `index`, shown in a notebook as its own view (an explained answer: its
+        context shaded by attribution, its verdict and numbers)."""
+        return Record(self.records[index], self.command)
+
+
+class Record(dict):
+    """One record of a Result: a plain dict that a notebook shows as its own view."""
+
+    def __init__(self, record: dict, command: str):
+        super().__init__(record)
+        self.command = command
+
+    def _repr_html_(self) -> str:
+        return _named(VIEWS, "item")(dict(self), self.command)

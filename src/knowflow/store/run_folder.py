@@ -13,7 +13,9 @@ the checkpoint for experiments made of independent parts: each finished part is 
 atomically, and on resume it is loaded instead of recomputed.
 
 `Progress` is the one callback type of long-running library code: `progress(done, total,
-stage)`.
+stage)`. `OutOptions` and `ResumeOptions` are where a command writes its run (`--out`,
+`--runs-dir`) or which run it continues (`--resume`, `--run-dir`); `OutFile` a command that
+writes files, not a run folder.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from knowflow.config import option
 from knowflow.errors import ConfigError, DataError, KnowflowError, out_of_memory
 from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 from knowflow.store.identity import (
@@ -36,10 +39,12 @@ from knowflow.store.identity import (
     config_hash,
     is_finished,
     own_files,
+    run_command,
 )
+from knowflow.store.keys import current
 from knowflow.store.lock import claim, release
 from knowflow.store.outputs import check_out_dir
-from knowflow.store.readers import read_json
+from knowflow.store.readers import read_json, read_jsonl
 from knowflow.store.staging import publish, remove, stage_dir
 
 
@@ -50,6 +55,54 @@ class Progress(Protocol):
     optional `stage`."""
 
     def __call__(self, done: int, total: int, stage: str = "") -> None: ...
+
+
+RUNS_HELP = "Where run directories go."
+
+
+@dataclass(frozen=True)
+class OutOptions:
+    """Where a command writes its run: `out`, or a fresh RUNS_DIR/COMMAND/TIMESTAMP."""
+
+    out: Path | None = option(None, "Output folder (default: RUNS_DIR/COMMAND/TIMESTAMP).")
+    runs_dir: Path = option(Path("runs"), RUNS_HELP)
+
+
+@dataclass(frozen=True)
+class ResumeOptions:
+    """Where an experiment's runs go, and the unfinished one `--resume` continues."""
+
+    runs_dir: Path = option(Path("runs"), RUNS_HELP)
+    resume: bool = option(False, "Continue the newest unfinished run of this experiment (or "
+                                 "the one --run-dir names).")
+    run_dir: Path | None = option(None, "With --resume: the run directory to continue.")
+
+    def validate(self) -> None:
+        if self.run_dir is not None and not self.resume:
+            raise ConfigError("only works with --resume", "run_dir",
+                              "add --resume to continue that run, or drop --run-dir")
+
+    @property
+    def target(self) -> bool | Path:
+        """`run_experiment`'s `resume`: False, True (the newest unfinished run) or the run."""
+        return (self.run_dir or True) if self.resume else False
+
+
+@dataclass(frozen=True)
+class OutFile:
+    """The file a command writes (never a folder, an input or another's output)."""
+
+    out: Path = option(help="The JSONL file to write (curate: the rows kept, with "
+                            "OUT.scores.jsonl and OUT.png beside it; augment: the rows and "
+                            "their counterfactual copies).")
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """Where `knowflow report` writes its page."""
+
+    out: Path | None = option(None, "Output file (default: RUN_DIR/report.html for one run, "
+                                    "./report.html for many).")
 
 
 def new_run_name(runs_dir: Path, experiment: str) -> Path:
@@ -293,6 +346,20 @@ def latest_unfinished(runs_dir: Path, experiment: str) -> Path:
     return candidates[-1]
 
 
+def read_result(run_dir: str | Path, name: str, hint: str | None = None) -> Any:
+    """A result file of a run folder (`summary.json`, a records file, `conditions.json`,
+    `phase.json`; JSONL by its suffix) with every key under its current name
+    (`store.keys.current`): a folder written before a quantity was renamed reads as a new one."""
+    path = Path(run_dir) / name
+    data = read_jsonl(path, hint) if path.suffix == ".jsonl" else read_json(path, hint)
+    return current(data, run_command(_run_of(path)))
+
+
+def _run_of(path: Path) -> Path:
+    """The run folder holding result file `path` (a checkpoint piece sits one level down)."""
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
 class PartStore:
     """Atomic checkpoints of finished pieces of a run: `checkpoints/<key>.json`, each holding
     that piece's records and summary. On `--resume`, saved pieces are loaded, not recomputed."""
@@ -305,7 +372,7 @@ class PartStore:
         if not path.exists():
             return None
         hint = f"delete {path} to recompute just that piece, then --resume"
-        saved = read_json(path, hint=hint)
+        saved = current(read_json(path, hint=hint), run_command(self.dir.parent))
         if not (isinstance(saved, dict) and isinstance(saved.get("records"), list)
                 and isinstance(saved.get("summary"), dict)
                 and all(isinstance(r, dict) for r in saved["records"])):

@@ -136,7 +136,7 @@ class HeadsSummary(RankedHeads):
     projection: dict[str, list[list[StrictFloat]]] | None = None
 
 
-class Sentence(_Record):
+class SentenceRecord(_Record):
     text: str
     attribution: StrictFloat
 
@@ -186,7 +186,7 @@ class ExplainRecord(_Record):
     expected_verdict: str | None = None
     verdict_agrees: StrictBool | None = None
     # a None default without None in the type: the field may be absent, but never null
-    sentences: list[Sentence] = None
+    sentences: list[SentenceRecord] = None
     top_sentence: StrictInt | None = None
     topk_drop: dict[str, StrictFloat] = None
     one_pass: OnePass = None

@@ -16,19 +16,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from knowflow.config import require
+from knowflow.config import option, require
 from knowflow.data.facts import Instruction
-from knowflow.errors import KnowflowError
+from knowflow.errors import ConfigError, KnowflowError
+
+MAX_RATIO = 100  # counterfactual copies per example: beyond, the same substitutions repeat
 
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    ratio: float = 0.25   # counterfactual copies added per original example
-    seed: int = 0
+    ratio: float = option(0.25, "Counterfactual examples added per original example.")
+    seed: int = option(0, "Seed (the substitutes drawn, and the built-in mixture).")
 
     def validate(self) -> None:
-        require(0 < self.ratio < 1e6, "ratio", "must be a positive number, e.g. 0.25 adds one "
-                "counterfactual per four examples")  # also refuses nan and inf
+        if not 0 < self.ratio <= MAX_RATIO:  # also refuses nan and inf
+            raise ConfigError(f"must be a positive number up to {MAX_RATIO}, got {self.ratio}",
+                              "ratio", "e.g. 0.25 adds one counterfactual per four examples")
 
 
 def _key(text: str) -> str:

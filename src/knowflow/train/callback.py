@@ -2,7 +2,7 @@
 
 One callback serves every tracker in knowflow: it calls an *evaluator* (`model -> record`) at
 step 0, every `every` optimizer steps and at the last step, appends the record (with `step`,
-`epoch`, the latest logged `train_loss` and `eval_seconds`) to `records`, rewrites
+`epoch`, the `train_loss` logged at that step, if any, and `eval_seconds`) to `records`, rewrites
 `<out_dir>/metrics.jsonl` atomically (main process only), and forwards the record's numbers to
 the Trainer's loggers (whatever `report_to` names: TensorBoard, W&B, ...) as `Trainer.log`
 does: appended to `state.log_history` and passed to every callback's `on_log`. Attached with
@@ -49,7 +49,6 @@ class EvalCallback(TrainerCallback):
         self.trainer = None
         self._handler: CallbackHandler | None = None  # without a trainer: who calls on_log
         self._args = None
-        self._last_loss: float | None = None
 
     def attach(self, trainer) -> EvalCallback:
         """Add this callback to `trainer` and log through it."""
@@ -70,11 +69,10 @@ class EvalCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
-            self._last_loss = float(logs["loss"])
             last = self.records[-1] if self.records else None
             if last is not None and last["step"] == state.global_step:
                 # the Trainer logs a step's loss after on_step_end evaluated it
-                last["train_loss"] = self._last_loss
+                last["train_loss"] = float(logs["loss"])
                 self._write(state)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -90,8 +88,6 @@ class EvalCallback(TrainerCallback):
         path = self.out_dir / METRICS if self.out_dir is not None else None
         if step > 0 and path is not None and path.exists():
             self.records = [r for r in read_jsonl(path) if r["step"] <= step]
-            if self.records:  # the loss logged last before the checkpoint
-                self._last_loss = self.records[-1].get("train_loss")
         elif step == 0:
             self.records = []
 
@@ -108,8 +104,10 @@ class EvalCallback(TrainerCallback):
             measured = self.evaluator(model)
         finally:
             model.train(was_training)
+        # the loss the Trainer logs at this step (it logs after on_step_end: `on_log` fills
+        # it in); None at a step with no logged loss, so a curve never repeats a stale one
         record = {"step": state.global_step, "epoch": state.epoch, **measured,
-                  "train_loss": self._last_loss,
+                  "train_loss": None,
                   "eval_seconds": round(time.perf_counter() - start, 3)}
         self.records.append(record)
         self.on_record(record, model, state, control)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from knowflow.config import option, validate_config
 from knowflow.data.facts import Instruction
 from knowflow.data.instruction_rows import IGNORE, encode
-from knowflow.data.prompts import FORMATS
+from knowflow.data.prompts import FORMAT_HELP, FORMATS
 from knowflow.lens.arch import check_fits
 from knowflow.lens.batching import pad_id as tokenizer_pad_id
 from knowflow.lens.batching import right_pad
@@ -59,10 +59,12 @@ def register_no_context(data_type: type) -> Callable:
 
 @dataclass(frozen=True)
 class CurateConfig:
-    drop: float = option(0.25, ge=0, lt=1)    # share of examples dropped
-    by: str = option("no_context_loss", one_of=BY)  # the paper's rule, or "criticality"
-    prompt_format: str = option("auto", one_of=FORMATS)
-    batch_size: int = option(8, ge=1)
+    drop: float = option(0.25, "Share of examples to drop.", ge=0, lt=1)
+    by: str = option("no_context_loss", "no_context_loss (the paper's rule) or criticality.",
+                     one_of=BY)
+    prompt_format: str = option("auto", FORMAT_HELP, one_of=FORMATS)
+    batch_size: int = option(8, "Examples per forward pass.", ge=1)
+    seed: int = option(0, "Seed of the built-in mixture.")
 
 
 @torch.no_grad()

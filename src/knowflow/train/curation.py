@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback
 
-from knowflow.config import require
+from knowflow.config import option, require
 from knowflow.data.instruction_rows import IGNORE
 from knowflow.errors import KnowflowError
 from knowflow.store.files import atomic_write_jsonl
@@ -54,13 +54,18 @@ Scorer = Callable[[object], Sequence[float] | torch.Tensor]
 
 @dataclass(frozen=True)
 class DynamicCurationConfig:
-    mode: str = "none"               # none | dynamic
-    every: int = 50                  # re-score every N optimizer steps (and at step 0)
-    fraction: float = 0.25           # share of rows dropped at each re-scoring (at most)
-    threshold: float | None = None   # drop only rows whose no-context loss is below this
+    mode: str = option("none", "none, or dynamic: re-score every training row's no-context "
+                               "loss during finetuning and drop the lowest share.", flag="curate")
+    every: int = option(50, "With --curate dynamic: re-score every N steps.")  # and at step 0
+    fraction: float = option(0.25, "With --curate dynamic: share of rows dropped at each "
+                                   "re-scoring.")  # at most
+    threshold: float | None = option(None, "With --curate dynamic: drop only rows whose "
+                                           "no-context loss is below this (answered from "
+                                           "memory).")
     batch_size: int = 16             # rows per scoring forward pass
-    readmit: bool = True             # False: a dropped row stays out; each re-scoring drops
-    #                                  `fraction` of the rows still in
+    readmit: bool = option(True, "With --curate dynamic: a dropped row is never re-admitted; "
+                                 "each re-scoring drops the share of the rows still in.",
+                           flag="curate_keep_out")  # False: a dropped row stays out
 
     def validate(self, prefix: str = "curate.") -> None:
         require(self.mode in MODES, f"{prefix}mode",

@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from knowflow.config import option
 from knowflow.data.instruction_rows import IGNORE
-from knowflow.data.prompts import FORMATS
+from knowflow.data.prompts import FORMAT_HELP, FORMATS
 from knowflow.errors import ConfigError
 from knowflow.lens.adapt import (
     TrainableConfig,
@@ -57,13 +58,14 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad",
 
 @dataclass(frozen=True)
 class SFTConfig:
-    train: TrainMode = "lora"        # full | lora | qk_only
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_targets: tuple[str, ...] = ()  # empty: the family's (lens.adapt.lora_targets)
-    lr: float = 2e-4
-    steps: int = 100                 # optimizer steps
-    batch_size: int = 8
+    train: TrainMode = option("lora", "full, lora or qk_only.")
+    lora_r: int = option(8, "LoRA rank.")
+    lora_alpha: int = option(16, "LoRA alpha.")
+    lora_targets: tuple[str, ...] = option((), "LoRA target modules, comma-separated (default: "
+                                           "the model family's).")  # lens.adapt.lora_targets
+    lr: float = option(2e-4, "Learning rate.")
+    steps: int = option(100, "Optimizer steps.")
+    batch_size: int = option(8, "Examples per step.")
     grad_accum: int = 1
     warmup_steps: int = 0
     weight_decay: float = 0.0
@@ -71,13 +73,14 @@ class SFTConfig:
     scheduler: str = "constant"      # any transformers lr_scheduler_type
     optim: str | None = None         # a transformers optimizer name (sgd: the theory's GD);
                                      # None: transformers' default AdamW
-    max_length: int = 256            # longer examples are dropped (and counted)
-    prompt_format: str = "auto"      # auto: chat with a template, else plain
+    max_length: int = option(256, "Longest example in tokens.")  # longer: dropped, counted
+    prompt_format: str = option("auto", FORMAT_HELP)
     save_every: int = 50             # Trainer checkpoint interval (steps)
     save_limit: int | None = 2       # checkpoints kept
     log_every: int = 5
-    seed: int = 0
-    trainer: str = "hf"              # hf (transformers.Trainer) | trl (trl.SFTTrainer)
+    seed: int = option(0, "Seed (data order, init, mixture).")
+    trainer: str = option("hf", "hf (transformers.Trainer) or trl (trl.SFTTrainer, pip install "
+                                "'.[trl]').")
 
     def trainable(self) -> TrainableConfig:
         return TrainableConfig(self.train, self.lora_r, self.lora_alpha, 0.0,

@@ -17,26 +17,33 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from knowflow.config import require
+from knowflow.config import option, require
 from knowflow.data.instruction_rows import (
-    Instruction,
+    BUILTIN,
     encode_all,
-    load_instructions,
+    load_rows,
     read_instruction_file,
     save_instructions,
 )
-from knowflow.data.instructions import MixtureConfig, builtin_mixture, heldout_items
+from knowflow.data.instructions import MixtureConfig, heldout_items
 from knowflow.data.prompts import resolve_format
 from knowflow.errors import DataError
 from knowflow.lens.adapt import check_targets, lora_targets
 from knowflow.lens.arch import model_window
 from knowflow.lens.checks import check_pad_token
-from knowflow.lens.hub import ModelSource
+from knowflow.lens.hub import (
+    MODEL_HELP,
+    OFFLINE_HELP,
+    REVISION_HELP,
+    SMOLLM2,
+    TRUST_REMOTE_CODE_HELP,
+    ModelSource,
+)
 from knowflow.lens.load import resolve_model
-from knowflow.lens.memory import check_max_memory, check_step_memory
+from knowflow.lens.memory import MAX_MEMORY_HELP, check_max_memory, check_step_memory
 from knowflow.store.run_folder import Progress
 from knowflow.store.staging import staged_dir
 from knowflow.train.curation import DynamicCurationConfig, dynamic_curation
@@ -46,21 +53,22 @@ from knowflow.train.tracker import RelianceTracker, TrackerConfig, is_data, trac
 
 log = logging.getLogger(__name__)
 
-BUILTIN = "builtin"
 TENSORBOARD, WANDB = "tensorboard", "wandb"
 EXTRAS = {TENSORBOARD: "tensorboard", WANDB: "wandb"}  # report_to name -> knowflow's extra
 
 
 @dataclass(frozen=True)
 class SFTJobConfig:
-    model: str = "smollm2-135m-instruct"
-    revision: str | None = None      # a hub id's branch, tag or commit (None: main)
-    trust_remote_code: bool = False  # run the model repository's own code (its auto_map)
-    offline: bool = False            # the Hugging Face cache only (as HF_HUB_OFFLINE=1)
-    data: str = BUILTIN              # an instruction file (JSONL/JSON), or "builtin"
-    device: str = "auto"
-    dtype: str = "auto"
-    tracking: bool = True
+    model: str = option(SMOLLM2, MODEL_HELP)
+    revision: str | None = option(None, REVISION_HELP)  # a hub id's branch, tag or commit
+    trust_remote_code: bool = option(False, TRUST_REMOTE_CODE_HELP)  # its auto_map's code
+    offline: bool = option(False, OFFLINE_HELP)  # the Hugging Face cache only
+    data: str = option(BUILTIN, "Instruction file (JSONL: instruction/input/output or "
+                                "messages), or 'builtin' (the C/C+S/S mixture).")
+    device: str = option("auto", "auto, cpu, cuda, mps.")
+    dtype: str = option("auto", "Weights: auto (float32; bf16 mixed precision on GPU), "
+                                "float32, bfloat16, float16.")
+    tracking: bool = option(True, "Do not track reliance.", flag="no_track")
     # what to track: "auto" = the built-in mixture's held-out items when data is builtin, else
     # track.suites; "heldout" = those held-out items (for files derived from the mixture, as
     # curated or augmented ones); "suites" = track.suites
@@ -68,12 +76,14 @@ class SFTJobConfig:
     save_model: bool = True
     # TrainingArguments.report_to: the Trainer's loggers (tensorboard, wandb, ... or none),
     # which receive the training loss and the tracker's numbers
-    report_to: tuple[str, ...] = ()
-    max_memory: float | None = None  # GiB for weights + one training step (lens.memory)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    mixture: MixtureConfig = field(default_factory=MixtureConfig)
-    track: TrackerConfig = field(default_factory=TrackerConfig)
-    curate: DynamicCurationConfig = field(default_factory=DynamicCurationConfig)
+    report_to: tuple[str, ...] = option((), "The Trainer's loggers, comma-separated: "
+                                            "tensorboard (event files in RUN/tensorboard), "
+                                            "wandb, or none.")
+    max_memory: float | None = option(None, MAX_MEMORY_HELP)  # weights + one training step
+    sft: SFTConfig = option(factory=SFTConfig, flags="")
+    mixture: MixtureConfig = option(factory=MixtureConfig, flags="mixture_")
+    track: TrackerConfig = option(factory=TrackerConfig, flags="track_")
+    curate: DynamicCurationConfig = option(factory=DynamicCurationConfig, flags="curate_")
 
     @property
     def source(self) -> ModelSource:
@@ -100,11 +110,6 @@ class SFTJobConfig:
                 raise DataError(self.data, "no such file (or use data=builtin)")
             read_instruction_file(self.data)  # a malformed file fails before anything is
             #                                   written (read once: see read_instruction_file)
-
-
-def load_rows(data: str, mixture: MixtureConfig) -> list[Instruction]:
-    """The rows of an instruction file, or of the built-in mixture for "builtin"."""
-    return builtin_mixture(mixture) if data == BUILTIN else load_instructions(data)
 
 
 def check_report_to(report_to: tuple[str, ...]) -> None:

@@ -39,7 +39,9 @@ from pathlib import Path
 
 import torch
 
+from knowflow.config import option
 from knowflow.data.facts import ConflictItem
+from knowflow.data.hub import is_hub
 from knowflow.data.loaders import load_items as read_items
 from knowflow.data.suites import get_suite, sample
 from knowflow.data.tables import parse_fields
@@ -50,6 +52,8 @@ from knowflow.evaluation.options import EvalConfig
 from knowflow.lens.batching import dist_rank, gather, shard
 from knowflow.probes.examples import ProbeExample, find_text
 from knowflow.probes.mass import AttentionMassConfig, attention_mass
+from knowflow.store.files import atomic_write_json
+from knowflow.store.identity import TRACKER
 from knowflow.train.callback import EvalCallback
 from knowflow.train.reliance_pass import loglik_and_attention
 
@@ -86,9 +90,9 @@ def evaluation_precision(model, dtype: str):
 
 
 def is_data(entry: str | Path) -> bool:
-    """Whether a tracked entry names data (an existing file or folder, or an `hf:` dataset)
-    rather than a built-in suite."""
-    return isinstance(entry, Path) or str(entry).startswith("hf:") or Path(entry).exists()
+    """Whether a tracked entry names data (an existing file or folder, an `hf:` dataset or a
+    benchmark's name) rather than a built-in suite."""
+    return isinstance(entry, Path) or is_hub(entry) or Path(entry).exists()
 
 
 def load_items(path: str | Path, fields: Mapping[str, str] | str | None = None, *,
@@ -129,21 +133,28 @@ def tracked_items(entries: Sequence[str | Path], fields: Mapping[str, str] | str
 
 @dataclass(frozen=True)
 class TrackerConfig:
-    suites: tuple[str, ...] = ("cf-capitals", "cf-world")  # suite names and/or data files
-    fields: str = ""                 # the data files' columns: context=COL,answer=COL,...
-    preset: str = ""                 # the data files' published layout (e.g. nq-swap)
-    every: int = 20                  # evaluate every N optimizer steps (and at 0 and the end)
-    limit: int | None = 32           # items per suite (a seeded sample); None: all
-    prompt_format: str = "auto"      # render as the training data is rendered
+    suites: tuple[str, ...] = option(("cf-capitals", "cf-world"), "What to track, "
+                                     "comma-separated: built-in suites and/or data files (any "
+                                     "file eval --data reads).", flag="track")
+    fields: str = option("", "The tracked files' columns: context=COL,question=COL,answer=COL,"
+                             "memory_answer=COL (as eval --fields).")
+    preset: str = option("", "The tracked files' published layout (as eval --preset: "
+                             "nq-swap, conflictqa, ...).")
+    every: int = option(20, "Evaluate every N steps.")  # optimizer steps (and at 0, the end)
+    limit: int | None = option(32, "Tracked items per suite.")  # a seeded sample; None: all
+    prompt_format: str = option("auto", flag="prompt_format")  # as the training data
     scoring: str = "loglik"          # "loglik" (cheap, FSDP-safe), "generate" or "both"
     attention: bool = True           # attention mass on the context
     batch_size: int = 16
-    keep_peak: bool = False          # save the model at each new peak to <out_dir>/peak
-    stop_drop: float | None = None   # stop once cf accuracy falls this far below its peak
+    keep_peak: bool = option(False, "Save the model at the peak of counterfactual accuracy.",
+                             flag="keep_peak")  # to <out_dir>/peak
+    stop_drop: float | None = option(None, "Stop when cf accuracy falls this far below its "
+                                           "peak.", flag="stop_drop")
     seed: int = 0
     dtype: str = "auto"              # evaluation precision: auto (bfloat16 autocast where the
                                      # device multiplies bf16 natively, about 2x faster on such
                                      # CPUs; else float32), float32 or bfloat16
+    label: str = ""                  # the run's name in reports (the arm: "lora", "curated")
 
     def validate(self) -> None:
         if self.every < 1:
@@ -185,7 +196,9 @@ class RelianceTracker(EvalCallback):
         cfg.validate()
         super().__init__(self.measure, cfg.every, out_dir)
         self.tokenizer, self.cfg = tokenizer, cfg
-        self.items = by_suite(items) if items is not None else \
+        # items given are sampled to `limit` per suite as the tracked suites and files are
+        self.items = {suite: sample(its, cfg.limit, cfg.seed, suite)
+                      for suite, its in by_suite(items).items()} if items is not None else \
             tracked_items(cfg.suites, cfg.fields, cfg.limit, cfg.seed, cfg.preset or None)
         if not any(self.items.values()):
             raise ConfigError("no evaluation items", "track.suites")
@@ -286,6 +299,16 @@ class RelianceTracker(EvalCallback):
         mass = attention_mass(model, self.tokenizer, examples,
                               AttentionMassConfig(self.cfg.batch_size)) if examples else []
         return [m["layer_mean"] for m, keep in zip(mass, real_flags, strict=True) if keep]
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Say, once, what is tracked (`tracker.json`: the model, the tracked data, the label),
+        so a report names the run by them rather than by its folder."""
+        if self.out_dir is not None and state.is_world_process_zero and model is not None:
+            atomic_write_json(self.out_dir / TRACKER, {
+                "model": str(getattr(model.config, "name_or_path", "") or
+                             type(model).__name__),
+                "data": list(self.items), "label": self.cfg.label})
+        return super().on_train_begin(args, state, control, model=model, **kwargs)
 
     def on_record(self, record: dict, model, state, control) -> None:
         """Mark the peak, keep its model if asked, stop after `stop_drop` below it."""

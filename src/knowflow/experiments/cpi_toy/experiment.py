@@ -179,17 +179,18 @@ def trajectory_summary(records: list[dict]) -> dict:
                proj_theta_C_start=records[0]["proj_theta_C"],
                proj_theta_C_after_peak_negative_share=_share(
                    [r["proj_theta_C"] < 0 for r in records[peak + 1:]]),
-               attn_subj_mean_first_quarter=_mean([r["attn_subject_test"]
+               attn_subject_mean_first_quarter=_mean([r["attn_subject_test"]
                                                    for r in first_quarter]),
-               attn_subj_mean=_mean([r["attn_subject_test"] for r in records]))
+               attn_subject_mean=_mean([r["attn_subject_test"] for r in records]))
     if "value_conf_C+S" in records[0]:
         out["value_conf_C+S_start"] = records[0]["value_conf_C+S"]
         out["value_conf_C+S_final"] = records[-1]["value_conf_C+S"]
-    for key, short in (("cf_acc", "cf_acc"), ("param_acc", "param_acc"),
-                       ("attn_context_test", "attn_ctx"), ("attn_subject_test", "attn_subj")):
-        out[f"{short}_start"] = records[0][key]
-        out[f"{short}_at_mc_peak"] = records[peak][key]
-        out[f"{short}_final"] = records[-1][key]
+    for name, key in (("cf_acc", "cf_acc"), ("param_acc", "param_acc"),
+                      ("attn_context", "attn_context_test"),
+                      ("attn_subject", "attn_subject_test")):
+        out[f"{name}_start"] = records[0][key]
+        out[f"{name}_at_mc_peak"] = records[peak][key]
+        out[f"{name}_final"] = records[-1][key]
     return out
 
 
@@ -265,13 +266,14 @@ def findings(summary: dict) -> dict:
         out["verdict"] = sentence
     inv = summary.get("inversion")
     if inv:
-        out["inversion_fall"] = inv["mc_fall"]
+        out["inversion_mc_fall"] = inv["mc_fall"]
         out["inversion_peak_in_first_quarter"] = inv["mc_peak_step"] <= inv["steps"] / 4
     if summary.get("c_only"):
-        out["c_only_fall"] = summary["c_only"]["mc_fall"]
+        out["c_only_mc_fall"] = summary["c_only"]["mc_fall"]
     if inv:
-        out["inversion_attn_ctx_rise"] = inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_start"]
-        out["inversion_attn_ctx_fall"] = inv["attn_ctx_at_mc_peak"] - inv["attn_ctx_final"]
+        peak = inv["attn_context_at_mc_peak"]
+        out["inversion_attn_context_rise"] = peak - inv["attn_context_start"]
+        out["inversion_attn_context_fall"] = peak - inv["attn_context_final"]
         out["inversion_proj_theta_C_start"] = inv["proj_theta_C_start"]
         out["inversion_proj_theta_C_negative_after_peak"] = inv[
             "proj_theta_C_after_peak_negative_share"]
@@ -279,9 +281,10 @@ def findings(summary: dict) -> dict:
         ws = summary["with_s"]
         out["with_s_proj_theta_S_start_ratio"] = ws["proj_theta_S_start"] / inv[
             "proj_theta_S_start"]
-        out["with_s_attn_subj_gain_first_quarter"] = (ws["attn_subj_mean_first_quarter"]
-                                                      - inv["attn_subj_mean_first_quarter"])
-        out["with_s_attn_subj_gain_final"] = ws["attn_subj_final"] - inv["attn_subj_final"]
+        out["with_s_attn_subject_gain_first_quarter"] = (
+            ws["attn_subject_mean_first_quarter"] - inv["attn_subject_mean_first_quarter"])
+        out["with_s_attn_subject_gain_final"] = (ws["attn_subject_final"]
+                                                 - inv["attn_subject_final"])
     if inv and summary.get("train_v"):
         out["train_v_peak_step_minus_qk_only"] = (summary["train_v"]["mc_peak_step"]
                                                   - inv["mc_peak_step"])
@@ -301,7 +304,7 @@ def findings(summary: dict) -> dict:
 @register("cpi-toy", CpiToyConfig, with_phase(plot_cpi_toy),
           "Context-parametric inversion in the one-layer theory model (5 parts)",
           columns=("mc_start", "mc_peak", "mc_peak_step", "mc_final", "cf_acc_final",
-                   "attn_ctx_at_mc_peak", "attn_ctx_final", "attn_subj_final"))
+                   "attn_context_at_mc_peak", "attn_context_final", "attn_subject_final"))
 def run(cfg: CpiToyConfig, out_dir: Path) -> Summary:
     """Run every distinct arm once (in parallel), checkpointing each; assemble the parts.
     With `study=phase`, the phase diagram instead (see `experiments.phase`)."""
@@ -361,7 +364,7 @@ def toy_phase(phase: PhaseConfig, workers: int, cfg: CpiToyConfig | None = None
         curves[x, r, s] = [rec["mc"] for rec in recs]
         records += [{**rec, "model": "toy", "cs_share": x, "reliability": r, "seed": s}
                     for rec in recs]
-    return records, phase_summary(curves, steps, phase)
+    return records, phase_summary(curves, steps, phase, "mc")
 
 
 def phase_verdict(rows: list[dict], phase: PhaseConfig) -> str:

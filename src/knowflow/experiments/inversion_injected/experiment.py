@@ -157,9 +157,9 @@ def job_row(records: list[dict], summary: dict) -> dict:
     end, the attention to the context, the audits and the times."""
     steps = [r["step"] for r in records]
     row: dict = {}
-    for key, name in (("cf_acc", "loglik"), ("cf_acc_gen", "gen")):
+    for key in ("cf_acc", "cf_acc_gen"):  # log-likelihood and generation scoring
         if all(key in r for r in records):
-            row[name] = curve_summary(steps, [r[key] for r in records])
+            row[key] = curve_summary(steps, [r[key] for r in records])
     for key in ("c_acc", "cs_acc", "c_acc_gen", "cs_acc_gen", "recall_acc", "param_acc",
                 "attn_context"):
         if key in records[0]:
@@ -180,15 +180,14 @@ def arm_table(rows: dict[int, dict]) -> dict:
     """An arm over seeds: seed means of the headline numbers and each seed's own."""
     seeds = sorted(rows)
     out: dict = {"seeds": seeds}
-    for name in ("loglik", "gen"):
+    for name in ("cf_acc", "cf_acc_gen"):
         for part in ("start", "peak", "peak_step", "final", "rise", "fall"):
             vals = [rows[s][name][part] for s in seeds if name in rows[s]]
             if vals:
                 out[f"{name}_{part}_seeds"] = vals
                 out[f"{name}_{part}"] = sum(vals) / len(vals)
-    out["fall"], out["rise"] = out["loglik_fall"], out["loglik_rise"]
     if len(seeds) > 1:
-        out["fall_ci95"] = seed_interval(out["loglik_fall_seeds"])
+        out["cf_acc_fall_ci95"] = seed_interval(out["cf_acc_fall_seeds"])
     for key in ("indist_final", "c_acc_gen_final", "cs_acc_gen_final", "recall_acc_final",
                 "stage1_recall", "seconds", "cpu_seconds"):
         vals = [rows[s][key] for s in seeds if rows[s].get(key) is not None]
@@ -207,12 +206,12 @@ def findings(arms: dict[str, dict]) -> dict:
         return out
     c = CRITERION
     ok = [c.inverts(r + 1e-9, f + 1e-9) for r, f in
-          zip(mixed["loglik_rise_seeds"], mixed["loglik_fall_seeds"], strict=True)]
+          zip(mixed["cf_acc_rise_seeds"], mixed["cf_acc_fall_seeds"], strict=True)]
     out["mixed_inverts_seeds"] = ok
     shown = all(ok)
     if "c_only" in arms:
-        worst = max(arms["c_only"]["loglik_fall_seeds"])
-        out["c_only_worst_fall"] = worst
+        worst = max(arms["c_only"]["cf_acc_fall_seeds"])
+        out["c_only_worst_cf_acc_fall"] = worst
         shown = shown and c.steady(worst)
     out["inversion_shown"] = shown
     for arm in MITIGATIONS:
@@ -221,20 +220,20 @@ def findings(arms: dict[str, dict]) -> dict:
     out["goal_met"] = shown and any(out.get(f"{a}_goal_met") for a in MITIGATIONS)
     out["verdict"] = (
         f"{'Inversion' if shown else 'No inversion'}: mixed rises "
-        f"{', '.join(f'{v:.3f}' for v in mixed['loglik_rise_seeds'])} and falls "
-        f"{', '.join(f'{v:.3f}' for v in mixed['loglik_fall_seeds'])} (per seed; goal rise >= "
+        f"{', '.join(f'{v:.3f}' for v in mixed['cf_acc_rise_seeds'])} and falls "
+        f"{', '.join(f'{v:.3f}' for v in mixed['cf_acc_fall_seeds'])} (per seed; goal rise >= "
         f"{c.rise}, fall >= {c.fall} on every seed)"
-        + (f", c_only falls at most {out['c_only_worst_fall']:.3f} (< {c.no_fall} needed)"
-           if "c_only_worst_fall" in out else "") + ".")
+        + (f", c_only falls at most {out['c_only_worst_cf_acc_fall']:.3f} (< {c.no_fall} "
+           "needed)" if "c_only_worst_cf_acc_fall" in out else "") + ".")
     return out
 
 
 @register("inversion-injected", InjectedConfig, plot_inversion_injected,
           "Inversion after injecting made-up facts into a pretrained model (stage 1 plain "
           "text, stage 2 C/C+S/S instruction finetuning; 5 arms, memory strengths)",
-          columns=("loglik_start", "loglik_peak", "loglik_peak_step", "loglik_final", "rise",
-                   "fall", "gen_peak", "gen_final", "indist_final", "recall_acc_final",
-                   "cpu_seconds"))
+          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
+                   "cf_acc_rise", "cf_acc_fall", "cf_acc_gen_peak", "cf_acc_gen_final",
+                   "indist_final", "recall_acc_final", "cpu_seconds"))
 def run(cfg: InjectedConfig, out_dir: Path) -> Summary:
     """Stage 1 per (seed, strength), cached; each stage-2 job as soon as its stage 1 is done."""
     out_dir = Path(out_dir)

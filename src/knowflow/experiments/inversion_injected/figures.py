@@ -62,7 +62,7 @@ def seed_rows(summary: dict) -> list[dict]:
     for key, row in summary.get("per_seed", {}).items():
         arm, extra, seed = key.rsplit("-", 2)
         flat = {"arm": arm, "strength": extra, "seed": seed.removeprefix("seed")}
-        for name in ("loglik", "gen"):
+        for name in ("cf_acc", "cf_acc_gen"):
             curve = row.get(name, {})
             flat.update({f"{name}_{k}": curve[k] for k in
                          ("start", "peak", "peak_step", "final", "rise", "fall") if k in curve})

@@ -48,7 +48,8 @@ from knowflow.lens.load import load_model
 from knowflow.report.reliance import plot_arms
 from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 from knowflow.store.identity import METRICS, SUMMARY
-from knowflow.store.readers import read_json, read_jsonl
+from knowflow.store.readers import read_jsonl
+from knowflow.store.run_folder import read_result
 from knowflow.train.augment import augment
 from knowflow.train.criticality import CurateConfig, curate_examples
 from knowflow.train.curation import DynamicCurationConfig
@@ -150,7 +151,7 @@ def indist_accuracy(model, tokenizer, rows, fmt: str, batch_size: int = 16) -> d
 def run_arm(cfg: InversionSmolConfig, arm: str, out_dir: Path) -> dict:
     arm_dir = out_dir / "arms" / arm
     if (arm_dir / SUMMARY).exists():
-        return read_json(arm_dir / SUMMARY)
+        return read_result(arm_dir, SUMMARY)
     data = _prepare_data(cfg, arm, arm_dir)
     job = cfg.job(arm, data)
     model, tok = load_model(cfg.model, device=job.device, dtype=job.dtype)
@@ -183,17 +184,17 @@ def curves(records: list[dict]) -> dict:
 
 
 def _row(s: dict) -> dict:
-    keys = ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
-            "param_acc_start", "param_acc_final", "attn_context_start", "attn_context_final",
+    keys = ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "cf_acc_rise",
+            "cf_acc_fall", "param_acc_start", "param_acc_final", "attn_context_start",
+            "attn_context_final",
             "train_loss", "n_examples", "trainable_params", "seconds", "tracking_seconds",
             "indist_start", "indist_final", "indist_C_final", "indist_C+S_final",
             "curation_rescorings", "curation_seconds", "curation_final_dropped_by_kind")
     row = {k: s.get(k) for k in keys if k in s or k.startswith("cf_acc")}
-    row["rise"], row["fall"] = s["cf_acc_rise"], s["cf_acc_fall"]
     gen = s.get("curves", {}).get("cf_acc_gen")
     if gen:
-        row.update({f"cf_acc_gen_{k}": gen[k] for k in ("start", "peak", "peak_step", "final")},
-                   fall_gen=gen["fall"])
+        row.update({f"cf_acc_gen_{k}": gen[k] for k in ("start", "peak", "peak_step", "final",
+                                                        "fall")})
     if "dropped_by_kind" in s:
         row["dropped_by_kind"] = s["dropped_by_kind"]
     row["curves"] = s.get("curves", {})
@@ -203,8 +204,8 @@ def _row(s: dict) -> dict:
 @register("inversion-smollm2", InversionSmolConfig, plot_arms,
           "Reliance during SmolLM2-135M finetuning (LoRA/full/QK-only), and curated/"
           "augmented/dynamic-curation runs",
-          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
-                   "fall", "fall_gen", "indist_final", "seconds"))
+          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
+                   "cf_acc_rise", "cf_acc_fall", "cf_acc_gen_fall", "indist_final", "seconds"))
 def run(cfg: InversionSmolConfig, out_dir: Path) -> Summary:
     """Run the arms (in parallel), then gather their records and summaries."""
     out_dir = Path(out_dir)
@@ -223,7 +224,7 @@ def mitigation_goal(base: dict, arm: dict) -> dict:
     """How much of the base arm's fall `arm` removes, the in-distribution accuracy it keeps,
     and whether that meets the goal (>= 80% removed, within 2 points)."""
     out: dict = {}
-    removed = fall_removed(base["fall"], arm["fall"])
+    removed = fall_removed(base["cf_acc_fall"], arm["cf_acc_fall"])
     if removed is not None:
         out["fall_removed"] = removed
     if base.get("indist_final") is not None and arm.get("indist_final") is not None:
@@ -237,22 +238,22 @@ def findings(summary: dict, base_arm: str = "lora") -> dict:
     """Each arm's fall, each mitigation against the `base_arm` (fall removed, accuracy kept),
     and a verdict on the base arm (the inversion criterion of the toy models); no verdict
     when the base arm did not run."""
-    arms = {k: v for k, v in summary.items() if isinstance(v, dict) and "fall" in v}
-    out: dict = {f"{arm}_fall": row["fall"] for arm, row in arms.items()}
+    arms = {k: v for k, v in summary.items() if isinstance(v, dict) and "cf_acc_fall" in v}
+    out: dict = {f"{arm}_cf_acc_fall": row["cf_acc_fall"] for arm, row in arms.items()}
     base = arms.get(base_arm)
     if base is None:
         return out
     for arm in MITIGATIONS:
         if arm in arms:
             out.update({f"{arm}_{k}": v for k, v in mitigation_goal(base, arms[arm]).items()})
-    shown = THEORY.inverts(base["rise"], base["fall"])
-    others = ", ".join(f"{arm} {row['fall']:.3f}" for arm, row in arms.items()
+    shown = THEORY.inverts(base["cf_acc_rise"], base["cf_acc_fall"])
+    others = ", ".join(f"{arm} {row['cf_acc_fall']:.3f}" for arm, row in arms.items()
                        if arm != base_arm)
     label = {"lora": "LoRA", "full": "full", "qk_only": "QK-only"}[base_arm]
     verdict = (
         f"{'Inversion' if shown else 'No inversion'} in {label} finetuning: counterfactual "
         f"accuracy {base['cf_acc_start']:.3f} -> peak {base['cf_acc_peak']:.3f} (step "
-        f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['fall']:.3f}"
+        f"{base['cf_acc_peak_step']}) -> {base['cf_acc_final']:.3f}, fall {base['cf_acc_fall']:.3f}"
         + (f" (the other arms fall {others})" if others else "")
         + f"; criterion: rise >= {THEORY.rise}, fall >= {THEORY.fall}.")
     return {"verdict": verdict, **out}

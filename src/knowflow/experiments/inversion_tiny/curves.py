@@ -12,7 +12,6 @@ def run_curve_summary(records: list[dict]) -> dict:
     accuracies at the end and the attention mass (layer mean) at the start, peak and end."""
     out = curves.named_curve("cf_acc", [r["step"] for r in records],
                              [r["cf_acc"] for r in records])
-    out["rise"], out["fall"] = out.pop("cf_acc_rise"), out.pop("cf_acc_fall")
     peak = next(i for i, r in enumerate(records) if r["step"] == out["cf_acc_peak_step"])
 
     def layer_mean(r: dict, key: str) -> float:
@@ -20,10 +19,10 @@ def run_curve_summary(records: list[dict]) -> dict:
 
     for key in ("param_acc", "c_acc", "cs_acc", "recall_acc"):
         out[f"{key}_final"] = records[-1][key]
-    for key, short in (("attn_context_layers", "attn_ctx"), ("attn_subject_layers", "attn_subj")):
-        out[f"{short}_start"] = layer_mean(records[0], key)
-        out[f"{short}_at_peak"] = layer_mean(records[peak], key)
-        out[f"{short}_final"] = layer_mean(records[-1], key)
+    for name in ("attn_context", "attn_subject"):
+        out[f"{name}_start"] = layer_mean(records[0], f"{name}_layers")
+        out[f"{name}_at_peak"] = layer_mean(records[peak], f"{name}_layers")
+        out[f"{name}_final"] = layer_mean(records[-1], f"{name}_layers")
     return out
 
 
@@ -53,22 +52,23 @@ def arm_summary(per_seed: dict[int, list[dict]], extras: dict[int, dict]) -> dic
     peak, peak step, final, rise and fall as lists in seed order (`seeds`).
 
     One definition of the fall everywhere: a seed's fall is its own peak - final, and the
-    arm's `fall` (and `rise`, `cf_acc_peak`) is the **mean over seeds** of the seeds' own
-    values, so that `cf_acc_peak - cf_acc_final == fall` holds in the row; `cf_acc_peak_step`
-    is the median seed's peak step. The other keys (accuracies at the end, attention mass)
-    are read from the seed-mean curve, whose own fall is kept as `mean_curve_fall`."""
+    arm's `cf_acc_fall` (and `cf_acc_rise`, `cf_acc_peak`) is the **mean over seeds** of the
+    seeds' own values, so that `cf_acc_peak - cf_acc_final == cf_acc_fall` holds in the row;
+    `cf_acc_peak_step` is the median seed's peak step. The other keys (accuracies at the end,
+    attention mass) are read from the seed-mean curve, whose own fall is kept as
+    `mean_curve_fall`."""
     curve = run_curve_summary(mean_curve(list(per_seed.values())))
     own = [run_curve_summary(recs) for recs in per_seed.values()]
     out = dict(curve)
     out["seeds"] = list(per_seed)
-    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
-                "fall"):
+    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
+                "cf_acc_rise", "cf_acc_fall"):
         out[f"{key}_seeds"] = [row[key] for row in own]
-    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_final", "rise", "fall"):
+    for key in ("cf_acc_start", "cf_acc_peak", "cf_acc_final", "cf_acc_rise", "cf_acc_fall"):
         out[key] = _mean_of(out[f"{key}_seeds"])
     out["cf_acc_peak_step"] = sorted(out["cf_acc_peak_step_seeds"])[len(own) // 2]
-    out["mean_curve_fall"] = curve["fall"]
-    out["fall_ci95"] = curves.seed_interval(out["fall_seeds"])
+    out["mean_curve_fall"] = curve["cf_acc_fall"]
+    out["cf_acc_fall_ci95"] = curves.seed_interval(out["cf_acc_fall_seeds"])
     for key in sorted({k for extra in extras.values() for k in extra}):
         out[f"{key}_seeds"] = [extras[seed].get(key) for seed in per_seed]
     return out

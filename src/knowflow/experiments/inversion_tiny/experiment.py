@@ -128,9 +128,9 @@ class InversionTinyConfig:
 
 @register("inversion-tiny", InversionTinyConfig, with_phase(plot_inversion_tiny),
           "Context-parametric inversion in a small Llama trained from scratch (6 arms x seeds)",
-          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final", "rise",
-                   "fall", "param_acc_final", "c_acc_final", "attn_ctx_at_peak",
-                   "attn_ctx_final"))
+          columns=("cf_acc_start", "cf_acc_peak", "cf_acc_peak_step", "cf_acc_final",
+                   "cf_acc_rise", "cf_acc_fall", "param_acc_final", "c_acc_final",
+                   "attn_context_at_peak", "attn_context_final"))
 def run(cfg: InversionTinyConfig, out_dir: Path) -> Summary:
     """Pretrain (cached) per seed, then run every (arm, seed) job once, in parallel. With
     `study=phase`, the phase diagram instead (`experiments.inversion_tiny.phase`)."""

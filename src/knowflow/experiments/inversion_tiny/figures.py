@@ -25,6 +25,8 @@ from knowflow.experiments.inversion_tiny.curve_figures import (
 )
 from knowflow.experiments.inversion_tiny.mechanism_figures import mechanism_figure
 from knowflow.report.figures import save, subplots
+from knowflow.store.identity import METRICS
+from knowflow.store.run_folder import read_result
 
 
 def _peak_label_offsets(peaks: list[tuple[float, float]], x_span: float) -> list[float]:
@@ -65,7 +67,7 @@ def cf_figure(arms: Curves):
             line.set_gid(f"{name}/seed{seed}")
         top = max(range(len(mean)), key=mean.__getitem__)
         own = [seed_series(recs, "cf_acc")[1] for recs in seeds.values()]
-        fall = sum(max(v) - v[-1] for v in own) / len(own)  # the summary's `fall`
+        fall = sum(max(v) - v[-1] for v in own) / len(own)  # the summary's `cf_acc_fall`
         line, = a.plot(steps, mean, color=color, linewidth=2.6, zorder=3,
                        label=f"{name} ({len(seeds)} seeds): fall {fall:.2f}")
         line.set_gid(f"{name}/mean")
@@ -150,3 +152,32 @@ def plot_inversion_tiny(run_dir: Path) -> list[Path]:
                _accuracy_figure(arms, out / "3_accuracies.png")]
     mechanism = mechanism_figure(Path(run_dir))
     return figures + ([mechanism] if mechanism is not None else [])
+
+
+def tiny_heads_figure(run_dir: Path) -> list[Path]:
+    """`inversion-tiny-heads`: per seed, counterfactual accuracy at the peak, at the end and
+    at the end with the context heads steered (held-out half), and the head sets' overlap."""
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    seeds = read_result(run_dir, METRICS)
+    fig, axes = subplots(2, width=4.6, height=3.4)
+    ax = axes[0, 0]
+    xs = list(range(len(seeds)))
+    for offset, key, label in ((-0.25, "cf_acc_peak", "peak"), (0.0, "cf_acc_final", "end"),
+                               (0.25, "cf_acc_steered", "end, heads steered")):
+        ax.bar([x + offset for x in xs], [s["steering"][key] for s in seeds], width=0.25,
+               label=label)
+    ax.set_xticks(xs, [f"seed {s['seed']}" for s in seeds])
+    ax.set_ylabel("counterfactual accuracy (held-out half)")
+    ax.legend(fontsize=8)
+    ax = axes[0, 1]
+    ax.bar([x - 0.2 for x in xs], [len(s["context_heads"]) for s in seeds], width=0.2,
+           label="context heads (sweep at peak)")
+    ax.bar(xs, [len(s["tracking_heads"]) for s in seeds], width=0.2,
+           label="tracking heads (attention)")
+    ax.bar([x + 0.2 for x in xs], [s["overlap"] for s in seeds], width=0.2, label="both")
+    ax.set_xticks(xs, [f"seed {s['seed']}" for s in seeds])
+    ax.set_ylabel("heads")
+    ax.legend(fontsize=8)
+    return [save(fig, Path(run_dir) / "figures" / "tiny_heads.png")]

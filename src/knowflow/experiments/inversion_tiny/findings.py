@@ -18,36 +18,39 @@ def findings(summary: dict) -> dict:
     out: dict = {}
     mixed, c_only = summary.get("mixed"), summary.get("c_only")
     if mixed:
-        out["mixed_rise"], out["mixed_fall"] = mixed["rise"], mixed["fall"]
-        out["mixed_inverts_seeds"] = [TINY.inverts(r, f) for r, f in
-                                      zip(mixed["rise_seeds"], mixed["fall_seeds"], strict=True)]
+        out["mixed_cf_acc_rise"] = mixed["cf_acc_rise"]
+        out["mixed_cf_acc_fall"] = mixed["cf_acc_fall"]
+        out["mixed_inverts_seeds"] = [TINY.inverts(r, f) for r, f in zip(
+            mixed["cf_acc_rise_seeds"], mixed["cf_acc_fall_seeds"], strict=True)]
     if c_only:
-        out["c_only_fall"] = c_only["fall"]
+        out["c_only_cf_acc_fall"] = c_only["cf_acc_fall"]
     if mixed and c_only:
-        steady = [TINY.steady(f) for f in c_only["fall_seeds"]]
+        steady = [TINY.steady(f) for f in c_only["cf_acc_fall_seeds"]]
         out["inversion_shown"] = all(out["mixed_inverts_seeds"]) and all(steady)
         n, k = len(steady), sum(out["mixed_inverts_seeds"])
         out["verdict"] = (
             f"{'Inversion shown' if out['inversion_shown'] else 'No robust inversion'}: "
-            f"counterfactual accuracy under the mixed finetuning rises {mixed['rise']:.2f} and "
-            f"falls {mixed['fall']:.2f} (means of the per-seed values), meeting rise >= "
+            f"counterfactual accuracy under the mixed finetuning rises {mixed['cf_acc_rise']:.2f} "
+            f"and falls {mixed['cf_acc_fall']:.2f} (means of the per-seed values), meeting rise >= "
             f"{TINY.rise} and fall >= {TINY.fall} on {k} of {n} seeds, while C-only "
-            f"finetuning falls {max(c_only['fall_seeds']):.2f} at most (< {TINY.no_fall} needed).")
+            f"finetuning falls {max(c_only['cf_acc_fall_seeds']):.2f} at most "
+            f"(< {TINY.no_fall} needed).")
     for arm in TINY_MITIGATIONS:
         if mixed and summary.get(arm):
             row = summary[arm]
-            out[f"{arm}_fall_minus_mixed"] = row["fall"] - mixed["fall"]
-            out[f"{arm}_reduces_fall_every_seed"] = all(
-                a < m for a, m in zip(row["fall_seeds"], mixed["fall_seeds"], strict=True))
+            out[f"{arm}_cf_acc_fall_minus_mixed"] = row["cf_acc_fall"] - mixed["cf_acc_fall"]
+            out[f"{arm}_reduces_fall_every_seed"] = all(a < m for a, m in zip(
+                row["cf_acc_fall_seeds"], mixed["cf_acc_fall_seeds"], strict=True))
             # in-distribution accuracy: held-out C and C+S items at the end, as mixed keeps it
-            out[f"{arm}_in_dist_minus_mixed"] = _in_dist(row) - _in_dist(mixed)
+            out[f"{arm}_indist_minus_mixed"] = _indist(row) - _indist(mixed)
             # per-seed falls, as the 95% intervals use
-            removed = fall_removed(_mean(mixed["fall_seeds"]), _mean(row["fall_seeds"]))
+            removed = fall_removed(_mean(mixed["cf_acc_fall_seeds"]),
+                                   _mean(row["cf_acc_fall_seeds"]))
             if removed is not None:
                 out[f"{arm}_fall_removed"] = removed
     if "dynamic_fall_removed" in out:  # the goal for dynamic curation
         out["dynamic_meets_goal"] = meets_goal(out["dynamic_fall_removed"],
-                                               out["dynamic_in_dist_minus_mixed"])
+                                               out["dynamic_indist_minus_mixed"])
     mech = summary.get("mechanism")
     if mech:
         out["mechanism_verdict"] = mechanism_verdict(mech)
@@ -58,7 +61,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _in_dist(row: dict) -> float:
+def _indist(row: dict) -> float:
     """Mean final accuracy on held-out C and C+S items (seed-mean curve)."""
     return (row["c_acc_final"] + row["cs_acc_final"]) / 2
 
@@ -105,12 +108,12 @@ def mechanism_summary(curve: list[dict], mixture: Mixture, train: str,
     peak = max(range(len(cf)), key=lambda i: (cf[i], -i))
     out: dict = {"train": train, "peak_step": curve[peak]["step"]}
     for layer in range(len(curve[0]["attn_context_layers"])):
-        for key, short in (("attn_context_layers", "ctx"), ("attn_subject_layers", "subj")):
-            series = [r[key][layer] for r in curve]
-            out[f"L{layer}_{short}_start"] = series[0]
-            out[f"L{layer}_{short}_at_peak"] = series[peak]
-            out[f"L{layer}_{short}_final"] = series[-1]
-            out[f"L{layer}_{short}_corr_cf"] = _corr(series, cf)
+        for name in ("attn_context", "attn_subject"):
+            series = [r[f"{name}_layers"][layer] for r in curve]
+            out[f"L{layer}_{name}_start"] = series[0]
+            out[f"L{layer}_{name}_at_peak"] = series[peak]
+            out[f"L{layer}_{name}_final"] = series[-1]
+            out[f"L{layer}_{name}_corr_cf_acc"] = _corr(series, cf)
     shares = {"C": mixture.c, "C+S": mixture.cs, "S": mixture.s}
     for kind, share in shares.items():
         key = f"grad_ctx_{kind}"
@@ -129,7 +132,9 @@ def mechanism_summary(curve: list[dict], mixture: Mixture, train: str,
 def mechanism_verdict(m: dict) -> str:
     """Where the fall comes from, in a few sentences."""
     layers = sorted({k.split("_")[0] for k in m if k.startswith("L")})
-    drops = {layer: m[f"{layer}_ctx_at_peak"] - m[f"{layer}_ctx_final"] for layer in layers}
+    ctx = {layer: {part: m[f"{layer}_attn_context_{part}"] for part in
+                   ("start", "at_peak", "final", "corr_cf_acc")} for layer in layers}
+    drops = {layer: ctx[layer]["at_peak"] - ctx[layer]["final"] for layer in layers}
     top = max(layers, key=lambda layer: drops[layer])
     pull = m.get("grad_C+S_after_peak")
     push = m.get("grad_C_after_peak")
@@ -149,15 +154,15 @@ def mechanism_verdict(m: dict) -> str:
                 f"best r per seed {', '.join(f'{r:.2f}' for r in m['best_r_seeds'])}) lose "
                 f"at least 0.05 of it after the peak (mean loss per seed "
                 f"{', '.join(f'{d:.2f}' for d in m['tracking_drop_seeds'])}), while the head "
-                f"mean moves little ({top}: {m[f'{top}_ctx_at_peak']:.2f} at the peak -> "
-                f"{m[f'{top}_ctx_final']:.2f}), other heads moving the other way.")
-    elif drops[top] > 0.02 and m[f"{top}_ctx_corr_cf"] > 0.5:
+                f"mean moves little ({top}: {ctx[top]['at_peak']:.2f} at the peak -> "
+                f"{ctx[top]['final']:.2f}), other heads moving the other way.")
+    elif drops[top] > 0.02 and ctx[top]["corr_cf_acc"] > 0.5:
         head = (f"The fall comes from attention leaving the context, as in the theory: "
-                f"{top} context attention goes {m[f'{top}_ctx_start']:.2f} -> "
-                f"{m[f'{top}_ctx_at_peak']:.2f} at the peak -> {m[f'{top}_ctx_final']:.2f} and "
-                f"tracks counterfactual accuracy (r = {m[f'{top}_ctx_corr_cf']:.2f}).")
+                f"{top} context attention goes {ctx[top]['start']:.2f} -> "
+                f"{ctx[top]['at_peak']:.2f} at the peak -> {ctx[top]['final']:.2f} and "
+                f"tracks counterfactual accuracy (r = {ctx[top]['corr_cf_acc']:.2f}).")
     else:
         head = (f"Context attention (head mean) does not explain the fall: it drops by at most "
-                f"{drops[top]:.2f} after the peak ({top}, r = {m[f'{top}_ctx_corr_cf']:.2f} "
+                f"{drops[top]:.2f} after the peak ({top}, r = {ctx[top]['corr_cf_acc']:.2f} "
                 "with counterfactual accuracy).")
     return head + grads + frozen

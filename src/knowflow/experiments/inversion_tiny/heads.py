@@ -33,6 +33,7 @@ import torch
 from knowflow.config import option, require
 from knowflow.evaluation.steer_heads import HeadSteering, steered
 from knowflow.experiments.inversion_tiny.experiment import InversionTinyConfig
+from knowflow.experiments.inversion_tiny.figures import tiny_heads_figure
 from knowflow.experiments.inversion_tiny.jobs import arm_setup
 from knowflow.experiments.inversion_tiny.model import answer_logits, encode, encode_words
 from knowflow.experiments.inversion_tiny.pretrain import load_pretrained, pretrained_path
@@ -46,7 +47,6 @@ from knowflow.experiments.inversion_tiny.world import (
 from knowflow.experiments.registry import Summary, register
 from knowflow.lens.attention import intercepted
 from knowflow.probes.heads import ConflictPrompt, bootstrap_grid, head_effects
-from knowflow.report.heads import tiny_heads_figure
 from knowflow.store.files import atomic_write_jsonl
 from knowflow.store.identity import METRICS
 from knowflow.train.callback import EvalCallback
@@ -175,9 +175,9 @@ def steer_final(model, tokenizer, peak_model, evals: dict, ranked: list[tuple[in
     peak = accuracy(peak_model, tokenizer, held)
     fall = peak - final
     return {"heads": [list(h) for h in best.heads], "gamma": best.gamma,
-            "cf_peak": peak, "cf_final": final, "cf_steered": steered_acc,
+            "cf_acc_peak": peak, "cf_acc_final": final, "cf_acc_steered": steered_acc,
             "fall_undone": (steered_acc - final) / fall if fall > 0 else None,
-            "in_dist_final": base_in, "in_dist_steered": accuracy(model, tokenizer, in_dist,
+            "indist_final": base_in, "indist_steered": accuracy(model, tokenizer, in_dist,
                                                                   best),
             "n_calibration": len(cal), "n_held_out": len(held)}
 
@@ -221,5 +221,5 @@ def run(cfg: InversionTinyHeadsConfig, out_dir: Path) -> Summary:
             "mean_overlap": _mean(r["overlap"] for r in per_seed),
             "mean_jaccard": _mean(r["jaccard"] for r in per_seed),
             "mean_fall_undone": _mean(r["steering"]["fall_undone"] for r in per_seed),
-            "mean_in_dist_change": _mean(r["steering"]["in_dist_steered"]
-                                         - r["steering"]["in_dist_final"] for r in per_seed)}
+            "mean_indist_change": _mean(r["steering"]["indist_steered"]
+                                        - r["steering"]["indist_final"] for r in per_seed)}

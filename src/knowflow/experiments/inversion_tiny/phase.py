@@ -16,7 +16,7 @@ from pathlib import Path
 from knowflow.experiments.cpi_toy.experiment import toy_phase
 from knowflow.experiments.inversion_tiny.jobs import finetune_job, pretrain_job
 from knowflow.experiments.parallel import run_pipeline
-from knowflow.experiments.phase import agreement, cell_key, cells, phase_summary
+from knowflow.experiments.phase import cell_key, cells, diagram_agreement, phase_summary
 from knowflow.experiments.phase_figure import PHASE
 from knowflow.store.files import atomic_write_json, atomic_write_jsonl
 from knowflow.store.identity import METRICS
@@ -61,10 +61,10 @@ def run_phase(cfg, out_dir: Path) -> dict:
         curves[x, r, s] = [rec["cf_acc"] for rec in recs]
         records += [{**rec, "model": "tiny", "cs_share": x, "reliability": r, "seed": s}
                     for rec in recs]
-    tiny = phase_summary(curves, steps, cfg.phase)
+    tiny = phase_summary(curves, steps, cfg.phase, "cf_acc")
     toy_records, toy = toy_phase(cfg.phase, cfg.workers)
     atomic_write_jsonl(out_dir / METRICS, records + toy_records)
-    agree = agreement(tiny, toy)
+    agree = diagram_agreement(tiny, toy)
     atomic_write_json(out_dir / PHASE, {"tiny": tiny, "toy": toy})
     return {"phase": {"tiny": tiny, "toy": toy, "agreement": agree}, "pretrain": learned,
             "findings": {"verdict": phase_verdict(agree, cfg.phase.threshold)}}

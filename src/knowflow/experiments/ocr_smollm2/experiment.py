@@ -34,10 +34,10 @@ from knowflow.config import require
 from knowflow.data.people import EvalItem, OcrPeopleConfig, OcrPeopleData, generate
 from knowflow.errors import ConfigError
 from knowflow.evaluation.rank import grouped_stats, rank_candidates, ranks_from_scores, summarize
-from knowflow.evaluation.rank_table import family_table
 from knowflow.experiments.inversion_tiny.model import TinyModelConfig, make_model
 from knowflow.experiments.inversion_tiny.world import BOS, EOS, PAD, SPECIALS, UNK
 from knowflow.experiments.ocr_smollm2.figures import plot_ocr_smollm2
+from knowflow.experiments.ocr_smollm2.rank_table import family_ranks
 from knowflow.experiments.registry import Summary, register
 from knowflow.lens.load import SMOLLM2, load_model
 from knowflow.train.callback import EvalCallback
@@ -190,7 +190,7 @@ class RankEvaluator:
 def _summary(cfg: OcrSmolConfig, data: OcrPeopleData, records: list[dict], n_tokens: int,
              train_seconds: float, result) -> Summary:
     causal = {f.name: f.causal for f in data.families}
-    table = family_table(records, causal)
+    table = family_ranks(records, causal)
     fams = [table[f.name] for f in data.families if f.name in table]
 
     def mean_gain(is_causal: bool) -> float:

@@ -8,7 +8,7 @@
                  finetuning (full answer and first token), top-1, the training-people and
                  facts checks, and (counterfactual family) the real-world implication's rank
 
-Records are flat, `<family>/<group>/<stat>` (see evaluation.rank_table, which makes the table
+Records are flat, `<family>/<group>/<stat>` (see `rank_table`, which makes the table
 that the experiment's summary holds too). Counterfactual families add prior_mean_rank and
 prior_top1: the rank of the real-world implication, which the trained mapping contradicts.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from knowflow.data.people import load_families
-from knowflow.evaluation.rank_table import families_of, family_table
+from knowflow.experiments.ocr_smollm2.rank_table import families_of, family_ranks
 from knowflow.report.figures import save, series, subplots
 from knowflow.store.identity import CONFIG, METRICS
 from knowflow.store.readers import read_json, read_jsonl
@@ -99,7 +99,7 @@ def plot_ocr_smollm2(run_dir: Path) -> list[Path]:
     specs = load_families(config["world"]["families_file"] or None)
     causal = {name: spec.causal for name, spec in specs.items()}
     figures = run_dir / "figures"
-    table = family_table(records, causal)
+    table = family_ranks(records, causal)
     model = Path(str(config["model"])).name
     return [_mean_rank_figure(records, figures / "1_mean_rank.png", model),
             _table_figure(table, figures / "2_table.png",

@@ -350,7 +350,7 @@ def verdict(claims: dict, f: dict, m: dict) -> str:
     return f"{head}; {numbers}."
 
 
-def family_table(summary: dict, names: tuple[str, ...]) -> dict:
+def family_summary(summary: dict, names: tuple[str, ...]) -> dict:
     """One row per (family, model): its test implication accuracy and loss."""
     return {f"{name}/{model}": {"causal": name in CAUSAL_FAMILIES,
                                 "test_impl_acc": summary[model][f"test_acc_{name}"],
@@ -400,7 +400,7 @@ def run(cfg: OcrToyConfig, out_dir: Path) -> Summary:
     _sweep_tables(cfg, summary)
     summary["findings"] = findings(summary, records)
     if cfg.study == "families":
-        summary["families"] = family_table(summary, family_names(cfg.world.n_families))
+        summary["families"] = family_summary(summary, family_names(cfg.world.n_families))
         summary["findings"].update(causal_vs_spurious(summary["families"]))
     return summary
 

@@ -7,8 +7,6 @@ from pathlib import Path
 from matplotlib.ticker import MaxNLocator
 
 from knowflow.report.figures import save, subplots
-from knowflow.store.identity import METRICS
-from knowflow.store.readers import read_jsonl
 
 
 def _heatmap(ax, grid: list[list[float]], title: str, signed: bool, fig) -> None:
@@ -70,32 +68,3 @@ def head_projection_figure(summary: dict, path: Path, title: str = "") -> Path:
     ax.set_ylabel("extraction rate")
     ax.legend(fontsize=8)
     return save(fig, path)
-
-
-def tiny_heads_figure(run_dir: Path) -> list[Path]:
-    """`inversion-tiny-heads`: per seed, counterfactual accuracy at the peak, at the end and
-    at the end with the context heads steered (held-out half), and the head sets' overlap."""
-    path = Path(run_dir) / METRICS
-    if not path.exists():
-        return []
-    seeds = read_jsonl(path)
-    fig, axes = subplots(2, width=4.6, height=3.4)
-    ax = axes[0, 0]
-    xs = list(range(len(seeds)))
-    for offset, key, label in ((-0.25, "cf_peak", "peak"), (0.0, "cf_final", "end"),
-                               (0.25, "cf_steered", "end, heads steered")):
-        ax.bar([x + offset for x in xs], [s["steering"][key] for s in seeds], width=0.25,
-               label=label)
-    ax.set_xticks(xs, [f"seed {s['seed']}" for s in seeds])
-    ax.set_ylabel("counterfactual accuracy (held-out half)")
-    ax.legend(fontsize=8)
-    ax = axes[0, 1]
-    ax.bar([x - 0.2 for x in xs], [len(s["context_heads"]) for s in seeds], width=0.2,
-           label="context heads (sweep at peak)")
-    ax.bar(xs, [len(s["tracking_heads"]) for s in seeds], width=0.2,
-           label="tracking heads (attention)")
-    ax.bar([x + 0.2 for x in xs], [s["overlap"] for s in seeds], width=0.2, label="both")
-    ax.set_xticks(xs, [f"seed {s['seed']}" for s in seeds])
-    ax.set_ylabel("heads")
-    ax.legend(fontsize=8)
-    return [save(fig, Path(run_dir) / "figures" / "tiny_heads.png")]

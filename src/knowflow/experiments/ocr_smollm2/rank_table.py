@@ -3,7 +3,7 @@
 Records are flat: `<family>/<group>/<stat>` with group in test_impl, train_impl, test_fact,
 train_fact and stat in mean_rank, top1, mean_rank_first_token, top1_first_token, n,
 n_candidates; `all/...` pools the families. The experiment's summary and the report's table
-figure both come from `family_table`, so report/ only draws.
+figure both come from `family_ranks`, so report/ only draws.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def families_of(records: list[dict]) -> list[str]:
     return seen
 
 
-def family_table(records: list[dict], causal: dict[str, bool] | None = None) -> dict[str, dict]:
+def family_ranks(records: list[dict], causal: dict[str, bool] | None = None) -> dict[str, dict]:
     """Per family: K, chance, mean rank / top-1 before (first record) and after (last record),
     the training people's mean rank after, and the held-out people's fact mean rank after."""
     if not records:

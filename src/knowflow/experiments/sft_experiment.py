@@ -12,7 +12,8 @@ from knowflow.data.quality import warn_duplicate_keys
 from knowflow.data.suites import list_suites
 from knowflow.errors import ConfigError
 from knowflow.experiments.registry import register
-from knowflow.lens.load import check_device, check_model
+from knowflow.lens.device import check_device
+from knowflow.lens.load import check_model
 from knowflow.report.reliance import plot_sft
 from knowflow.store.run_folder import Progress
 from knowflow.train.curation import DynamicCurationConfig
