@@ -46,3 +46,21 @@ def test_hotpot_layout_reads_back_to_the_same_items(tmp_path):
         fact = dict((t, s) for t, s in row["context"])[title][index]
         assert split_sentences(item.context)[item.meta["needle"]].text == fact
         assert row["answer"] in fact
+
+
+def test_the_summary_keeps_a_length_where_contextcites_default_batch_did_not_run(capsys):
+    """A length measured without ContextCite's default batch (costly at long contexts) is
+    still a row of the table, with the ratio to ContextCite-batched, and a curve point."""
+    bench = load_benchmark("peers/bench_rag")
+
+    def row(i, tokens, methods):
+        return {"id": f"r{i}", "tokens_asked": tokens, "tokens": tokens, "forward_cpu": 1.0,
+                **{m: {"cpu": cpu, "lds": 0.8, "peak_mb": 10.0} for m, cpu in methods.items()}}
+    bench.summarize([row(0, 256, {"explain": 2.0, "contextcite-batched": 8.0,
+                                  "contextcite": 9.0}),
+                     row(1, 1024, {"explain": 4.0, "contextcite-batched": 20.0})])
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines()]
+    assert ["1024", "1", "one", "forward", "pass", "1.00"] in lines
+    assert any(parts[:1] == ["explain"] and parts[-1] == "5.00x" for parts in lines), out
+    assert "tokens^0.50" in out          # explain: 2 -> 4 CPU s over 256 -> 1024 tokens

@@ -180,7 +180,10 @@ def summarize(rows: list[dict]) -> None:
         by_len.setdefault(r["tokens_asked"], []).append(r)
     curves: dict[str, list[tuple[float, float]]] = {}
     for tokens in sorted(by_len):
-        part = [r for r in by_len[tokens] if all(m in r for m in methods)]
+        # the methods every item of this length ran (ContextCite's default batch may be
+        # left out at the longer lengths), over the items that ran them
+        here = [m for m in methods if any(m in r for r in by_len[tokens])]
+        part = [r for r in by_len[tokens] if all(m in r for m in here)]
         if not part:
             continue
         mean_tokens = statistics.mean(r["tokens"] for r in part)
@@ -188,13 +191,13 @@ def summarize(rows: list[dict]) -> None:
         curves.setdefault("forward pass", []).append((mean_tokens, fwd))
         print(f"{round(mean_tokens):>7}{len(part):>6}  {'one forward pass':<22}{'':>7}"
               f"{fwd:>9.2f}")
-        for m in methods:
+        for m in here:
             got = [r[m] for r in part]
             lds = [g["lds"] for g in got if g.get("lds") is not None]
             cpu = statistics.mean(g["cpu"] for g in got)
             curves.setdefault(m, []).append((mean_tokens, cpu))
-            ratio = statistics.mean(r[base]["cpu"] for r in part) / cpu if base in r else \
-                float("nan")
+            ratio = statistics.mean(r[base]["cpu"] for r in part) / cpu \
+                if all(base in r for r in part) else float("nan")
             used = [g["ablations_used"] for g in got if g.get("ablations_used")]
             note = f"  ablations {statistics.mean(used):.0f}" if used else ""
             print(f"{'':>13}  {m:<22}{(statistics.mean(lds) if lds else float('nan')):>7.3f}"
