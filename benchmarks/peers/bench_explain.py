@@ -22,7 +22,11 @@ and top-3 drops (the fall of the log-probability when the top sentences are remo
 per item (CPU, the process's own, and wall-clock) and the ratio of ContextCite-batched's CPU
 seconds to each method's (the mean; then its spread: the median over items and over rounds
 of 8 consecutive items, with the rounds' range). knowflow's ablation runs as `knowflow
-explain` runs it (the flat surrogate at every length by default; `knowflow-flat` forces it);
+explain` runs it (from the item's prompt run once, its rounds of ablations up to the count
+until the out-of-fold LDS converges, steered by the gradient one pass: `explanation.
+attribution.attribute`; the shared prompt and the one pass are timed with it);
+`knowflow-flat` is the plain flat surrogate on all the count's ablations (no prior, no
+rounds);
 `knowflow-hier` attributes
 hierarchically past 24 sentences (`--set hierarchy_above=24`, documents first:
 `explanation.hierarchy`), to weigh the hierarchy against it; `learned` needs an
@@ -138,7 +142,7 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
                at2=None) -> torch.Tensor:
     """One method's sentence scores (sentences,) for one case: `count` ablations (learned:
     ablations that correct its one-pass scores, 0 for none)."""
-    from knowflow.explanation.attribution import ablation_masks, score_masks
+    from knowflow.explanation.attribution import attribute
     from knowflow.explanation.estimator import unit_estimator
     from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
     from knowflow.explanation.learned import (
@@ -148,11 +152,13 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
         top_leave_one_out,
     )
     from knowflow.explanation.options import ExplainConfig
-    from knowflow.explanation.surrogate import fit_surrogate
+    from knowflow.explanation.sentences import gradient_prior
+    from knowflow.lens.shared import share_prompt
 
     it = case.item
     if method in ("knowflow", "knowflow-flat", "knowflow-hier"):
-        threshold = {"knowflow-flat": {"hierarchy_above": None},
+        threshold = {"knowflow-flat": {"hierarchy_above": None, "converge": 0.0,
+                                       "prior": "none"},
                      "knowflow-hier": {"hierarchy_above": HIER_ABOVE}}.get(method, {})
         cfg = ExplainConfig(ablations=count, holdout=0, top_k=(), prompt_format="chat",
                             **threshold)
@@ -160,9 +166,12 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
             attr, _ = hierarchical_attribute(model, tok, it, case.sents, case.cont, 0.0, cfg,
                                              case.lead)
             return torch.tensor(attr.weights, dtype=torch.float64)
-        masks, _ = ablation_masks(len(case.sents), cfg, it.id + it.context)
-        targets = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead)
-        return fit_surrogate(masks, targets, cfg.cv_folds, cfg.seed).weights
+        shared = share_prompt(model, tok, case.led_ids[:-1])
+        prior = gradient_prior(model, tok, case.led_ids, case.cont, case.spans, shared) \
+            if cfg.prior == "gradient" else None
+        attr = attribute(model, tok, it, case.sents, case.cont, 0.0, cfg, case.lead,
+                         shared=shared, prior=prior)
+        return torch.tensor(attr.weights, dtype=torch.float64)
     if method == "learned-loo":          # the full log-prob is scored too: counted here
         ids = tok(case.cont, add_special_tokens=False)["input_ids"]
         scores = learned_scores(sentence_features(model, case.led_ids, ids, case.spans,
@@ -179,7 +188,8 @@ def run_method(method: str, count: int, model, tok, case: Case, est, cc_batch: i
                             prompt_format="chat")
         attr = learned_attribute(model, tok, it, case.sents, case.led_ids, case.cont, 0.0,
                                  case.spans, est.tensor(), cfg, case.lead, est.features,
-                                 "gradient" if gradient else "learned")
+                                 "gradient" if gradient else "learned",
+                                 share_prompt(model, tok, case.led_ids[:-1]))
         return torch.tensor(attr.weights, dtype=torch.float64)
     if method == "at2":
         from at2_peer import at2_features, at2_scores

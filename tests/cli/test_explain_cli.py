@@ -266,3 +266,18 @@ def test_a_one_sentence_context_is_attributed_by_its_removal(tiny_model_dir, tmp
     both = score_masks(model, tok, item, sents, torch.tensor([[1], [0]]), "Italy", cfg)
     assert rec["sentences"][0]["attribution"] == pytest.approx(float(both[0] - both[1]),
                                                                abs=1e-4)
+
+
+@pytest.mark.parametrize("masks", ["258", "1000000000000"])
+def test_too_many_gradient_mask_points_are_refused_before_the_model_loads(tiny_model_dir,
+                                                                            tmp_path, masks):
+    """A mask count past `MAX_GRADIENT_MASKS` (a mistyped one ran for hours, or held a
+    (points, sentences) tensor past the machine's memory) is one line naming the field and
+    the bound, exit 2, nothing written."""
+    result = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question",
+                  "Where is Rome?", "--answer", "Italy", "--attribution", "gradient",
+                  "--set", f"gradient_masks={masks}", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "gradient_masks" in lines[0] and "256" in lines[0], lines
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()

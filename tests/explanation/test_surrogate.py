@@ -96,3 +96,28 @@ def test_spearman_against_a_hand_computation_with_ties():
     ra, rb = np.array([0, 1.5, 1.5, 3]), np.array([0, 2, 1, 3])
     assert spearman(a, b) == pytest.approx(np.corrcoef(ra, rb)[0, 1])
     assert spearman(a, torch.ones(4)) is None
+
+
+@pytest.mark.parametrize(("n", "d"), [(40, 6), (48, 55), (24, 120)])
+def test_the_exact_path_solves_the_lasso_coordinate_descent_solves(n, d):
+    """The homotopy path's solution at each penalty is the lasso's: its objective is never
+    above coordinate descent's (to that method's tolerance), and where the solution is unique
+    (more masks than sentences) the weights agree."""
+    from knowflow.explanation.surrogate import _path, alpha_grid
+
+    rng = np.random.default_rng(n + d)
+    x = (rng.random((n, d)) < 0.5).astype(float)
+    true = np.zeros(d)
+    true[:3] = [2.0, -1.0, 0.5]
+    y = x @ true + rng.normal(0, 0.2, n)
+    grid = alpha_grid(x, y)
+    warm = None
+    for alpha, (w, b) in zip(grid, _path(x, y, grid), strict=True):
+        warm, b_cd = lasso(x, y, alpha, iters=20000, tol=1e-12, start=warm)
+
+        def objective(w_, b_, a=alpha):
+            r = y - b_ - x @ w_
+            return r @ r / (2 * n) + a * np.abs(w_).sum()
+        assert objective(w, b) <= objective(warm, b_cd) + 1e-9
+        if d < n:
+            assert np.abs(w - warm).max() < 1e-6

@@ -72,6 +72,7 @@ from knowflow.lens.attention import AttentionPlan, intercepted
 from knowflow.lens.batching import model_device
 from knowflow.lens.hooks import captured
 from knowflow.lens.prefix import Prefix, forward
+from knowflow.lens.shared import SharedPrompt
 
 KINDS = ("attention", "value", "direct", "total", "soft")
 SOFT_KEEP = 0.5      # the keep weight at which `soft` differentiates (see above)
@@ -113,20 +114,26 @@ def reader_start(prompt_ids: Sequence[int], spans: Sequence[Sequence[int]]) -> i
 
 def soft_effects(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                  spans: Sequence[Sequence[int]], keep: float = SOFT_KEEP,
-                 masks: torch.Tensor | None = None) -> torch.Tensor:
+                 masks: torch.Tensor | None = None, shared: SharedPrompt | None = None
+                 ) -> torch.Tensor:
     """(sentences, layers * heads): the `soft` feature (see the module docstring), the
     gradient at keep weight `keep` for every sentence; with `masks` (k, sentences) {0, 1},
     the mean of the gradients at k points instead, where a mask's kept sentences have keep
     weight 1 and its dropped ones `MASK_FLOOR` (`mask_points`). A token in two sentences'
     spans counts for the last. The rows before the readers (`reader_start`) run once without
-    gradients, as a KV cache that the k points continue from (`points_per_pass` at a time)."""
+    gradients, as a KV cache that the k points continue from (`points_per_pass` at a time);
+    taken from `shared`'s keys and values (the prompt, run once: `lens.shared`) where they
+    hold those rows."""
     arch = arch_of(model)
     n_layers, heads, n = arch.n_layers, arch.n_heads, len(spans)
     device = model_device(model)
     ids = torch.tensor([list(prompt_ids) + list(answer_ids)[:-1]], device=device)  # (1, seq)
     n_t, cut = len(answer_ids), reader_start(prompt_ids, spans)
     owner = sentence_owner(ids.shape[1], spans)                # (seq,) sentence, n for none
-    before = Prefix.run(model, ids[:, :cut])                   # the context, no gradients
+    if shared is not None and shared.covers(ids[0].tolist()) >= cut:
+        before = shared.prefix(cut)                            # the context, already run
+    else:
+        before = Prefix.run(model, ids[:, :cut])               # the context, no gradients
     points = torch.full((1, n), float(keep)) if masks is None else mask_points(masks)
     target = torch.tensor(list(answer_ids), device=device)
     grad = torch.zeros(n_layers, heads, n, dtype=torch.float64, device=device)
@@ -187,15 +194,17 @@ def antithetic_masks(k: int, sentences: int, generator: torch.Generator) -> torc
 @torch.no_grad()
 def source_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                     spans: Sequence[Sequence[int]], kinds: Sequence[str] = KINDS,
-                    masks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    masks: torch.Tensor | None = None, shared: SharedPrompt | None = None
+                    ) -> dict[str, torch.Tensor]:
     """{kind: (sentences, layers * heads)} for each kind asked (see the module docstring);
-    `masks` (k, sentences): `soft` is averaged over those mask points (`soft_effects`)."""
+    `masks` (k, sentences): `soft` is averaged over those mask points (`soft_effects`, its
+    context pass from `shared` where given)."""
     backward = {"total": 1.0, "soft": SOFT_KEEP}     # kinds with a backward pass: their keep
     if any(k in backward for k in kinds):
         rest = [k for k in kinds if k not in backward]
         got = source_features(model, prompt_ids, answer_ids, spans, rest) if rest else {}
         return {**got, **{k: soft_effects(model, prompt_ids, answer_ids, spans, backward[k],
-                                          masks if k == "soft" else None)
+                                          masks if k == "soft" else None, shared)
                           for k in kinds if k in backward}}
     arch = arch_of(model)
     n_layers, heads = arch.n_layers, arch.n_heads

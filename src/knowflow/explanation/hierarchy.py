@@ -107,8 +107,8 @@ def hierarchical_attribute(model, tokenizer, item: ConflictItem,
     weights = one_scale(unit, doc_fit.weights, kept, fit.weights)
     lds = spearman(held.double() @ weights, scored[len(doc_masks):]) if len(held) > 1 \
         else None
-    order, drops = topk_drops(model, tokenizer, item, sentences, weights, continuation,
-                              logprob_full, cfg, lead)
+    order, drops, _ = topk_drops(model, tokenizer, item, sentences, weights, continuation,
+                                 logprob_full, cfg, lead)
     attr = Attribution([float(w) for w in weights], fit.intercept, fit.alpha, order[0], lds,
                        drops, len(scored) + len(targets) + len(drops), "hierarchical")
     record = {"units": [int(u) for u in unit], "unit_weights": [float(w) for w in

@@ -47,6 +47,7 @@ from knowflow.explanation.features import antithetic_masks, source_features
 from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.splitter import Sentence
 from knowflow.explanation.surrogate import spearman
+from knowflow.lens.shared import SharedPrompt
 
 CORRECTION_STRENGTH = 1.0
 RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4)
@@ -56,10 +57,12 @@ SIGNED = ("direct", "total", "soft")
 
 def sentence_features(model, prompt_ids: Sequence[int], answer_ids: Sequence[int],
                       spans: Sequence[Sequence[int]], kinds: Sequence[str] = DEFAULT_KINDS,
-                      masks: torch.Tensor | None = None) -> torch.Tensor:
+                      masks: torch.Tensor | None = None, shared: SharedPrompt | None = None
+                      ) -> torch.Tensor:
     """(sentences, len(kinds) * layers * heads): the kinds' features (`features.py`) side by
-    side, from one forward pass (`soft` at `masks`' points, if given)."""
-    got = source_features(model, prompt_ids, answer_ids, spans, kinds, masks)
+    side, from one forward pass (`soft` at `masks`' points, if given; its context pass from
+    `shared`'s keys and values where given)."""
+    got = source_features(model, prompt_ids, answer_ids, spans, kinds, masks, shared)
     return torch.cat([got[k] for k in kinds], 1)
 
 
@@ -192,34 +195,36 @@ def learned_attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[
                       prompt_ids: Sequence[int], continuation: str, logprob_full: float,
                       spans: Sequence[Sequence[int]], weights: torch.Tensor,
                       cfg: ExplainConfig, lead: str = "",
-                      kinds: Sequence[str] = DEFAULT_KINDS, label: str = "learned"
-                      ) -> Attribution:
+                      kinds: Sequence[str] = DEFAULT_KINDS, label: str = "learned",
+                      shared: SharedPrompt | None = None) -> Attribution:
     """The learned attribution of one answer (one forward pass; with
     `cfg.learned_ablations`, that many scored ablations correct it), with the same checks as
     the ablation's: the LDS on `cfg.holdout` held-out ablations (the same masks the ablation
     attribution holds out) and the top-k drops. `prompt_ids` end with `lead`; `label` names
-    the method in the record (learned, or gradient for unit weights)."""
+    the method in the record (learned, or gradient for unit weights). `shared`: the item's
+    prompt, run once (`lens.shared`): the features' context pass and every ablation start
+    from its keys and values."""
     answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     points = gradient_masks(len(sentences), cfg, item.id + item.context)
     feats = sentence_features(model, prompt_ids, answer_ids, spans, kinds,
-                              points)                                   # (sentences, F)
+                              points, shared)                           # (sentences, F)
     scores = learned_scores(feats, weights)                             # (sentences,)
     fit, held = ablation_masks(len(sentences), cfg, item.id + item.context)
     few = fit[:cfg.learned_ablations]                        # (learned_ablations, sentences)
     if len(few):
         scores = corrected_scores(scores, few, score_masks(model, tokenizer, item, sentences,
-                                                           few, continuation, cfg, lead))
-    lds = None
-    if len(held) > 1:
-        actual = score_masks(model, tokenizer, item, sentences, held, continuation, cfg, lead)
-        lds = spearman(held.double() @ scores, actual)
-    order, drops = topk_drops(model, tokenizer, item, sentences, scores, continuation,
-                              logprob_full, cfg, lead)
+                                                           few, continuation, cfg, lead,
+                                                           shared=shared))
+    keep = held if len(held) > 1 else None
+    order, drops, actual = topk_drops(model, tokenizer, item, sentences, scores, continuation,
+                                      logprob_full, cfg, lead, shared, keep)
+    lds = spearman(held.double() @ scores, actual) if keep is not None else None
     if points is not None:
         label = f"{label}@{len(points)}"
     return Attribution([float(w) for w in scores], None, None, order[0], lds, drops,
                        len(few) + len(held) + len(drops),
-                       f"{label}+{len(few)}" if len(few) else label)
+                       f"{label}+{len(few)}" if len(few) else label,
+                       lds_on="holdout" if keep is not None else None)
 
 
 def gradient_masks(n_sentences: int, cfg: ExplainConfig, key: str) -> torch.Tensor | None:

@@ -18,6 +18,11 @@ Design = Literal["random", "balanced"]
 Method = Literal["auto", "ablation", "learned", "gradient"]
 METHODS = ("auto", "ablation", "learned", "gradient")
 DESIGNS = ("random", "balanced")
+# the most gradient mask points: each is a backward pass over the answer's readers (about
+# 0.2 CPU s at 150 context tokens on SmolLM2-135M), and past 8 the LDS rose little
+# (docs/findings/explain.md); a bound, so that a mistyped count is refused, not run for hours
+# with a (points, sentences) mask tensor in memory
+MAX_GRADIENT_MASKS = 256
 
 
 @dataclass(frozen=True)
@@ -52,13 +57,15 @@ class ExplainConfig:
     #                                      (learned.corrected_scores; 0: one pass only)
     gradient_masks: int = 0              # gradient: `soft` averaged over this many
     #                                      antithetic half masks (even; 0: one point, keep 1/2)
-    ablations: int = option(64, "Random sentence subsets for the surrogate.")
+    ablations: int = option(64, "Most random sentence subsets for the surrogate (its "
+                                 "rounds stop earlier once the LDS converges).")
     keep_prob: float = 0.5               # each sentence's chance to stay in an ablation
     design: Design = "random"            # fit masks: "random" (independent draws) or
     #                                      "balanced" (each sentence kept in exactly keep_prob
     #                                      of them, orthogonal columns where possible: see
     #                                      surrogate.balanced_masks)
-    holdout: int = option(16, "Held-out subsets for the LDS.")  # 0: no LDS
+    holdout: int = option(0, "Further held-out subsets for the LDS (0: the LDS out-of-fold, "
+                             "on the fit's own ablations).")
     top_k: tuple[int, ...] = (1, 3)      # top-k drops: remove the k top sentences
     cv_folds: int = 4                    # the lasso's penalty is chosen by k-fold CV
     # mechanism
@@ -79,6 +86,14 @@ class ExplainConfig:
     limit: int | None = option(None, "Items of --data/--suite (seeded sample).")
     offset: int = option(0, "Skip the first N items of the seeded order (held-out samples: "
                             "--offset 60 --limit 60).")
+    min_ablations: int = option(16, "Ablations of the first round (sentence attribution adds "
+                                "rounds until its out-of-fold LDS converges).", ge=8)
+    ablation_step: int = option(8, "Ablations added per round.", ge=1)
+    converge: float = option(0.02, "Stop adding ablations once the out-of-fold LDS rose less "
+                             "than this over a round (0: always --ablations).", ge=0)
+    prior: str = option("gradient", "One-pass scores that steer the ablation surrogate: "
+                        "gradient (each sentence's keep-weight gradient at 1/2, the adaptive "
+                        "lasso's penalty weights) or none.", one_of=("gradient", "none"))
 
     def validate(self) -> None:
         if self.target not in TARGETS:
@@ -116,6 +131,11 @@ class ExplainConfig:
             raise ConfigError(f"must be an even number (masks come in pairs), got "
                               f"{self.gradient_masks}", "gradient_masks",
                               "0 keeps the one pass at keep weight 1/2")
+        if self.gradient_masks > MAX_GRADIENT_MASKS:
+            raise ConfigError(f"{self.gradient_masks} mask points: at most "
+                              f"{MAX_GRADIENT_MASKS} (each point is a backward pass)",
+                              "gradient_masks", f"give an even number up to "
+                              f"{MAX_GRADIENT_MASKS}; 2-8 is the measured range")
         if self.gradient_masks and self.attribution != "gradient":
             raise ConfigError("applies to --attribution gradient only (an estimator is fitted "
                               "on the one point's features)", "gradient_masks")

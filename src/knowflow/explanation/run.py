@@ -29,39 +29,25 @@ from knowflow.data.hub import is_hub
 from knowflow.data.loaders import items_in_memory
 from knowflow.data.prompts import resolve_format
 from knowflow.data.suites import list_suites
-from knowflow.errors import ConfigError, DataError, KnowflowError
+from knowflow.errors import ConfigError, DataError
 from knowflow.evaluation.generate import generate
 from knowflow.evaluation.items import load_suites
-from knowflow.explanation.attribution import (
-    agreement,
-    attention_to_sentences,
-    attribute,
-    gradient_x_input,
-    only_sentence,
-    prompt_chunks,
-)
 from knowflow.explanation.estimator import Estimator, attribution_note, resolve_estimator
-from knowflow.explanation.hierarchy import hierarchical, hierarchical_attribute
-from knowflow.explanation.learned import learned_attribute
-from knowflow.explanation.mechanism import mechanism
 from knowflow.explanation.options import ExplainConfig
-from knowflow.explanation.prompts import encode, rendered, sentence_tokens, with_lead
-from knowflow.explanation.source import (
-    first_clause,
-    names,
-    produced_label,
-    same_answer,
-    says_first,
-    verdict,
-)
+from knowflow.explanation.prompts import encode, rendered, with_lead
+from knowflow.explanation.record import EMPTY, source_record, unexplained_record
+from knowflow.explanation.sentences import Unexplainable, generate_from, sentence_levels
+from knowflow.explanation.source import first_clause
 from knowflow.explanation.splitter import split_sentences
 from knowflow.explanation.summary import summarize
 from knowflow.explanation.target import explained_span
 from knowflow.explanation.tokens import token_attribution
+from knowflow.lens._trie import CHUNK
 from knowflow.lens.hub import ModelSource
 from knowflow.lens.load import resolve_model
-from knowflow.lens.memory import check_budget, eval_bytes, inference_bytes, shape_of
-from knowflow.lens.scorer import Score, score_continuations
+from knowflow.lens.memory import GIB, check_budget, eval_bytes, inference_bytes, shape_of
+from knowflow.lens.scorer import Score
+from knowflow.lens.shared import SharedPrompt, nodes_for_budget, score_shared, share_prompt
 from knowflow.store.result import Result
 from knowflow.store.run_folder import Progress
 
@@ -98,7 +84,7 @@ def explain(model="smollm2-135m-instruct", data: str | Path | Sequence[ConflictI
         type(model).__name__ else getattr(model.config, "name_or_path", "") or str(name)
     est, method = resolve_estimator(model, estimator_name, cfg)
     if cfg.max_memory is not None:
-        _check_memory(model, tokenizer, items, cfg)
+        cfg = _fit_memory(model, tokenizer, items, cfg)
     records = explain_items(model, tokenizer, items, cfg, answer, progress, est)
     config_dict = {"explain": True, "model": str(name),
                    **({"revision": source.revision} if source and source.revision else {}),
@@ -122,20 +108,28 @@ def _one_sentence_note(records: list[dict]) -> str:
         if n else ""
 
 
-def _check_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig) -> None:
-    """--max-memory, before any work: the larger of a generation batch (`batch_size` prompts
-    of the longest item's length) and one trie scoring pass (a 2048-node chunk over up to
-    `score_tokens` cached prompt tokens, `lens._trie`)."""
+def _fit_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig
+                ) -> ExplainConfig:
+    """--max-memory, before any work: the trie passes are sized to the budget (`score_tokens`
+    lowered to the new tokens a pass may hold beside the longest prompt's keys and values,
+    `lens.shared.nodes_for_budget`: this changes no score), and the run is refused where
+    the larger of a generation batch (`batch_size` prompts of the longest item's length) and
+    the smallest such pass (one 2048-node chunk) does not fit."""
     longest = max(len(ids) for ids in encode(tokenizer, [rendered(it, tokenizer,
                                                                   cfg.prompt_format)
                                                          for it in items]))
     shape = shape_of(model)
-    trie = inference_bytes(shape, 1, 2048, cached=cfg.score_tokens, dense_mask=True)
+    room = int(cfg.max_memory * GIB) - shape.weights
+    nodes = nodes_for_budget(shape, longest, room, cfg.score_tokens) if room > 0 else \
+        min(CHUNK, cfg.score_tokens)
+    trie = inference_bytes(shape, 1, min(CHUNK, nodes), cached=longest + nodes,
+                           logit_positions=min(256, nodes))
     check_budget(shape, lambda rows: max(eval_bytes(shape, longest, cfg.max_new_tokens)(rows),
                                          trie), cfg.batch_size, cfg.max_memory,
                  knob="--set batch_size=",
-                 what=f"prompts of up to {longest} tokens; trie passes of up to "
-                      f"{cfg.score_tokens} tokens (--set score_tokens=N)")
+                 what=f"prompts of up to {longest} tokens; trie passes of {nodes} tokens "
+                      "beside them")
+    return dataclasses.replace(cfg, score_tokens=nodes)
 
 
 def _report(progress: Progress | None, done: int, total: int, stage: str) -> None:
@@ -212,18 +206,30 @@ def check_item(item: ConflictItem, cfg: ExplainConfig) -> None:
 
 
 def _check_answer(model, tokenizer, item: ConflictItem, answer: str, prompt_len: int) -> None:
-    """The answer is something the model can produce, and the prompt with it fits the model."""
-    where = _where(item)
+    """The answer is something the model can produce, and the prompt with it fits the model
+    (a given `--answer`: refused otherwise)."""
+    reason = _unexplainable(model, tokenizer, answer)
+    if reason == EMPTY:
+        raise DataError(_where(item), "the answer to explain is empty",
+                        hint="give a non-empty --answer, or leave it out")
+    if reason is not None:
+        raise DataError(_where(item), reason, hint="give an answer in the model's vocabulary")
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    check_window(model, _where(item), prompt_len + len(ids))
+
+
+def _unexplainable(model, tokenizer, answer: str) -> str | None:
+    """Why `answer` cannot be explained (None: it can): empty, or tokens the model cannot
+    produce."""
     if not answer.strip():
-        raise DataError(where, "the answer to explain is empty (the model generated nothing)",
-                        hint="give --answer, or another --target")
+        return EMPTY
     ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
     vocab = model.get_output_embeddings().weight.shape[0]
     unk = tokenizer.unk_token_id
     if not ids or any(i >= vocab or (unk is not None and i == unk) for i in ids):
-        raise DataError(where, f"the model cannot produce the answer {answer!r} (its tokenizer "
-                        "has no tokens for it)", hint="give an answer in the model's vocabulary")
-    check_window(model, where, prompt_len + len(ids))
+        return (f"the model cannot produce the answer {answer!r} (its tokenizer has no "
+                "tokens for it)")
+    return None
 
 
 def check_window(model, where: str, n_tokens: int) -> None:
@@ -236,72 +242,110 @@ def check_window(model, where: str, n_tokens: int) -> None:
 def explain_items(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig,
                   answer: str | None = None, progress: Progress | None = None,
                   estimator: Estimator | None = None) -> list[dict]:
-    """One record per item (see the module docstring)."""
+    """One record per item (see the module docstring). With the sentence level the items go
+    one at a time, each from its prompt run once (`sentences.py`); without it, together."""
     fmt = cfg.prompt_format
+    with_ctx = [rendered(it, tokenizer, fmt) for it in items]
+    for it, p in zip(items, encode(tokenizer, with_ctx), strict=True):
+        check_window(model, _where(it), len(p) + (cfg.max_new_tokens if answer is None else 1))
+    groups = [[i] for i in range(len(items))] if cfg.sentences else [list(range(len(items)))]
+    records: list[dict] = []
+    for group in groups:
+        records += _group_records(model, tokenizer, [items[i] for i in group], cfg, answer,
+                                  progress, estimator, (len(records), len(items)))
+    return records
+
+
+def _group_records(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig,
+                   answer: str | None, progress: Progress | None, estimator: Estimator | None,
+                   at: tuple[int, int]) -> list[dict]:
+    """The records of `items` (one item where sentences are attributed: its prompt is run once
+    and shared, `lens.shared`); `at`: (items done before, all items), for the progress."""
+    fmt, (done, total) = cfg.prompt_format, at
     with_ctx = [rendered(it, tokenizer, fmt) for it in items]
     without = [rendered(it, tokenizer, fmt, "") for it in items]
     seqs, bare = encode(tokenizer, with_ctx), encode(tokenizer, without)
-    for it, s in zip(items, seqs, strict=True):
-        check_window(model, _where(it), len(s) + (cfg.max_new_tokens if answer is None else 1))
     clock = time.perf_counter()
+    shared = share_prompt(model, tokenizer, seqs[0][:-1]) if cfg.sentences else None
     gen = dict(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
-               progress=progress)
-    _report(progress, 0, len(items), "generate with context")   # the bar shows from now
-    said = generate(model, tokenizer, seqs, stage="generate with context", **gen)
-    _report(progress, 0, len(items), "generate without context")
+               progress=progress if len(items) == total else None)
+    _report(progress, done, total, "generate with context")     # the bar shows from now
+    said = [generate_from(model, tokenizer, seqs[0], shared, cfg.max_new_tokens)] \
+        if shared is not None else generate(model, tokenizer, seqs,
+                                            stage="generate with context", **gen)
+    _report(progress, done + len(items), total, "generate with context")
+    _report(progress, done, total, "generate without context")
     said_bare = generate(model, tokenizer, bare, stage="generate without context", **gen)
+    _report(progress, done + len(items), total, "generate without context")
     targets = [answer if answer is not None else _target(it, out, cfg)
                for it, out in zip(items, said, strict=True)]
-    for it, a, s in zip(items, targets, seqs, strict=True):
-        _check_answer(model, tokenizer, it, a, len(s))
+    if answer is not None:
+        for it, s in zip(items, seqs, strict=True):
+            _check_answer(model, tokenizer, it, answer, len(s))
+    why = [_unexplainable(model, tokenizer, a) for a in targets]
     # the answer span weighed: the named labelled answer, else the span after the lead-in
     # (target.py); a given --answer or a labelled target is weighed whole
     ruled = [explained_span(it, a) if answer is None and cfg.target == "generated"
              else ("", a, "given") for it, a in zip(items, targets, strict=True)]
-    spans = [(lead, span) for lead, span, _ in ruled]
-    led = [with_lead(p, lead) for p, (lead, _) in zip(with_ctx, spans, strict=True)]
-    led_bare = [with_lead(p, lead) for p, (lead, _) in zip(without, spans, strict=True)]
+    ok = [i for i in range(len(items)) if why[i] is None]
+    spans = [(ruled[i][0], ruled[i][1]) for i in ok]
+    led = [with_lead(with_ctx[i], lead) for i, (lead, _) in zip(ok, spans, strict=True)]
+    led_bare = [with_lead(without[i], lead) for i, (lead, _) in zip(ok, spans, strict=True)]
     conts = [[p.answer_prefix + span] for p, (_, span) in zip(led, spans, strict=True)]
     seqs_led, bare_led = encode(tokenizer, led), encode(tokenizer, led_bare)
     rival_texts = _rival_texts(model, tokenizer, spans, bare_led, cfg)
-    _report(progress, 0, len(items), "score answers")
-    memory = [p.answer_prefix + (m or " ") for p, m in zip(with_ctx, said_bare, strict=True)]
-    scored, memory_ctx, rival_ctx = _source_scores(model, tokenizer, seqs_led, seqs, conts,
-                                                   memory, rival_texts, cfg)
-    scored_bare, memory_bare, rival_bare = _source_scores(model, tokenizer, bare_led, bare,
-                                                          conts, memory, rival_texts, cfg)
-    rivals: list[tuple[str, float, float] | None] = [
-        (t, c, b) if t else None for t, c, b in zip(rival_texts, rival_ctx, rival_bare,
-                                                    strict=True)]
-    for i, (lead, _) in enumerate(spans):
-        if not lead and said_bare[i].strip():                 # no lead: the no-context answer
-            rivals[i] = (said_bare[i], memory_ctx[i][0], memory_bare[i][0])
-    _report(progress, len(items), len(items), "score answers")
-    shared = (time.perf_counter() - clock) / len(items)
-    records = []
-    for i, it in enumerate(items):
-        lp_ctx, lp_bare = scored[i][0], scored_bare[i][0]
-        if not math.isfinite(lp_ctx) or not math.isfinite(lp_bare):
-            raise DataError(_where(it), f"the model cannot produce the answer {targets[i]!r} "
-                            "(probability 0)", hint="give another answer")
-        rec = _source_record(it, cfg, targets[i], spans[i], said[i], said_bare[i],
-                             (scored[i], memory_ctx[i]), (scored_bare[i], memory_bare[i]),
-                             rivals[i])
+    memory = [with_ctx[i].answer_prefix + (said_bare[i] or " ") for i in ok]
+    scored, memory_ctx, rival_ctx = _source_scores(
+        model, tokenizer, seqs_led, [seqs[i] for i in ok], conts, memory, rival_texts, cfg,
+        shared)
+    scored_bare, memory_bare, rival_bare = _source_scores(
+        model, tokenizer, bare_led, [bare[i] for i in ok], conts, memory, rival_texts, cfg)
+    _report(progress, done + len(items), total, "score answers")
+    shared_seconds = (time.perf_counter() - clock) / len(items)
+    records = [unexplained_record(it, cfg, targets[i], said[i], said_bare[i], why[i])
+               for i, it in enumerate(items)]
+    for k, i in enumerate(ok):
+        it = items[i]
+        rival = (rival_texts[k], rival_ctx[k], rival_bare[k]) if rival_texts[k] else None
+        if not spans[k][0] and said_bare[i].strip():       # no lead: the no-context answer
+            rival = (said_bare[i], memory_ctx[k][0], memory_bare[k][0])
+        if not math.isfinite(scored[k][0]) or not math.isfinite(scored_bare[k][0]):
+            records[i]["unexplained"] = (f"the model cannot produce the answer "
+                                         f"{targets[i]!r} (probability 0)")
+            continue
+        rec = source_record(it, cfg, targets[i], spans[k], said[i], said_bare[i],
+                            (scored[k], memory_ctx[k]), (scored_bare[k], memory_bare[k]),
+                            rival)
         rec["span_rule"] = ruled[i][2]
-        rec["seconds"] = {"source": shared}
-        if cfg.sentences:
-            rec.update(_sentences(model, tokenizer, it, seqs_led[i], conts[i][0], lp_ctx, cfg,
-                                  rec["seconds"], spans[i][0], progress, estimator))
-            if cfg.tokens and said[i]:
-                clock_t = time.perf_counter()
-                rec["tokens"] = token_attribution(model, tokenizer, it,
-                                                  split_sentences(it.context),
-                                                  with_ctx[i].answer_prefix + said[i], cfg)
-                rec["seconds"]["tokens"] = time.perf_counter() - clock_t
-        records.append(rec)
-        if progress is not None:
-            progress(i + 1, len(items), "explain")
+        rec["seconds"] = {"source": shared_seconds}
+        try:
+            rec.update(_sentence_part(model, tokenizer, it, seqs_led[k], conts[k][0],
+                                      rec, cfg, spans[k][0], progress, estimator, shared,
+                                      with_ctx[i].answer_prefix + said[i]))
+        except Unexplainable as why_not:
+            records[i]["unexplained"] = str(why_not)
+            continue
+        records[i] = rec
+    _report(progress, done + len(items), total, "explain")
     return records
+
+
+def _sentence_part(model, tokenizer, item: ConflictItem, prompt_ids: list[int],
+                   continuation: str, rec: dict, cfg: ExplainConfig, lead: str,
+                   progress: Progress | None, estimator: Estimator | None,
+                   shared: SharedPrompt | None, generation: str) -> dict:
+    """The record's sentence, mechanism and token levels, where asked for."""
+    if not cfg.sentences:
+        return {}
+    out = sentence_levels(model, tokenizer, item, prompt_ids, continuation,
+                          rec["logprob_context"], cfg, rec["seconds"], lead, progress,
+                          estimator, shared)
+    if cfg.tokens and rec["answer_generated"]:
+        clock = time.perf_counter()
+        out["tokens"] = token_attribution(model, tokenizer, item, split_sentences(item.context),
+                                          generation, cfg)
+        rec["seconds"]["tokens"] = time.perf_counter() - clock
+    return out
 
 
 def _rival_texts(model, tokenizer, spans, bare_led, cfg: ExplainConfig) -> list[str]:
@@ -319,21 +363,20 @@ def _rival_texts(model, tokenizer, spans, bare_led, cfg: ExplainConfig) -> list[
 
 def _source_scores(model, tokenizer, led: list[list[int]], plain: list[list[int]],
                    conts: list[list[str]], memory: list[str], rivals: list[str],
-                   cfg: ExplainConfig) -> tuple[list[Score], list[Score], list[float | None]]:
+                   cfg: ExplainConfig, shared: SharedPrompt | None = None
+                   ) -> tuple[list[Score], list[Score], list[float | None]]:
     """(the explained span after `led`, the memory answer after `plain`, the rival (" " +
     text) after `led`, where there is one) for every item, on one side (with the context or
     without it): every request of the side in one scoring call over the token trie of the
-    prompts (`lens.scorer`'s "trie" strategy), so that the prompt an item's requests share
-    (its whole context: `led` is `plain` with the lead appended) runs once; chunked as the
-    ablations are (`cfg.score_chunk` prompts, `cfg.score_tokens` tokens)."""
+    prompts (`lens.shared.score_shared`), so that the prompt an item's requests share (its
+    whole context: `led` is `plain` with the lead appended) runs once, or not at all where
+    `shared` holds it; in passes of at most `cfg.score_tokens` new tokens."""
     prompts, asked = [], []
     for i, (p, q) in enumerate(zip(led, plain, strict=True)):
         prompts += [p, q]
         asked += [[conts[i][0], *([" " + rivals[i]] if rivals[i] else [])], [memory[i]]]
-    got: list[list[Score]] = []
-    for chunk in prompt_chunks([len(p) for p in prompts], 2 * cfg.score_chunk, cfg.score_tokens):
-        got += score_continuations(model, tokenizer, [prompts[k] for k in chunk],
-                                   [asked[k] for k in chunk], strategy="trie")
+    got = score_shared(model, tokenizer, prompts, asked, shared, cfg.score_tokens) \
+        if prompts else []
     spans, mem, rival = [], [], []
     for i in range(len(led)):
         spans.append(got[2 * i][0])
@@ -348,91 +391,3 @@ def _target(item: ConflictItem, generated: str, cfg: ExplainConfig) -> str:
     if cfg.target == "parametric":
         return item.parametric_answer
     return generated
-
-
-def _source_record(item: ConflictItem, cfg: ExplainConfig, answer: str,
-                   span: tuple[str, str], said: str, said_bare: str, scored, scored_bare,
-                   rival: tuple[str, float, float] | None) -> dict:
-    """The source level of one record; `scored`/`scored_bare`: ((answer's log-prob, tokens),
-    (memory answer's log-prob, tokens)) with and without the context; `rival`: the
-    no-context answer the span is weighed against (`_rivals`)."""
-    lp_ctx, lp_bare = scored[0][0], scored_bare[0][0]
-    agrees = same_answer(span[1], said_bare) or \
-        bool(span[0] and rival and says_first(span[1], rival[0]))
-    name, numbers = verdict(lp_ctx, lp_bare, agrees, rival and rival[1:], cfg.context_ratio)
-    numbers["rival"] = rival[0] if rival else None
-    labelled = bool(item.counterfactual_answer.strip() and item.parametric_answer.strip())
-    produced, expected = produced_label(item, answer, said_bare) if labelled else (None, None)
-    known = bool(said_bare.strip())
-    mem = {"memory_answer_logprob_context": scored[1][0] if known else None,
-           "memory_answer_logprob_no_context": scored_bare[1][0] if known else None,
-           "memory_answer_prob_no_context": math.exp(scored_bare[1][0]) if known else None}
-    return {"id": item.id, "suite": item.suite, "context": item.context,
-            "question": item.question, "target": cfg.target, "answer": answer,
-            "answer_lead": span[0], "explained": span[1],
-            "answer_generated": said, "answer_no_context": said_bare,
-            "explained_tokens": scored[0][1], "logprob_context": lp_ctx,
-            "logprob_no_context": lp_bare, "context_contribution": lp_ctx - lp_bare, **mem,
-            "verdict": name, "verdict_numbers": numbers,
-            "counterfactual_answer": item.counterfactual_answer,
-            "parametric_answer": item.parametric_answer,
-            "produced": produced, "expected_verdict": expected,
-            "produced_no_context": names(item, said_bare) if labelled else None,
-            "verdict_agrees": None if expected is None else expected == name,
-            "needle": item.meta.get("needle")}
-
-
-def _sentences(model, tokenizer, item: ConflictItem, prompt_ids: list[int], continuation: str,
-               lp_ctx: float, cfg: ExplainConfig, seconds: dict, lead: str,
-               progress: Progress | None = None, estimator: Estimator | None = None
-               ) -> dict:
-    """The sentence and mechanism levels of one record; `prompt_ids` end with `lead`, the
-    answer's text before the explained `continuation`."""
-    sentences = split_sentences(item.context)
-    spans = sentence_tokens(item, sentences, tokenizer, cfg.prompt_format)
-    if any(not s for s in spans):
-        raise KnowflowError(f"{_where(item)}: a sentence has no tokens of its own in the prompt")
-    clock = time.perf_counter()
-    documents = None
-    if len(sentences) == 1:            # nothing to weigh it against: removed, exactly
-        attr = only_sentence(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead)
-        seconds["ablation"] = time.perf_counter() - clock
-    elif estimator is not None:
-        attr = learned_attribute(model, tokenizer, item, sentences, prompt_ids, continuation,
-                                 lp_ctx, spans, estimator.tensor(), cfg, lead,
-                                 estimator.features,
-                                 "gradient" if cfg.attribution == "gradient" else "learned")
-        seconds["learned"] = time.perf_counter() - clock
-    elif hierarchical(cfg, len(sentences)):
-        attr, documents = hierarchical_attribute(model, tokenizer, item, sentences,
-                                                 continuation, lp_ctx, cfg, lead, progress)
-        seconds["ablation"] = time.perf_counter() - clock
-    else:
-        attr = attribute(model, tokenizer, item, sentences, continuation, lp_ctx, cfg, lead,
-                         progress)
-        seconds["ablation"] = time.perf_counter() - clock
-    answer_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-    out = {"sentences": [{"text": s.text, "attribution": w}
-                         for s, w in zip(sentences, attr.weights, strict=True)],
-           **attr.to_dict(), **({"documents": documents} if documents else {})}
-    needle = item.meta.get("needle")
-    if needle is not None:
-        out["top_hit"] = attr.top == needle
-    if cfg.one_pass:                        # asked for: a forward and a backward pass
-        clock = time.perf_counter()
-        one_pass = gradient_x_input(model, prompt_ids, answer_ids, spans)
-        seconds["one_pass"] = time.perf_counter() - clock
-        for sentence, score in zip(out["sentences"], one_pass, strict=True):
-            sentence["one_pass"] = score
-        out["one_pass"] = agreement(attr.weights, one_pass)
-        if needle is not None:
-            out["one_pass_hit"] = out["one_pass"]["one_pass_top"] == needle
-    if cfg.mechanism:
-        clock = time.perf_counter()
-        mass = attention_to_sentences(model, prompt_ids, spans)    # (layers, heads, sentences)
-        context_keys = sorted({p for s in spans for p in s})
-        out["mechanism"] = mechanism(model, prompt_ids, answer_ids, context_keys,
-                                     spans[attr.top], mass[:, :, attr.top], cfg.window,
-                                     cfg.n_heads, cfg.batch_size)
-        seconds["mechanism"] = time.perf_counter() - clock
-    return out

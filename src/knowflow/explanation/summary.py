@@ -31,12 +31,16 @@ def summarize(records: list[dict]) -> dict:
     labelled item, (`one_answer`) on those whose answer names exactly one of the item's
     answers (`produced`: how many name which) and (`known_answer`) on those of them where the
     model's no-context answer names the parametric answer, so that the labels' premise (the
-    model's memory holds the parametric answer) holds; where
+    model's memory holds the parametric answer) holds; the items that could not be explained
+    (`unexplained`: how many, and why: `record.py`); where
     sentences were attributed, the needle hit rates, LDS, top-k drops and (null where it was
     not asked for) the one-pass estimate's agreement; where mechanisms ran, the mean effect
     per layer."""
+    unexplained = [r["unexplained"] for r in records if r.get("unexplained")]
     counts = Counter(r["verdict"] for r in records)
     out: dict = {"n_items": len(records),
+                 "unexplained": {"n_items": len(unexplained),
+                                 "reasons": dict(Counter(unexplained))},
                  "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
                  **_agreement(records),
                  "produced": dict(Counter(r["produced"] for r in records
@@ -58,8 +62,12 @@ def summarize(records: list[dict]) -> dict:
             "topk_drop": {k: _mean([r["topk_drop"].get(k) for r in attributed]) for k in ks},
             "one_pass_same_top": _mean([float(r["one_pass"]["same_top"]) for r in one_pass]),
             "one_pass_spearman": _mean([r["one_pass"]["spearman"] for r in one_pass]),
+            "ablations_used": _mean([r.get("ablations_used") for r in attributed]),
+            "converged": _mean([float(r["ablations_stopped"] == "converged")
+                                for r in attributed if r.get("ablations_stopped")]),
             "seconds_per_item": {stage: _mean([r["seconds"].get(stage) for r in attributed])
-                                 for stage in ("source", "ablation", "one_pass", "mechanism")}}
+                                 for stage in ("source", "ablation", "learned", "one_pass",
+                                               "mechanism")}}
     mech = [r["mechanism"] for r in attributed if "mechanism" in r]
     if mech:
         n = len(mech[0]["layers"])
@@ -79,6 +87,8 @@ def _sentence(summary: dict) -> str:
     text = (f"{counts[top]} of {summary['n_items']} answers came from {top}"
             if top != "both" else f"{counts[top]} of {summary['n_items']} answers are backed "
                                   "by both context and memory")
+    if not any(counts.values()):
+        text = f"none of the {summary['n_items']} answers was explained"
     if summary["agreement"] is not None:
         text += (f"; the verdict matches the produced answer on "
                  f"{100 * summary['agreement']:.0f}% of {summary['n_checked']} labelled items")
@@ -89,4 +99,9 @@ def _sentence(summary: dict) -> str:
     sent = summary.get("sentences")
     if sent and sent["hit_rate"] is not None:
         text += f"; the top sentence is the answer sentence in {100 * sent['hit_rate']:.0f}%"
+    missed = (summary.get("unexplained") or {}).get("n_items", 0)
+    if missed:
+        reasons = summary["unexplained"]["reasons"]
+        text += (f"; {missed} of {summary['n_items']} could not be explained ("
+                 + "; ".join(f"{n}: {why}" for why, n in reasons.items()) + ")")
     return text + "."

@@ -39,6 +39,7 @@ from knowflow.lens.attention import intercepted
 from knowflow.lens.batching import model_device
 
 CHUNK = 2048         # trie nodes per forward pass (at most; the keys of earlier chunks are kept)
+KV = list[tuple[torch.Tensor, torch.Tensor]]   # per layer (keys, values): (1, kv heads, n, dim)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Trie:
     parent: list[int] = field(default_factory=list)      # -1: continues the shared prefix
     depth: list[int] = field(default_factory=list)       # tokens after the shared prefix
     reads: list[tuple[int, int, int, int]] = field(default_factory=list)
+    kept: KV | None = None          # keys and values `run_trie` was asked to keep
     _child: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def path(self, node: int, tokens: Sequence[int]) -> list[int]:
@@ -85,10 +87,14 @@ class Trie:
         return rest + sorted(read), len(read)
 
 
-def build_trie(seqs: Sequence[Sequence[int]]) -> tuple[Trie, list[list[int]]]:
-    """(the token trie of `seqs`, per sequence the node of each of its tokens). The sequences
-    go in sorted, so the nodes are numbered in depth-first (lexicographic) order."""
+def build_trie(seqs: Sequence[Sequence[int]], first: Sequence[int] = ()
+               ) -> tuple[Trie, list[list[int]]]:
+    """(the token trie of `seqs`, per sequence the node of each of its tokens). `first` goes
+    in first, so its tokens are nodes 0..len(first) - 1 (a chain: the prompt a `run_trie`
+    seed holds); then the sequences go in sorted, so their nodes are numbered in depth-first
+    (lexicographic) order."""
     trie = Trie()
+    trie.path(-1, first)
     paths: list[list[int]] = [[] for _ in seqs]
     for i in sorted(range(len(seqs)), key=lambda j: list(seqs[j])):
         paths[i] = trie.path(-1, seqs[i])
@@ -210,11 +216,15 @@ def _trie_mode(model, last_mlp, rows: list[torch.Tensor]):
 
 
 @torch.no_grad()
-def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None = None
+def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None = None,
+             seed: KV | None = None, keep: Sequence[int] = ()
              ) -> dict[tuple[int, int], float] | None:
     """Log-probabilities {(node, token): logp} of each token in `wanted[node]` after the
     prefix ending at `node`, `chunk` nodes (default `CHUNK`) per forward pass; None when the
-    model's attention does not go through transformers' attention interface."""
+    model's attention does not go through transformers' attention interface. `seed`: the
+    keys and values of the trie's first s nodes (a chain from the root, `build_trie`'s
+    `first`), which are then not computed (none of them may be in `wanted`). `keep`: nodes
+    whose keys and values are put in `trie.kept` (per layer, in `keep`'s order)."""
     chunk = chunk or CHUNK
     try:
         arch = arch_of(model)
@@ -225,10 +235,20 @@ def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None 
     ids = torch.tensor(trie.tokens, dtype=torch.long)                   # (nodes,)
     depth = torch.tensor(trie.depth, dtype=torch.long)                  # (nodes,)
     store: list = [None] * arch.n_layers
+    seeded = 0
+    if seed:
+        seeded = seed[0][0].shape[2]
+        if any(x < seeded for x in wanted):
+            raise KnowflowError("a seeded trie node cannot be scored")
+        for layer, (k, v) in enumerate(seed):                           # (1, kvh, s, dim)
+            shape = (*k.shape[:2], n, k.shape[-1])
+            store[layer] = (k.new_empty(shape), v.new_empty(shape))
+            store[layer][0][:, :, :seeded] = k
+            store[layer][1][:, :, :seeded] = v
     out: dict[tuple[int, int], float] = {}
     rows_now: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long)]
     with _trie_mode(model, arch.mlp[-1], rows_now):
-        for start in range(0, n, chunk):
+        for start in range(seeded, n, chunk):
             end = min(n, start + chunk)
             rows = [x for x in range(start, end) if x in wanted]
             plan = _Plan(start, end, pieces(trie, start, end, None, device),
@@ -250,4 +270,7 @@ def run_trie(model, trie: Trie, wanted: dict[int, list[int]], chunk: int | None 
                 got = logp[torch.tensor([r for r, _, _ in pairs], device=device),
                            torch.tensor([t for _, _, t in pairs], device=device)].tolist()
                 out.update({(x, tok): v for (_, x, tok), v in zip(pairs, got, strict=True)})
+    if keep:
+        at = torch.tensor(list(keep), dtype=torch.long, device=device)
+        trie.kept = [(k.index_select(2, at), v.index_select(2, at)) for k, v in store]
     return out

@@ -106,7 +106,20 @@ def _yes(value: object) -> str:
     return "yes" if value is True else "no" if value is False else html.escape(str(value))
 
 
+def _unexplained_card(rec: dict) -> str:
+    """The card of an item explain could not explain: its answers and the reason."""
+    return (f'<div class="card"><div class="q">{html.escape(rec["id"])}: '
+            f'{html.escape(rec["question"])}</div><div class="answers">'
+            f'<div><b>answer with the context</b>{html.escape(rec.get("answer") or "")}</div>'
+            f'<div><b>answer without the context</b>'
+            f'{html.escape(rec.get("answer_no_context") or "")}</div></div>'
+            f'<p><span class="verdict v-neither">not explained</span> '
+            f'{html.escape(rec["unexplained"])}</p></div>')
+
+
 def _card(rec: dict) -> str:
+    if rec.get("unexplained"):                 # records written before the field: explained
+        return _unexplained_card(rec)
     v = rec["verdict"]
     nums = rec["verdict_numbers"]
     p = math.exp(rec["logprob_context"]), math.exp(rec["logprob_no_context"])
@@ -212,7 +225,10 @@ def _headline(summary: dict) -> str:
     ablations (LDS)."""
     verdicts = summary.get("verdicts") or {}
     sentences = summary.get("sentences") or {}
-    rows = [["items explained", summary.get("n_items", "–")],
+    missed = (summary.get("unexplained") or {}).get("n_items", 0)
+    rows = [["items explained", summary.get("n_items", 0) - missed
+             if missed else summary.get("n_items", "–")],
+            *([["items not explained", missed]] if missed else []),
             ["verdicts", ", ".join(f"{k} {v}" for k, v in verdicts.items()) or "–"]]
     if summary.get("agreement") is not None:
         rows.append(["verdict matches the expected source (labelled items)",

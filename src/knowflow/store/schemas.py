@@ -216,10 +216,11 @@ class ExplainRecord(_Record):
     question: str
     answer: str
     answer_no_context: str
-    logprob_context: StrictFloat
-    logprob_no_context: StrictFloat
-    verdict: str
-    verdict_numbers: VerdictNumbers
+    unexplained: str | None = None     # why the answer was not explained (then no verdict)
+    logprob_context: StrictFloat | None
+    logprob_no_context: StrictFloat | None
+    verdict: str | None
+    verdict_numbers: VerdictNumbers | None
     expected_verdict: str | None = None
     verdict_agrees: StrictBool | None = None
     # a None default without None in the type: the field may be absent, but never null
@@ -232,6 +233,11 @@ class ExplainRecord(_Record):
 
     @model_validator(mode="after")
     def _attribution_parts(self) -> ExplainRecord:
+        if self.unexplained is None:
+            missing = [f for f in ("logprob_context", "logprob_no_context", "verdict",
+                                   "verdict_numbers") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"an explained record needs {', '.join(missing)}")
         if "sentences" in self.model_fields_set:
             missing = [f for f in ("top_sentence", "topk_drop")
                        if f not in self.model_fields_set]
