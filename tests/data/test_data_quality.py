@@ -47,7 +47,7 @@ def test_eval_skips_same_answer_items_and_counts_them_with_duplicate_keys(tmp_pa
     assert sum("1 record(s) give a key twice (lines 3)" in m for m in out) == 1
     summary = read_json(tmp_path / "out" / "summary.json")["items"]
     # log-likelihood scores the case/punctuation pair as given; generation cannot tell it apart
-    assert summary["loglik"]["n"] == 4 and "n_skipped_equal_answers" not in summary["loglik"]
+    assert summary["loglik"]["n"] == 4 and summary["loglik"]["n_skipped_equal_answers"] == 0
     assert summary["generate"]["n"] == 3 and summary["generate"]["n_skipped_equal_answers"] == 1
     for metrics in summary.values():
         assert metrics["n_skipped_same_answers"] == 1 and metrics["n_duplicate_keys"] == 1
