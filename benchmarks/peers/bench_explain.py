@@ -512,6 +512,17 @@ def shared_with_evaluation(seeds, args) -> set[str]:
     return texts(train) & texts(evaluation)
 
 
+def merged_rows(paths: list[Path]) -> list[dict]:
+    """The rows of --json files, one per item id (a later file's fields over an earlier's)."""
+    merged: dict[str, dict] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line:
+                row = json.loads(line)
+                merged.setdefault(row["id"], {}).update(row)
+    return list(merged.values())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -561,13 +572,7 @@ def main() -> int:
     ap.add_argument("--curve-point", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.summarize:
-        merged: dict[str, dict] = {}
-        for path in args.summarize:
-            for line in path.read_text().splitlines():
-                if line:
-                    row = json.loads(line)
-                    merged.setdefault(row["id"], {}).update(row)
-        report(list(merged.values()))
+        report(merged_rows(args.summarize))
         return 0
     torch.set_num_threads(args.threads)
     args.learned_counts = [int(n) for n in args.learned_ablations.split(",")]

@@ -54,7 +54,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_explain import Case, reference, run_method  # noqa: E402
+from bench_explain import Case, merged_rows, reference, run_method  # noqa: E402
 from rag_items import PASSAGES, hotpot_items, rag_items  # noqa: E402
 
 FAST = {"attribution": "gradient", "gradient_masks": 2, "learned_ablations": 8}
@@ -282,13 +282,7 @@ def main() -> int:
     ap.add_argument("--masks", type=int, default=16)
     args = ap.parse_args()
     if args.summarize:
-        rows: dict[str, dict] = {}
-        for path in args.summarize:
-            for line in path.read_text().splitlines():
-                if line:
-                    row = json.loads(line)
-                    rows.setdefault(row["id"], {}).update(row)
-        summarize(list(rows.values()))
+        summarize(merged_rows(args.summarize))
         return 0
     torch.set_num_threads(args.threads)
     from knowflow.config import apply_overrides
