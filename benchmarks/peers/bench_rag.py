@@ -196,13 +196,17 @@ def summarize(rows: list[dict]) -> None:
             lds = [g["lds"] for g in got if g.get("lds") is not None]
             cpu = statistics.mean(g["cpu"] for g in got)
             curves.setdefault(m, []).append((mean_tokens, cpu))
-            ratio = statistics.mean(r[base]["cpu"] for r in part) / cpu \
-                if all(base in r for r in part) else float("nan")
+            # each item is one round (the sides alternate item by item): its own ratio
+            rounds = [r[base]["cpu"] / r[m]["cpu"] for r in part if base in r]
+            ratio = statistics.median(rounds) if len(rounds) == len(part) else float("nan")
             used = [g["ablations_used"] for g in got if g.get("ablations_used")]
             note = f"  ablations {statistics.mean(used):.0f}" if used else ""
             print(f"{'':>13}  {m:<22}{(statistics.mean(lds) if lds else float('nan')):>7.3f}"
                   f"{cpu:>9.2f}{statistics.mean(g['peak_mb'] for g in got):>9.0f}"
                   f"{ratio:>33.2f}x{note}")
+            if m != base and len(rounds) == len(part):
+                print(f"{'':>15}rounds: {', '.join(f'{x:.2f}x' for x in rounds)}; "
+                      f"median {ratio:.2f}x")
     print("\nCPU against prompt length (log-log slope over the lengths above):")
     for m, pts in curves.items():
         if len(pts) > 1:
