@@ -5,6 +5,8 @@
     python benchmarks/peers/bench_rag.py --summarize rag.jsonl
     python benchmarks/peers/bench_rag.py --hotpot tests/data/layouts/hotpotqa_distractor.json
     python benchmarks/peers/bench_rag.py --floor 1024,4096 --masks 16
+    python benchmarks/peers/bench_rag.py --tokens 4096 --items 1 --methods explain \
+        --set max_memory=1.5      # explain's peak memory under --max-memory 1.5
 
 Items (`rag_items.py`): retrieved passages of 3-8 sentences, the answer in one of them,
 distractor passages of the same relation; `--tokens T` takes `rag_items.PASSAGES[T]`
@@ -25,13 +27,14 @@ held-out check and the top-k drops; `explain-fast` is the fast mode (`FAST`: one
 most 8 ablations); `--set k=v` changes explain's config for both. Each item runs every
 method in one process, the sides alternating which goes first item by item. Per method:
 CPU seconds (the process's own), wall seconds, peak resident memory above the level before
-the method (VmHWM, reset before each method), and the LDS: the Spearman correlation between
-the method's scores summed over the kept sentences and the span's actual log-probability on
-`--holdout` random half masks of the item's sentences, the same for every method, scored
-once and not timed. `forward_cpu` is one forward pass over the item's whole prompt (the
-floor a pass over the text costs). The summary prints, per length, each method's mean LDS,
-CPU, peak memory and the CPU ratio of ContextCite to it, and each method's CPU against
-length as a log-log slope beside the forward pass's.
+the method (VmHWM, reset before each method) and the process's whole peak (the loaded model
+included: what `--set max_memory=GIB` bounds, printed as "process peak"), and the LDS: the
+Spearman correlation between the method's scores summed over the kept sentences and the
+span's actual log-probability on `--holdout` random half masks of the item's sentences, the
+same for every method, scored once and not timed. `forward_cpu` is one forward pass over the
+item's whole prompt (the floor a pass over the text costs). The summary prints, per length,
+each method's mean LDS, CPU, peak memory and the CPU ratio of ContextCite to it, and each
+method's CPU against length as a log-log slope beside the forward pass's.
 
 `--floor T,...` measures the ablation path against the physical floor: for `--masks` random
 half masks of an item of each length, the CPU of knowflow's scoring of them (from the
@@ -80,12 +83,15 @@ def _status(key: str) -> int:
 
 
 def timed(fn):
-    """(result, cpu s, wall s, peak MB above the resident level before)."""
+    """(result, {cpu s, wall s, peak MB above the resident level before, the process's peak
+    resident MB (the loaded model's included)})."""
     base = _reset_peak()
     clock, cpu = time.perf_counter(), time.process_time()
     out = fn()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - clock
-    return out, cpu, wall, (_status("VmHWM") - base) / 1024
+    peak = _status("VmHWM")
+    return out, {"cpu": cpu, "seconds": wall, "peak_mb": (peak - base) / 1024,
+                 "peak_total_mb": peak / 1024}
 
 
 def load_cases(model, tok, args) -> list[tuple[int, Case]]:
@@ -150,21 +156,21 @@ def measure(model, tok, tokens: int, case: Case, index: int, args) -> dict:
     for method in methods:
         if method in ("explain", "explain-fast"):
             extra = FAST if method == "explain-fast" else {}
-            (w, rec), cpu, wall, peak = timed(lambda e=extra: run_explain(model, tok, case,
-                                                                          args.config, e))
+            (w, rec), stats = timed(lambda e=extra: run_explain(model, tok, case,
+                                                                args.config, e))
             got = {"ablations_used": rec.get("ablations_used"), "lds_own": rec.get("lds"),
+                   "stopped": rec.get("ablations_stopped"),
                    "same_answer": rec.get("answer") == case.answer,
                    "unexplained": rec.get("unexplained")}
         elif method == "cc-generate":
-            _, cpu, wall, peak = timed(lambda: cc_generate(model, tok, case))
-            row[method] = {"cpu": cpu, "seconds": wall, "peak_mb": peak}
+            _, stats = timed(lambda: cc_generate(model, tok, case))
+            row[method] = stats
             continue
         else:
-            w, cpu, wall, peak = timed(lambda m=method: run_method(
+            w, stats = timed(lambda m=method: run_method(
                 m, 64, model, tok, case, None, cc_batch(len(case.led_ids))))
             got = {"batch": cc_batch(len(case.led_ids)) if method.endswith("batched") else 1}
-        row[method] = {"cpu": cpu, "seconds": wall, "peak_mb": peak,
-                       "lds": spearman(held.double() @ w, actual),
+        row[method] = {**stats, "lds": spearman(held.double() @ w, actual),
                        "top": int(w.argmax()), **got}
     row["logprob_full"] = full
     return row
@@ -201,6 +207,8 @@ def summarize(rows: list[dict]) -> None:
             ratio = statistics.median(rounds) if len(rounds) == len(part) else float("nan")
             used = [g["ablations_used"] for g in got if g.get("ablations_used")]
             note = f"  ablations {statistics.mean(used):.0f}" if used else ""
+            totals = [g["peak_total_mb"] for g in got if "peak_total_mb" in g]
+            note += f"  process peak {max(totals):.0f} MB" if totals else ""
             print(f"{'':>13}  {m:<22}{(statistics.mean(lds) if lds else float('nan')):>7.3f}"
                   f"{cpu:>9.2f}{statistics.mean(g['peak_mb'] for g in got):>9.0f}"
                   f"{ratio:>33.2f}x{note}")

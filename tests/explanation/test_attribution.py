@@ -126,3 +126,30 @@ def test_config_rejects_impossible_values():
                          ("levels", ("source", "one_pass"))):
         with pytest.raises(ConfigError, match=field):
             validate_config(dataclasses.replace(ExplainConfig(), **{field: value}))
+
+
+def test_the_rounds_record_their_stopping_and_fit(lm):
+    from knowflow.explanation.attribution import attribute, converged
+
+    model, tok = lm
+    sents = split_sentences(ITEM.context)
+    full = float(score_masks(model, tok, ITEM, sents, torch.ones(1, len(sents),
+                                                                 dtype=torch.int64),
+                             " Italy", ExplainConfig())[0])
+    prior = torch.tensor([0.1, 0.0, 0.5, -0.1], dtype=torch.float64)
+    # any rise counts as flat and any level passes: the second round stops it
+    quick = attribute(model, tok, ITEM, sents, " Italy", full,
+                      ExplainConfig(converge=1.0, lds_floor=-1.0, top_k=(1,)), prior=prior)
+    got = quick.to_dict()
+    assert [r["ablations"] for r in got["ablation_rounds"]] == [16, 24]
+    assert got["ablations_stopped"] == "converged" and got["ablations_used"] == 24
+    assert got["surrogate_fit"] == "lasso" or got["surrogate_fit"].startswith("prior+ridge")
+    # a floor: the rounds stop at the first one the rule accepts, else at the limit
+    slow = attribute(model, tok, ITEM, sents, " Italy", full,
+                     ExplainConfig(ablations=40, converge=1.0, lds_floor=0.9, top_k=(1,)),
+                     prior=prior).to_dict()
+    rounds = slow["ablation_rounds"]
+    first = next((i for i in range(1, len(rounds)) if converged(rounds[:i + 1], 1.0, 0.9)),
+                 None)
+    assert len(rounds) == (first + 1 if first is not None else 4)
+    assert slow["ablations_stopped"] == ("converged" if first is not None else "limit")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from knowflow.explanation.options import ExplainConfig
 from knowflow.explanation.surrogate import (
     balanced_masks,
     fit_surrogate,
@@ -121,3 +122,54 @@ def test_the_exact_path_solves_the_lasso_coordinate_descent_solves(n, d):
         assert objective(w, b) <= objective(warm, b_cd) + 1e-9
         if d < n:
             assert np.abs(w - warm).max() < 1e-6
+
+
+def test_the_prior_centred_ridge_is_the_scaled_prior_when_the_data_agree_with_it():
+    from knowflow.explanation.surrogate import centred_ridge
+
+    gen = torch.Generator().manual_seed(3)
+    prior = torch.randn(40, generator=gen, dtype=torch.float64).numpy()
+    masks = random_masks(24, 40, 0.5, gen).double().numpy()       # fewer masks than sentences
+    y = -3.0 + masks @ (2.5 * prior)
+    w, b = centred_ridge(masks, y, prior, 0.1)
+    assert np.allclose(w, 2.5 * prior, atol=1e-6) and b == pytest.approx(-3.0, abs=1e-6)
+    # a prior pointing the wrong way gets no weight (c >= 0): the ridge alone fits
+    w_neg, _ = centred_ridge(masks, y, -prior, 0.1)
+    assert np.corrcoef(w_neg, prior)[0, 1] > 0
+
+
+def test_cross_validation_keeps_the_lasso_for_one_decisive_sentence_and_the_ridge_for_many():
+    gen = torch.Generator().manual_seed(5)
+    # one decisive sentence of 10, a prior that is noise: the adaptive lasso wins
+    masks = random_masks(32, 10, 0.5, gen)
+    true = torch.zeros(10, dtype=torch.float64)
+    true[3] = 4.0
+    y = -5.0 + masks.double() @ true + 0.05 * torch.randn(32, generator=gen, dtype=torch.float64)
+    sparse = fit_surrogate(masks, y, prior=torch.rand(10, generator=gen, dtype=torch.float64))
+    assert sparse.fit == "lasso" and int(sparse.weights.argmax()) == 3
+    # 60 sentences that all matter, 32 masks, a prior that ranks them roughly right: the
+    # ridge centred on it wins, and ranks unseen masks better than the lasso alone
+    true = torch.randn(60, generator=gen, dtype=torch.float64)
+    prior = true + 0.3 * torch.randn(60, generator=gen, dtype=torch.float64)
+    masks = random_masks(32, 60, 0.5, gen)
+    y = -5.0 + masks.double() @ true
+    dense = fit_surrogate(masks, y, prior=prior)
+    plain = fit_surrogate(masks, y)
+    assert dense.fit.startswith("prior+ridge") and dense.alpha is None
+    held = random_masks(64, 60, 0.5, gen)
+    truth = held.double() @ true
+    assert spearman(dense.predict(held), truth) > spearman(plain.predict(held), truth) + 0.1
+
+
+def test_the_rounds_stop_on_a_flat_lds_only_above_the_floor():
+    from knowflow.explanation.attribution import ablation_counts, converged
+
+    flat_low = [{"lds": 0.30}, {"lds": 0.31}]
+    flat_high = [{"lds": 0.80}, {"lds": 0.81}]
+    rising = [{"lds": 0.50}, {"lds": 0.60}]
+    assert converged(flat_high, 0.02, 0.7) and not converged(flat_low, 0.02, 0.7)
+    assert converged(flat_low, 0.02, -1.0) and not converged(rising, 0.02, -1.0)
+    assert not converged([{"lds": None}, {"lds": 0.9}], 0.02, -1.0)
+    assert not converged(flat_high, 0.0, -1.0)                       # converge 0: never
+    assert ablation_counts(ExplainConfig()) == [16, 24, 32, 40, 48, 56, 64]
+    assert ablation_counts(ExplainConfig(converge=0)) == [64]

@@ -66,7 +66,8 @@ class Attribution:
                "n_ablated_prompts": self.n_prompts}
         if self.rounds:
             out.update(ablation_rounds=list(self.rounds), ablations_used=
-                       self.rounds[-1]["ablations"], ablations_stopped=self.stopped)
+                       self.rounds[-1]["ablations"], ablations_stopped=self.stopped,
+                       surrogate_fit=self.rounds[-1].get("fit"))
         return out
 
 
@@ -133,14 +134,17 @@ def ablation_counts(cfg: ExplainConfig) -> list[int]:
     return sorted({*range(first, cfg.ablations, cfg.ablation_step), cfg.ablations})
 
 
-def converged(rounds: Sequence[dict], tol: float) -> bool:
+def converged(rounds: Sequence[dict], tol: float, floor: float = -1.0) -> bool:
     """The stopping rule: the out-of-fold LDS rose by less than `tol` over the last round
-    (a surrogate that has stopped improving on masks it did not see; an LDS that cannot be
-    measured, a constant prediction, counts as not converged)."""
+    (a surrogate that has stopped improving on masks it did not see) and is at least
+    `floor` (a fit that is flat at a poor level goes on: on long contexts the LDS keeps
+    rising with ablations long after a round's rise first falls below `tol`,
+    docs/findings/explain.md, 2026-12-08). An LDS that cannot be measured, a constant
+    prediction, counts as not converged."""
     if len(rounds) < 2 or tol <= 0:
         return False
     now, before = rounds[-1]["lds"], rounds[-2]["lds"]
-    return now is not None and before is not None and now - before < tol
+    return now is not None and before is not None and now - before < tol and now >= floor
 
 
 def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence],
@@ -162,11 +166,11 @@ def attribute(model, tokenizer, item: ConflictItem, sentences: Sequence[Sentence
         targets = torch.cat([targets, score_masks(model, tokenizer, item, sentences, new,
                                                   continuation, cfg, lead, shared=shared)])
         surrogate = fit_surrogate(fit_masks[:count], targets, cfg.cv_folds, cfg.seed, prior)
-        rounds.append({"ablations": count,
-                       "lds": spearman(surrogate.out_of_fold, targets)})
+        rounds.append({"ablations": count, "lds": spearman(surrogate.out_of_fold, targets),
+                       "fit": surrogate.fit})
         if progress is not None:
             progress(count, cfg.ablations, "ablations")
-        if converged(rounds, cfg.converge):
+        if converged(rounds, cfg.converge, cfg.lds_floor):
             stopped = "converged"
             break
     weights = surrogate.weights

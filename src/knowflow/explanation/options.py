@@ -91,6 +91,8 @@ class ExplainConfig:
     ablation_step: int = option(8, "Ablations added per round.", ge=1)
     converge: float = option(0.02, "Stop adding ablations once the out-of-fold LDS rose less "
                              "than this over a round (0: always --ablations).", ge=0)
+    lds_floor: float = option(0.7, "... and only once it is at least this (a flat but poor "
+                              "fit goes on to --ablations; -1: any level).", ge=-1, le=1)
     prior: str = option("gradient", "One-pass scores that steer the ablation surrogate: "
                         "gradient (each sentence's keep-weight gradient at 1/2, the adaptive "
                         "lasso's penalty weights) or none.", one_of=("gradient", "none"))
