@@ -66,113 +66,58 @@ def dump(args) -> None:
 
 def variants() -> dict:
     """name -> fit(masks, y, prior, row) -> (weights (sentences,), out-of-fold (ablations,))."""
-    from knowflow.explanation.surrogate import fit_surrogate
+    from sklearn.linear_model import Lasso
 
-    def ours(prior_on: bool, rank_cv: bool = False):
+    from knowflow.explanation.surrogate import centred_ridge, fit_surrogate
+
+    def ours(prior_on: bool, centred: bool = True):
         def fit(x, y, prior, row):
-            s = fit_surrogate(x, y, 4, 0, prior if prior_on else None)
+            s = fit_surrogate(x, y, 4, 0, prior if prior_on else None, centred)
             return s.weights, s.out_of_fold
         return fit
 
-    def fixed(alpha: float, prior_on: bool = False, power: float = 0.5):
-        """ContextCite's lasso: standardized masks, alpha on the per-token mean."""
-        from sklearn.linear_model import Lasso
+    def folds_of(fit_one, x, y):
+        """Out-of-fold predictions of fit_one(x, y) -> (w, b) on explain's 4 folds."""
+        xs, ys = x.double().numpy(), y.double().numpy()
+        oof = np.zeros(len(ys))
+        order = np.random.default_rng(0).permutation(len(ys))
+        for i in range(4):
+            h = order[i::4]
+            t = np.setdiff1d(np.arange(len(ys)), h)
+            w, b = fit_one(xs[t], ys[t])
+            oof[h] = b + xs[h] @ w
+        return torch.from_numpy(oof)
 
-        def fit(x, y, prior, row):
-            xs = x.double().numpy()
-            ys = y.double().numpy() / row["span_tokens"]
+    def contextcite(x, y, prior, row):
+        """ContextCite's solver: standardized masks, the lasso at 0.01 on the per-token
+        mean of the target."""
+        k = row["span_tokens"]
+
+        def one(xs, ys):
             mu, sd = xs.mean(0), xs.std(0)
             sd[sd == 0] = 1.0
-            if prior_on:
-                from knowflow.explanation.surrogate import prior_scale
-                sd = sd / prior_scale(prior).numpy() ** (power / 0.5)
-            m = Lasso(alpha=alpha, fit_intercept=True, random_state=0)
-            m.fit((xs - mu) / sd, ys)
-            w = m.coef_ / sd * row["span_tokens"]
-            oof = np.zeros(len(ys))
-            order = np.random.default_rng(0).permutation(len(ys))
-            for i in range(4):
-                h = order[i::4]
-                t = np.setdiff1d(np.arange(len(ys)), h)
-                mt = Lasso(alpha=alpha, fit_intercept=True, random_state=0)
-                mt.fit((xs[t] - mu) / sd, ys[t])
-                oof[h] = mt.predict((xs[h] - mu) / sd)
-            return torch.from_numpy(w), torch.from_numpy(oof)
-        return fit
+            m = Lasso(alpha=0.01, fit_intercept=True, random_state=0).fit((xs - mu) / sd,
+                                                                         ys / k)
+            w = m.coef_ / sd * k
+            return w, float(m.intercept_ * k - mu @ w)
+        w, _ = one(x.double().numpy(), y.double().numpy())
+        return torch.from_numpy(w), folds_of(one, x, y)
 
-    def ridge(lam: float):
+    def ridge(penalty: float):
         def fit(x, y, prior, row):
-            xs, ys = x.double().numpy(), y.double().numpy()
-            xc = xs - xs.mean(0)
-            w = np.linalg.solve(xc.T @ xc + lam * len(ys) * np.eye(xs.shape[1]),
-                                xc.T @ (ys - ys.mean()))
-            return torch.from_numpy(w), torch.from_numpy(xc @ w)
+            def one(xs, ys):
+                return centred_ridge(xs, ys, prior.double().numpy(), penalty)
+            w, _ = one(x.double().numpy(), y.double().numpy())
+            return torch.from_numpy(w), folds_of(one, x, y)
         return fit
-
-    def centred(lam: float, lasso_alpha: float | None = None):
-        """w = c prior + d: c by least squares on the masks' prior sums, d by ridge (or the
-        adaptive lasso at a fixed penalty) on what is left."""
-        def fit(x, y, prior, row):
-            xs, ys = x.double().numpy(), y.double().numpy()
-            pr = prior.double().numpy()
-            xc, yc = xs - xs.mean(0), ys - ys.mean()
-            z = xc @ pr
-            c = max(float(z @ yc) / max(float(z @ z), 1e-12), 0.0)
-            r = yc - c * z
-            if lasso_alpha is None:
-                d = np.linalg.solve(xc.T @ xc + lam * len(ys) * np.eye(xs.shape[1]), xc.T @ r)
-            else:
-                from sklearn.linear_model import Lasso
-                sd = xs.std(0)
-                sd[sd == 0] = 1.0
-                m = Lasso(alpha=lasso_alpha, fit_intercept=False)
-                m.fit(xc / sd, r / row["span_tokens"])
-                d = m.coef_ / sd * row["span_tokens"]
-            w = c * pr + d
-            return torch.from_numpy(w), torch.from_numpy(xc @ w)
-        return fit
-
-    def cv_pick(lams=(0.03, 0.1, 0.3, 1.0), by="mse"):
-        """The adaptive lasso (its penalty by CV) or a centred ridge, whichever predicts the
-        held-out folds best (4-fold, the same folds)."""
-        def fit(x, y, prior, row):
-            lasso_fit = fit_surrogate(x, y, 4, 0, prior)
-            ys = y.double().numpy()
-            n = len(ys)
-            order = np.random.default_rng(0).permutation(n)
-            best = (score(lasso_fit.out_of_fold.numpy(), ys, by), "lasso", None)
-            for lam in lams:
-                oof = np.zeros(n)
-                for i in range(4):
-                    h = order[i::4]
-                    t = np.setdiff1d(np.arange(n), h)
-                    w, _ = centred(lam)(x[t], y[t], prior, row)
-                    b = float(ys[t].mean() - x[t].double().numpy().mean(0) @ w.numpy())
-                    oof[h] = b + x[h].double().numpy() @ w.numpy()
-                best = min(best, (score(oof, ys, by), "ridge", lam), key=lambda z: z[0])
-            if best[1] == "lasso":
-                return lasso_fit.weights, lasso_fit.out_of_fold
-            w, _ = centred(best[2])(x, y, prior, row)
-            return w, torch.from_numpy(oof)
-        return fit
-
-    def score(oof, ys, by):
-        if by == "mse":
-            return float(((oof - ys) ** 2).mean())
-        from knowflow.explanation.surrogate import spearman
-        return -(spearman(torch.from_numpy(oof), torch.from_numpy(ys)) or 0.0)
 
     def prior_only(x, y, prior, row):
         return prior.double(), torch.zeros(len(y), dtype=torch.float64)
 
-    return {"pick (mse)": cv_pick(), "pick (rank)": cv_pick(by="rank"),
-            "prior alone": prior_only, "centred ridge 0.1": centred(0.1),
-            "centred ridge 0.5": centred(0.5), "centred lasso 0.01": centred(0, 0.01),
-            "cv+prior (now)": ours(True), "cv": ours(False),
-            "fixed 0.01 (CC)": fixed(0.01), "fixed 0.005": fixed(0.005),
-            "fixed 0.02": fixed(0.02), "fixed 0.01+prior": fixed(0.01, True),
-            "fixed 0.005+prior": fixed(0.005, True), "fixed 0.01+prior^1": fixed(0.01, True, 1),
-            "ridge 0.05": ridge(0.05), "ridge 0.2": ridge(0.2)}
+    return {"default (pick)": ours(True), "adaptive lasso": ours(True, False),
+            "plain lasso (CV)": ours(False), "ContextCite's lasso": contextcite,
+            "centred ridge 0.1": ridge(0.1), "centred ridge 1": ridge(1.0),
+            "prior alone": prior_only}
 
 
 def fit_all(paths: list[Path]) -> None:
@@ -224,13 +169,9 @@ def _rise(seq, tol):
 
 
 RULES = {
-    "rise<0.02 (now)": lambda s: _rise(s, 0.02),
-    "rise<0.02 & own>=0.6": lambda s: _rise(s, 0.02) and s[-1]["own"] >= 0.6,
-    "rise<0.02 & own>=0.7": lambda s: _rise(s, 0.02) and s[-1]["own"] >= 0.7,
-    "own>=0.85 | rise<0.02 & own>=0.6": lambda s: s[-1]["own"] >= 0.85 or (
-        _rise(s, 0.02) and s[-1]["own"] >= 0.6),
-    "own>=0.9 | rise<0.02 & own>=0.7": lambda s: s[-1]["own"] >= 0.9 or (
-        _rise(s, 0.02) and s[-1]["own"] >= 0.7),
+    "rise < 0.02 (before)": lambda s: _rise(s, 0.02),
+    "rise < 0.02, own LDS >= 0.7 (default)": lambda s: _rise(s, 0.02) and s[-1]["own"] >= 0.7,
+    "rise < 0.02, own LDS >= 0.5": lambda s: _rise(s, 0.02) and s[-1]["own"] >= 0.5,
     "always 32": lambda s: s[-1]["k"] >= 32,
     "always 64": lambda s: False,
 }

@@ -150,13 +150,15 @@ def _path(x: np.ndarray, y: np.ndarray, grid: list[float], eps: float = 1e-12
 
 
 def fit_surrogate(masks: torch.Tensor, targets: torch.Tensor, folds: int = 4,
-                  seed: int = 0, prior: torch.Tensor | None = None) -> Surrogate:
+                  seed: int = 0, prior: torch.Tensor | None = None, centred: bool = True
+                  ) -> Surrogate:
     """The lasso surrogate of `targets` (ablations,) on `masks` (ablations, sentences), its
     penalty chosen by `folds`-fold cross-validation (mean squared error). With `prior`
     (sentences,), one-pass scores of the sentences, the lasso is the adaptive one (Zou 2006):
     sentence j's penalty is divided by `prior_scale(prior)[j]`, so the sentences one pass
     finds important are shrunk less (fitted as the lasso on columns multiplied by the scale,
-    the weights multiplied back)."""
+    the weights multiplied back), and competes with the ridge centred on the prior
+    (`_pick`; `centred=False`: the adaptive lasso alone)."""
     scale = prior_scale(prior) if prior is not None else None
     x = masks.double().numpy() * (scale.numpy() if scale is not None else 1.0)
     y = targets.double().numpy()
@@ -179,7 +181,7 @@ def fit_surrogate(masks: torch.Tensor, targets: torch.Tensor, folds: int = 4,
     w, b = path[best]
     weights = torch.from_numpy(w) * (scale if scale is not None else 1.0)
     fitted = Surrogate(weights, b, grid[best], torch.from_numpy(held_out[best]))
-    if prior is None:
+    if prior is None or not centred:
         return fitted
     return _pick(fitted, masks.double().numpy(), y, prior.double().numpy(), order, folds)
 
