@@ -2,6 +2,7 @@
 the reason, counted in the summary; the run goes on, saves, and its folder reports; run
 folders written before the field existed still load and report."""
 
+import dataclasses
 import json
 
 import pytest
@@ -79,3 +80,26 @@ def test_max_memory_sizes_the_trie_passes_and_changes_no_score(lm):
     a, b = free.records[0], tight.records[0]
     assert [s["attribution"] for s in a["sentences"]] == pytest.approx(
         [s["attribution"] for s in b["sentences"]], abs=1e-4)
+
+
+def test_max_memory_counts_the_generation_batch_as_the_items_there_are(lm):
+    """One long item is generated one prompt at a time: a budget that holds one prompt's
+    generation but not `batch_size` of them runs it, and refuses eight such items."""
+    from knowflow.config import ConfigError
+    from knowflow.data.suites import get_suite
+    from knowflow.explanation.options import ExplainConfig
+    from knowflow.explanation.prompts import encode, rendered
+    from knowflow.explanation.run import _fit_memory
+    from knowflow.lens.memory import eval_bytes, shape_of
+
+    model, tok = lm
+    (item,) = get_suite("needle-cf", 0, 1)
+    item = dataclasses.replace(item, context=" ".join([item.context] * 40))  # a long context
+    longest = len(encode(tok, [rendered(item, tok, "chat")])[0])
+    shape = shape_of(model)
+    one, eight = (shape.weights + eval_bytes(shape, longest, 16)(n) for n in (1, 8))
+    budget = (one + eight) / 2 / 2 ** 30
+    cfg = ExplainConfig(max_memory=budget, prompt_format="chat", max_new_tokens=16)
+    assert _fit_memory(model, tok, [item], cfg).score_tokens >= 2048
+    with pytest.raises(ConfigError, match="batch_size="):
+        _fit_memory(model, tok, [item] * 8, cfg)

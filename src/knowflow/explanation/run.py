@@ -113,7 +113,8 @@ def _fit_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig
     """--max-memory, before any work: the trie passes are sized to the budget (`score_tokens`
     lowered to the new tokens a pass may hold beside the longest prompt's keys and values,
     `lens.shared.nodes_for_budget`: this changes no score), and the run is refused where
-    the larger of a generation batch (`batch_size` prompts of the longest item's length) and
+    the larger of a generation batch (`batch_size` prompts of the longest item's length, or
+    as many as there are items) and
     the smallest such pass (one 2048-node chunk) does not fit."""
     longest = max(len(ids) for ids in encode(tokenizer, [rendered(it, tokenizer,
                                                                   cfg.prompt_format)
@@ -125,7 +126,7 @@ def _fit_memory(model, tokenizer, items: list[ConflictItem], cfg: ExplainConfig
     trie = inference_bytes(shape, 1, min(CHUNK, nodes), cached=longest + nodes,
                            logit_positions=min(256, nodes))
     check_budget(shape, lambda rows: max(eval_bytes(shape, longest, cfg.max_new_tokens)(rows),
-                                         trie), cfg.batch_size, cfg.max_memory,
+                                         trie), min(cfg.batch_size, len(items)), cfg.max_memory,
                  knob="--set batch_size=",
                  what=f"prompts of up to {longest} tokens; trie passes of {nodes} tokens "
                       "beside them")
