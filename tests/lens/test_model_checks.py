@@ -173,6 +173,25 @@ def test_check_finite_and_pad_token_directly(tiny_lm, tok):
     with pytest.raises(KnowflowError, match="model.norm.weight holds NaN or infinite"):
         check_finite(broken, "tiny")
     check_pad_token(tok, "tiny")
+
+
+def test_a_model_found_finite_is_read_again_once_a_weight_changes(tok):
+    model = tiny_llama(tok)
+    check_finite(model, "tiny")
+    check_finite(model, "tiny")                      # unchanged: remembered, passes
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("nan")    # an in-place write after the check
+    with pytest.raises(KnowflowError, match="model.norm.weight holds NaN or infinite"):
+        check_finite(model, "tiny")
+    opt = torch.optim.SGD(model.parameters(), lr=1e30)
+    with torch.no_grad():
+        model.model.norm.weight[0] = 1.0
+    check_finite(model, "tiny")
+    model.model.embed_tokens.weight.grad = torch.full_like(model.model.embed_tokens.weight,
+                                                           1e30)
+    opt.step()                                       # an optimizer step that overflows
+    with pytest.raises(KnowflowError, match="embed_tokens.weight holds NaN or infinite"):
+        check_finite(model, "tiny")
     bare = byte_tokenizer()
     bare.pad_token = bare.eos_token = None
     with pytest.raises(KnowflowError, match="neither a pad token"):

@@ -297,15 +297,21 @@ def check_chat_template(tokenizer, where: str) -> None:
 
 def check_finite(model, where: str) -> None:
     """No weight of the loaded `model` (named by `where`) is NaN or infinite (weights
-    offloaded to disk, on the meta device, are not read)."""
+    offloaded to disk, on the meta device, are not read). A model found finite is not read
+    again until a weight changes: each tensor's version counter (raised by every in-place
+    write, an optimizer step's included) and identity are kept on the model."""
     import torch
 
+    seen = tuple((id(p), p._version) for p in model.parameters())
+    if model.__dict__.get("_knowflow_finite") == seen:
+        return
     with torch.no_grad():
         for key, param in model.named_parameters():
             if param.device.type != "meta" and not bool(torch.isfinite(param).all()):
                 raise KnowflowError(f"{where}: weight {key} holds NaN or infinite values",
                                     "the model is damaged (a diverged training run?); give "
                                     "another checkpoint")
+    model.__dict__["_knowflow_finite"] = seen
 
 
 def check_pad_token(tokenizer, name: str) -> None:
