@@ -155,3 +155,10 @@ def test_every_figure_under_docs_img_is_drawn_by_a_docs_example():
     figures = {str(p.relative_to(ROOT)) for p in (DOCS / "img").iterdir()}
     assert figures <= targets, f"figures no docs-figure marker draws: {sorted(figures - targets)}"
     assert figures, "docs/img holds no figure"
+
+
+def test_every_command_page_is_a_short_reference():
+    """A command's page is a reference (the research behind it lives in docs/findings/)."""
+    long = {p.name: n for p in COMMANDS.glob("*.md")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
+    assert not long, f"command pages over 300 lines: {long}"

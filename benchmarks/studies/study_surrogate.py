@@ -5,7 +5,8 @@ design items: every variant from one scoring pass per item.
     python benchmarks/studies/study_surrogate.py --fit rows.jsonl
 
 `--json` scores, per item of `rag_items` (seed 0 by default: the design items, never the
-benchmarked ones, which are seed 1), explain's 64 fit masks (`ablation_masks`), the gradient
+benchmarked ones, which are seed 1), explain's 64 fit masks (`--draws K`: K independent draws,
+explain's seeds 0 to K-1; rows `<id>@<seed>`) (`ablation_masks`), the gradient
 prior (`gradient_prior`) and bench_explain's 32 held-out half masks, and appends them to the
 file. `--fit` refits every variant on the first K masks (K = 16, 24, ..., 64) of each item and
 prints its mean LDS on the held-out masks per K, then each stopping rule's mean LDS and
@@ -35,33 +36,34 @@ COUNTS = (16, 24, 32, 40, 48, 56, 64)
 def dump(args) -> None:
     from knowflow.explanation.attribution import ablation_masks, score_masks
     from knowflow.explanation.options import ExplainConfig
-    from knowflow.explanation.prompts import with_lead
     from knowflow.explanation.sentences import gradient_prior
     from knowflow.lens.load import load_model
     from knowflow.lens.shared import share_prompt
 
     torch.set_num_threads(args.threads)
     model, tok = load_model("smollm2-135m-instruct", device="cpu", dtype="float32")
-    cfg = ExplainConfig(ablations=64, holdout=0, top_k=(), prompt_format="chat")
     cases = load_cases(model, tok, args)
     for index, (tokens, case) in enumerate(cases):
         it, n = case.item, len(case.sents)
         held, actual, full = reference(model, tok, case, 32, index)
         shared = share_prompt(model, tok, case.led_ids[:-1])
-        masks, _ = ablation_masks(n, cfg, it.id + it.context)
-        y = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead,
-                        shared=shared)
-        _ = with_lead
         prior = gradient_prior(model, tok, case.led_ids, case.cont, case.spans, shared)
-        row = {"id": it.id, "tokens_asked": tokens, "tokens": len(case.led_ids),
-               "sentences": n, "span": case.span, "full": full,
-               "span_tokens": len(tok(case.cont, add_special_tokens=False)["input_ids"]),
-               "masks": masks.tolist(), "y": y.tolist(), "prior": prior.tolist(),
-               "held": held.tolist(), "actual": actual.tolist()}
-        with args.json.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        print(f"[{index + 1}/{len(cases)}] {it.id}: {n} sentences, y from {min(row['y']):.2f}"
-              f" to {max(row['y']):.2f}", file=sys.stderr, flush=True)
+        for draw in range(args.draws):       # draw 0: explain's own masks (its seed 0)
+            cfg = ExplainConfig(ablations=64, holdout=0, top_k=(), prompt_format="chat",
+                                seed=draw)
+            masks, _ = ablation_masks(n, cfg, it.id + it.context)
+            y = score_masks(model, tok, it, case.sents, masks, case.cont, cfg, case.lead,
+                            shared=shared)
+            row = {"id": it.id + (f"@{draw}" if draw else ""), "tokens_asked": tokens,
+                   "tokens": len(case.led_ids), "sentences": n, "span": case.span,
+                   "full": full,
+                   "span_tokens": len(tok(case.cont, add_special_tokens=False)["input_ids"]),
+                   "masks": masks.tolist(), "y": y.tolist(), "prior": prior.tolist(),
+                   "held": held.tolist(), "actual": actual.tolist()}
+            with args.json.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            print(f"[{index + 1}/{len(cases)}] {row['id']}: {n} sentences, y from "
+                  f"{min(row['y']):.2f} to {max(row['y']):.2f}", file=sys.stderr, flush=True)
 
 
 def variants() -> dict:
@@ -183,6 +185,8 @@ def main() -> int:
     ap.add_argument("--items", default="5,3")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draws", type=int, default=1, help="independent draws of the 64 fit "
+                                                          "masks per item (explain's seeds)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--fit", type=Path, nargs="+")
     args = ap.parse_args()
