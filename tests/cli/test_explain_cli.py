@@ -281,3 +281,18 @@ def test_too_many_gradient_mask_points_are_refused_before_the_model_loads(tiny_m
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "gradient_masks" in lines[0] and "256" in lines[0], lines
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--ablations", "4097"), ("--holdout", "10000000000"),
+                                        ("--set", "document_ablations=100000")])
+def test_too_many_ablations_are_refused_before_the_model_loads(tiny_model_dir, tmp_path, flag,
+                                                               value):
+    """Each ablation is a forward pass: a count past `MAX_ABLATIONS` (a mistyped one would run
+    for days) is one line naming the field and the bound, exit 2, nothing written."""
+    result = _run(tiny_model_dir, tmp_path, "--context", CONTEXT, "--question",
+                  "Where is Rome?", "--answer", "Italy", flag, value,
+                  "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "4096" in lines[0], lines
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()

@@ -317,6 +317,9 @@ OPTION_CASES = [
       "can score none of its 2 items"),
     C("explain --set cv_folds=1", 2, "config field 'cv_folds': must be at least 2, got 1"),
     C("explain --set cv_folds=0", 2, "'cv_folds'"),
+    C("explain --ablations 100000", 2, "--ablations: 100000 ablations: at most "
+      "4096"),
+    C("explain --set lds_floor=2", 2, "'lds_floor'"),
     C("export lm-eval --out tasks --suite cf-capitals --limit 2 --prompt-format plain", 2,
       "tasks/knowflow_lmeval_loader.py: exists and was not written by knowflow export"),
 ]

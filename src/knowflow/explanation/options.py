@@ -23,6 +23,7 @@ DESIGNS = ("random", "balanced")
 # (docs/findings/explain.md); a bound, so that a mistyped count is refused, not run for hours
 # with a (points, sentences) mask tensor in memory
 MAX_GRADIENT_MASKS = 256
+MAX_ABLATIONS = 4096       # each ablation (and held-out mask) is a forward pass of its text
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,12 @@ class ExplainConfig:
         for name in ("ablations", "document_ablations"):
             if getattr(self, name) < 8:
                 raise ConfigError("a surrogate needs at least 8 ablations", name)
+        for name in ("ablations", "document_ablations", "holdout"):
+            if getattr(self, name) > MAX_ABLATIONS:
+                raise ConfigError(f"{getattr(self, name)} ablations: at most {MAX_ABLATIONS} "
+                                  "(each is a forward pass of the prompt)", name,
+                                  "the default is 64; the rounds stop earlier once the LDS "
+                                  "converges")
         if not 0 <= self.learned_ablations <= self.ablations:
             raise ConfigError(f"must lie in [0, ablations = {self.ablations}]",
                               "learned_ablations")
