@@ -70,7 +70,7 @@ def variants() -> dict:
     """name -> fit(masks, y, prior, row) -> (weights (sentences,), out-of-fold (ablations,))."""
     from sklearn.linear_model import Lasso
 
-    from knowflow.explanation.surrogate import centred_ridge, fit_surrogate
+    from knowflow.explanation.surrogate import centred_ridge, fit_surrogate, out_of_fold
 
     def ours(prior_on: bool, centred: bool = True):
         def fit(x, y, prior, row):
@@ -80,15 +80,9 @@ def variants() -> dict:
 
     def folds_of(fit_one, x, y):
         """Out-of-fold predictions of fit_one(x, y) -> (w, b) on explain's 4 folds."""
-        xs, ys = x.double().numpy(), y.double().numpy()
-        oof = np.zeros(len(ys))
-        order = np.random.default_rng(0).permutation(len(ys))
-        for i in range(4):
-            h = order[i::4]
-            t = np.setdiff1d(np.arange(len(ys)), h)
-            w, b = fit_one(xs[t], ys[t])
-            oof[h] = b + xs[h] @ w
-        return torch.from_numpy(oof)
+        order = np.random.default_rng(0).permutation(len(y))
+        return torch.from_numpy(out_of_fold(fit_one, x.double().numpy(), y.double().numpy(),
+                                            order, 4))
 
     def contextcite(x, y, prior, row):
         """ContextCite's solver: standardized masks, the lasso at 0.01 on the per-token

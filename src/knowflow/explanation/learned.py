@@ -86,7 +86,8 @@ def corrected_scores(scores: torch.Tensor, masks: torch.Tensor, targets: torch.T
     the per-sentence corrections d (c >= 0), for the m masks X (m, sentences) and the answer's
     log-probabilities y under them (m,); s is scaled to max |s| = 1 first. The penalty does
     not grow with m: a few masks move the learned scores a little, many masks give the
-    unpenalised linear surrogate."""
+    unpenalised linear surrogate. (The ablation surrogate's `surrogate.centred_ridge` fits
+    the same form in two stages.)"""
     m, n = masks.shape
     s = scores.double() / scores.double().abs().max().clamp_min(1e-12)          # (n,)
     x = masks.double()                                                            # (m, n)

@@ -167,9 +167,7 @@ def fit_surrogate(masks: torch.Tensor, targets: torch.Tensor, folds: int = 4,
     order = np.random.default_rng(seed).permutation(n)
     errors = np.zeros(len(grid))
     held_out = np.zeros((len(grid), n))                              # (penalties, ablations)
-    for i in range(min(folds, n)):
-        held = order[i::folds]
-        train = np.setdiff1d(np.arange(n), held)
+    for train, held in fold_splits(order, folds):
         for g, (w, b) in enumerate(_path(x[train], y[train], grid)):
             held_out[g, held] = b + x[held] @ w
             errors[g] += float(((held_out[g, held] - y[held]) ** 2).sum())
@@ -186,6 +184,26 @@ def fit_surrogate(masks: torch.Tensor, targets: torch.Tensor, folds: int = 4,
     return _pick(fitted, masks.double().numpy(), y, prior.double().numpy(), order, folds)
 
 
+def fold_splits(order: np.ndarray, folds: int):
+    """(train indices, held-out indices) of each of `folds` folds over the ablations in the
+    shuffled `order` (every `folds`-th one held out in turn)."""
+    n = len(order)
+    for i in range(min(folds, n)):
+        held = order[i::folds]
+        yield np.setdiff1d(np.arange(n), held), held
+
+
+def out_of_fold(fit_one, x: np.ndarray, y: np.ndarray, order: np.ndarray, folds: int
+                ) -> np.ndarray:
+    """(ablations,) each mask's prediction by `fit_one(x, y) -> (w, b)` fitted on the folds
+    that did not hold it out (`fold_splits`)."""
+    held_out = np.zeros(len(y))
+    for train, held in fold_splits(order, folds):
+        w, b = fit_one(x[train], y[train])
+        held_out[held] = b + x[held] @ w
+    return held_out
+
+
 RIDGES = (0.03, 0.1, 0.3, 1.0)   # the prior-centred ridge's penalties (per ablation)
 
 
@@ -194,7 +212,10 @@ def centred_ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray, penalty: floa
     """w = c prior + d on masks x (n, d), targets y (n,): c >= 0 by least squares on each
     mask's prior sum, then d by ridge (`penalty` n |d|^2) on what c leaves. With few
     ablations d stays small and the one-pass ranking stands, scaled; with many, the data
-    overrule it. (w, intercept)."""
+    overrule it. (w, intercept). `learned.corrected_scores` fits the same form jointly (c
+    and d together, a penalty that does not grow with the ablations) for a one-pass method
+    corrected by a handful of ablations; this staged fit is the one the ablation surrogate's
+    cross-validation was chosen with."""
     mx, my = x.mean(0), y.mean()
     xc, yc = x - mx, y - my                                         # (n, d), (n,)
     z = xc @ prior                                                  # (n,)
@@ -213,15 +234,10 @@ def _pick(lasso_fit: Surrogate, x: np.ndarray, y: np.ndarray, prior: np.ndarray,
     sentence the lasso wins; on long ones, where 64 ablations hardly pin down as many
     sentences, the ridge's pull towards the one-pass ranking does
     (docs/findings/explain.md, 2026-12-08)."""
-    n = len(y)
     best = (spearman(lasso_fit.out_of_fold, torch.from_numpy(y)) or -2.0, lasso_fit)
     for penalty in RIDGES:
-        held_out = np.zeros(n)
-        for i in range(min(folds, n)):
-            held = order[i::folds]
-            train = np.setdiff1d(np.arange(n), held)
-            w, b = centred_ridge(x[train], y[train], prior, penalty)
-            held_out[held] = b + x[held] @ w
+        held_out = out_of_fold(lambda xs, ys, p=penalty: centred_ridge(xs, ys, prior, p),
+                               x, y, order, folds)
         rho = spearman(torch.from_numpy(held_out), torch.from_numpy(y))
         if rho is not None and rho > best[0]:
             w, b = centred_ridge(x, y, prior, penalty)
